@@ -1,0 +1,176 @@
+//! Errors.
+//!
+//! Callers match on [`ErrorKind`], a compact classification in the manner of
+//! SlateDB (`Conflict`, `Fenced`, `Unavailable`, `Invalid`, `Data`, ...). The
+//! [`Error`] enum carries the detail an operator needs to act: which key, which
+//! epoch, which probe step. Messages never include credentials: store errors are
+//! rendered through [`crate::store::StoreError`], which keeps only the operation,
+//! the key and the backend's own message.
+
+use crate::store::StoreError;
+
+/// What kind of failure happened, for callers that branch on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// Another writer won a conditional write. Not retryable blindly: re-read
+    /// and decide again.
+    Conflict,
+    /// We held a lease and no longer do (renew rejected or validity deadline
+    /// passed). Stop acting on it.
+    Fenced,
+    /// The bucket could not be reached or answered with a transient error.
+    Unavailable,
+    /// Bad input from the caller: a name, a flag, a size.
+    Invalid,
+    /// An object in the bucket is corrupt, foreign or breaks an invariant.
+    Data,
+    /// The store does not honour conditional writes; nothing here is safe on it.
+    Unsupported,
+    /// The object asked for does not exist.
+    NotFound,
+    /// A bug or an environment failure that fits no other kind.
+    Internal,
+}
+
+/// Every failure leasehold reports.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A lease, node or session name failed validation before reaching a key.
+    #[error("invalid name {name:?}: {reason}")]
+    InvalidName { name: String, reason: String },
+
+    /// Some caller-supplied value is out of range or malformed.
+    #[error("invalid {what}: {reason}")]
+    Invalid { what: String, reason: String },
+
+    /// An object we were about to write (or were handed) exceeds its bound.
+    #[error("{what} is {size} bytes, more than the limit of {limit} bytes")]
+    TooLarge {
+        what: String,
+        size: usize,
+        limit: usize,
+    },
+
+    /// Lost the final compare-and-swap: someone else changed the object between
+    /// our read and our write. The bucket holds their write, not ours.
+    #[error("conflict on {key}: another writer changed it first")]
+    Conflict { key: String },
+
+    /// The lease is no longer ours: another writer won, or our validity
+    /// deadline passed before a renew succeeded.
+    #[error("lease {key} lost at epoch {epoch}: {reason}")]
+    Lost {
+        key: String,
+        epoch: u64,
+        reason: String,
+    },
+
+    /// An object exists but cannot be trusted: malformed, truncated, an
+    /// unknown schema, or fields that break an invariant. Never treated as
+    /// absent and never overwritten.
+    #[error("corrupt object {key}: {reason}")]
+    Corrupt { key: String, reason: String },
+
+    /// The store failed the conditional-write probe.
+    #[error("store {store} refused: probe step \"{step}\" failed: {detail}")]
+    Unsupported {
+        store: String,
+        step: String,
+        detail: String,
+    },
+
+    /// No object at that key.
+    #[error("{key} not found")]
+    NotFound { key: String },
+
+    /// The bucket could not be reached or failed transiently.
+    #[error("store unavailable during {op} {key}")]
+    Unavailable {
+        op: &'static str,
+        key: String,
+        #[source]
+        source: StoreError,
+    },
+
+    /// The store rejected the request in a way that is not transient
+    /// (permissions, an invalid path).
+    #[error("store error during {op} {key}")]
+    Store {
+        op: &'static str,
+        key: String,
+        #[source]
+        source: StoreError,
+    },
+
+    /// Something that should not happen.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl Error {
+    /// The compact classification of this error.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::InvalidName { .. } | Error::Invalid { .. } | Error::TooLarge { .. } => {
+                ErrorKind::Invalid
+            }
+            Error::Conflict { .. } => ErrorKind::Conflict,
+            Error::Lost { .. } => ErrorKind::Fenced,
+            Error::Corrupt { .. } => ErrorKind::Data,
+            Error::Unsupported { .. } => ErrorKind::Unsupported,
+            Error::NotFound { .. } => ErrorKind::NotFound,
+            Error::Unavailable { .. } => ErrorKind::Unavailable,
+            Error::Store { source, .. } => match source {
+                StoreError::Corrupt { .. } => ErrorKind::Data,
+                StoreError::Invalid { .. } => ErrorKind::Invalid,
+                _ => ErrorKind::Internal,
+            },
+            Error::Internal(_) => ErrorKind::Internal,
+        }
+    }
+
+    /// True for failures that may succeed if tried again later.
+    pub fn is_transient(&self) -> bool {
+        self.kind() == ErrorKind::Unavailable
+    }
+
+    pub(crate) fn invalid(what: impl Into<String>, reason: impl Into<String>) -> Self {
+        Error::Invalid {
+            what: what.into(),
+            reason: reason.into(),
+        }
+    }
+
+    pub(crate) fn corrupt(key: impl Into<String>, reason: impl Into<String>) -> Self {
+        Error::Corrupt {
+            key: key.into(),
+            reason: reason.into(),
+        }
+    }
+
+    /// Wraps a store error from operation `op` on `key`, keeping corruption
+    /// and transience distinguishable.
+    pub(crate) fn from_store(op: &'static str, key: &str, source: StoreError) -> Self {
+        match source {
+            StoreError::Corrupt { reason } => Error::Corrupt {
+                key: key.to_string(),
+                reason,
+            },
+            StoreError::Unavailable { .. } | StoreError::Ambiguous { .. } => Error::Unavailable {
+                op,
+                key: key.to_string(),
+                source,
+            },
+            StoreError::NotFound => Error::NotFound {
+                key: key.to_string(),
+            },
+            other => Error::Store {
+                op,
+                key: key.to_string(),
+                source: other,
+            },
+        }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,902 @@
+//! The fenced lease: one object, changed only by compare-and-swap.
+//!
+//! See docs/protocol.md for the protocol as built. In short:
+//!
+//! - **acquire** is one create-if-absent on a fresh key. Otherwise it reads
+//!   the record and takes over (If-Match, epoch + 1) only a released lease, a
+//!   lease expired *by observation*, or one held by a dead earlier instance of
+//!   this node on this host (proved by the [`HostLock`]). Else: `Held`.
+//! - **renew** is one If-Match on the ETag of our last write, no read first.
+//! - **release** writes a tombstone with the epoch unchanged; nothing is
+//!   deleted, so epochs never restart.
+//! - Every write carries a fresh nonce, so its bytes (and ETag) change, and an
+//!   ambiguous or rejected write is read back: if the stored nonce is one we
+//!   sent, the write is ours and committed; otherwise someone else won.
+//!
+//! # Time
+//!
+//! A holder believes it holds the lease until `t_sent + ttl - margin` on its
+//! own monotonic clock, `t_sent` being when its last successful write was
+//! *sent*. An observer calls a lease expired only once it has seen the same
+//! version unchanged for `ttl + margin`, counted from when the response that
+//! carried it *arrived*. The write landed after it was sent and before any
+//! response showing it arrived, so the holder's belief always ends before the
+//! observer's starts, whatever the wall clocks say; the margins absorb clock
+//! rate drift (up to about `margin / ttl` relative).
+
+use crate::clock::{Clock, Entropy, MonoTime, OsEntropy, SystemClock};
+use crate::error::{Error, Result};
+use crate::hostlock::HostLock;
+use crate::name::Name;
+use crate::record::{Holder, Kind, LeaseRecord, SCHEMA};
+use crate::store::{Cond, Store, Version};
+use backon::BackoffBuilder;
+use bytes::Bytes;
+use futures::StreamExt;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Shortest TTL accepted.
+pub const MIN_TTL: Duration = Duration::from_millis(10);
+
+/// The object key of a lease of `kind` named `name`.
+pub fn key_for(kind: Kind, name: &Name) -> String {
+    match kind {
+        Kind::Lease => format!("leases/{name}"),
+        Kind::Node => format!("nodes/{name}"),
+    }
+}
+
+/// The default safety margin for a TTL: a tenth of it. It must cover the
+/// relative drift between two machines' monotonic clocks (real clocks drift
+/// by parts per million) plus the holder's reaction time.
+pub fn default_margin(ttl: Duration) -> Duration {
+    ttl / 10
+}
+
+/// What acquire asks for.
+#[derive(Debug, Clone)]
+pub struct AcquireOptions {
+    pub ttl: Duration,
+    /// Defaults to [`default_margin`].
+    pub margin: Option<Duration>,
+    pub address: Option<String>,
+    pub attrs: serde_json::Map<String, serde_json::Value>,
+}
+
+impl AcquireOptions {
+    pub fn ttl(ttl: Duration) -> Self {
+        AcquireOptions {
+            ttl,
+            margin: None,
+            address: None,
+            attrs: Default::default(),
+        }
+    }
+
+    fn validate(&self) -> Result<Duration> {
+        if self.ttl < MIN_TTL || self.ttl.as_millis() as u64 > crate::record::MAX_TTL_MS {
+            return Err(Error::invalid(
+                "ttl",
+                format!("{:?} outside {:?}..=24h", self.ttl, MIN_TTL),
+            ));
+        }
+        let margin = self.margin.unwrap_or_else(|| default_margin(self.ttl));
+        if margin >= self.ttl / 2 {
+            return Err(Error::invalid("margin", "must be less than half the ttl"));
+        }
+        Ok(margin)
+    }
+}
+
+/// Why a held record may be taken over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Takeover {
+    /// The record already names this very instance (e.g. our own create,
+    /// retried by the HTTP client, answered AlreadyExists). Same epoch.
+    Own,
+    /// The holder released it.
+    Released,
+    /// Seen unchanged for ttl + margin.
+    Expired,
+    /// Held by an earlier instance of this node on this host, and we hold the
+    /// host lock, so that instance is dead.
+    PredecessorDead,
+}
+
+/// The pure takeover rule. `observed_for` is how long this observer has seen
+/// the record's current version unchanged (zero on first sight).
+pub fn decide_takeover(
+    current: &LeaseRecord,
+    me: &Holder,
+    holds_host_lock: bool,
+    observed_for: Duration,
+    observer_margin: Duration,
+) -> Option<Takeover> {
+    if current.holder.instance == me.instance
+        && current.holder.node == me.node
+        && current.holder.host == me.host
+    {
+        return Some(Takeover::Own);
+    }
+    if current.released {
+        return Some(Takeover::Released);
+    }
+    if holds_host_lock && current.holder.node == me.node && current.holder.host == me.host {
+        return Some(Takeover::PredecessorDead);
+    }
+    let ttl = Duration::from_millis(current.ttl_ms);
+    if observed_for >= ttl + observer_margin {
+        return Some(Takeover::Expired);
+    }
+    None
+}
+
+/// Expiry by observation: for each key, the version last seen and the
+/// instant the response carrying it first arrived.
+#[derive(Debug, Default)]
+pub struct Observer {
+    seen: Mutex<HashMap<String, (Version, MonoTime)>>,
+}
+
+impl Observer {
+    /// Notes that `version` of `key` arrived at `arrived` (take it *after* the
+    /// response is in hand), and returns how long that same version has been
+    /// seen unchanged.
+    pub fn observe(&self, key: &str, version: &Version, arrived: MonoTime) -> Duration {
+        let mut seen = self.seen.lock().unwrap();
+        match seen.get(key) {
+            Some((v, first)) if v == version => arrived.saturating_since(*first),
+            _ => {
+                seen.insert(key.to_string(), (version.clone(), arrived));
+                Duration::ZERO
+            }
+        }
+    }
+
+    pub fn forget(&self, key: &str) {
+        self.seen.lock().unwrap().remove(key);
+    }
+}
+
+/// The answer to [`LeaseClient::acquire`].
+// `Acquired` is the common answer and is moved straight out; boxing it would
+// cost every caller an allocation and a deref for no benefit.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+pub enum Acquire {
+    Acquired(Lease),
+    /// Someone else holds it.
+    Held {
+        holder: Holder,
+        epoch: u64,
+        /// How long this client has seen the record unchanged so far.
+        observed_for: Duration,
+        /// How much longer, if nothing changes, before it counts as expired.
+        expires_after: Duration,
+    },
+}
+
+/// A lease token for one-shot commands: enough to renew or release a lease
+/// acquired by an earlier process. It names the holder instance and the
+/// version of its last write; it carries no secret.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LeaseToken {
+    pub instance: String,
+    pub version: Version,
+    pub epoch: u64,
+}
+
+impl LeaseToken {
+    pub fn encode(&self) -> String {
+        use base64::Engine;
+        base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .encode(serde_json::to_vec(self).expect("token serialises"))
+    }
+
+    pub fn decode(s: &str) -> Result<Self> {
+        use base64::Engine;
+        let bad = |r: String| Error::invalid("lease token", r);
+        let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(s.trim())
+            .map_err(|e| bad(e.to_string()))?;
+        serde_json::from_slice(&raw).map_err(|e| bad(e.to_string()))
+    }
+}
+
+struct Inner {
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    entropy: Arc<dyn Entropy>,
+    holder: Holder,
+    host_lock: Option<HostLock>,
+    observer: Observer,
+}
+
+/// Acquires and inspects leases as one holder identity (node, host, instance).
+/// Cheap to clone.
+#[derive(Clone)]
+pub struct LeaseClient {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for LeaseClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaseClient")
+            .field("store", &self.inner.store.to_string())
+            .field("holder", &self.inner.holder)
+            .finish()
+    }
+}
+
+/// Builds a [`LeaseClient`].
+pub struct LeaseClientBuilder {
+    store: Arc<dyn Store>,
+    node: Name,
+    host: Option<String>,
+    instance: Option<String>,
+    clock: Option<Arc<dyn Clock>>,
+    entropy: Option<Arc<dyn Entropy>>,
+    host_lock: Option<HostLock>,
+}
+
+impl LeaseClientBuilder {
+    pub fn host(mut self, host: impl Into<String>) -> Self {
+        self.host = Some(host.into());
+        self
+    }
+    /// Adopt an existing instance id (one-shot commands resuming a token).
+    pub fn instance(mut self, id: impl Into<String>) -> Self {
+        self.instance = Some(id.into());
+        self
+    }
+    pub fn clock(mut self, c: Arc<dyn Clock>) -> Self {
+        self.clock = Some(c);
+        self
+    }
+    pub fn entropy(mut self, e: Arc<dyn Entropy>) -> Self {
+        self.entropy = Some(e);
+        self
+    }
+    /// With the host lock, leases held by an earlier instance of this node on
+    /// this host are taken over at once.
+    pub fn host_lock(mut self, l: HostLock) -> Self {
+        self.host_lock = Some(l);
+        self
+    }
+    pub fn build(self) -> Result<LeaseClient> {
+        let entropy = self.entropy.unwrap_or_else(|| Arc::new(OsEntropy::new()));
+        let host = match (self.host, &self.host_lock) {
+            (Some(h), Some(l)) if h != l.host() => {
+                return Err(Error::invalid("host", "differs from the host lock's host"));
+            }
+            (Some(h), _) => h,
+            (None, Some(l)) => l.host().to_string(),
+            (None, None) => crate::hostlock::hostname(),
+        };
+        let holder = Holder {
+            node: self.node.to_string(),
+            host,
+            instance: self.instance.unwrap_or_else(|| entropy.hex_id()),
+        };
+        let probe = LeaseRecord {
+            schema: SCHEMA.into(),
+            kind: Kind::Lease,
+            holder: holder.clone(),
+            epoch: 1,
+            ttl_ms: 1000,
+            renewed_at_ms: 0,
+            released: false,
+            address: None,
+            attrs: Default::default(),
+            nonce: "x".into(),
+        };
+        probe
+            .validate()
+            .map_err(|r| Error::invalid("holder identity", r))?;
+        Ok(LeaseClient {
+            inner: Arc::new(Inner {
+                store: self.store,
+                clock: self.clock.unwrap_or_else(|| Arc::new(SystemClock::new())),
+                entropy,
+                holder,
+                host_lock: self.host_lock,
+                observer: Observer::default(),
+            }),
+        })
+    }
+}
+
+/// One attempted write: its nonce and when it was sent.
+#[derive(Debug, Clone)]
+struct Attempt {
+    nonce: String,
+    sent: MonoTime,
+}
+
+/// The outcome of a write after any read-back.
+enum Written {
+    Committed {
+        version: Version,
+        sent: MonoTime,
+        record: LeaseRecord,
+    },
+    /// Someone else's write is in place (or the object is gone).
+    Rejected {
+        current: Option<(LeaseRecord, Version, MonoTime)>,
+    },
+    /// The write failed in transport and the read-back shows it did not land
+    /// (yet). Retrying is safe: a late landing is recognised by its nonce.
+    NotLanded,
+}
+
+impl LeaseClient {
+    pub fn builder(store: Arc<dyn Store>, node: Name) -> LeaseClientBuilder {
+        LeaseClientBuilder {
+            store,
+            node,
+            host: None,
+            instance: None,
+            clock: None,
+            entropy: None,
+            host_lock: None,
+        }
+    }
+
+    pub fn holder(&self) -> &Holder {
+        &self.inner.holder
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.inner.store
+    }
+
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.inner.clock
+    }
+
+    pub fn observer(&self) -> &Observer {
+        &self.inner.observer
+    }
+
+    fn new_record(&self, kind: Kind, epoch: u64, opts: &AcquireOptions) -> LeaseRecord {
+        LeaseRecord {
+            schema: SCHEMA.into(),
+            kind,
+            holder: self.inner.holder.clone(),
+            epoch,
+            ttl_ms: opts.ttl.as_millis() as u64,
+            renewed_at_ms: self.inner.clock.wall_ms(),
+            released: false,
+            address: opts.address.clone(),
+            attrs: opts.attrs.clone(),
+            nonce: self.inner.entropy.hex_id(),
+        }
+    }
+
+    /// Reads and decodes a lease record; `None` if there is no object.
+    pub async fn read(
+        &self,
+        kind: Kind,
+        name: &Name,
+    ) -> Result<Option<(LeaseRecord, Version, MonoTime)>> {
+        self.read_key(kind, &key_for(kind, name)).await
+    }
+
+    async fn read_key(
+        &self,
+        kind: Kind,
+        key: &str,
+    ) -> Result<Option<(LeaseRecord, Version, MonoTime)>> {
+        let obj = self
+            .inner
+            .store
+            .get(key)
+            .await
+            .map_err(|e| Error::from_store("get", key, e))?;
+        // The arrival instant: taken after the response is in hand.
+        let arrived = self.inner.clock.now();
+        match obj {
+            None => Ok(None),
+            Some(o) => {
+                let rec = LeaseRecord::decode(key, &o.bytes, kind)?;
+                Ok(Some((rec, o.version, arrived)))
+            }
+        }
+    }
+
+    /// Writes `record` under `cond` and resolves every non-success by reading
+    /// back: a stored nonce matching any of `attempts` means the write (or an
+    /// earlier attempt of the same operation) is ours and committed.
+    async fn write(
+        &self,
+        key: &str,
+        record: LeaseRecord,
+        cond: Cond,
+        attempts: &mut Vec<Attempt>,
+    ) -> Result<Written> {
+        let bytes = Bytes::from(record.encode()?);
+        let sent = self.inner.clock.now();
+        attempts.push(Attempt {
+            nonce: record.nonce.clone(),
+            sent,
+        });
+        let rejected = match self.inner.store.put(key, bytes, cond).await {
+            Ok(version) => {
+                return Ok(Written::Committed {
+                    version,
+                    sent,
+                    record,
+                });
+            }
+            Err(e) if e.is_rejection() => true,
+            Err(crate::store::StoreError::Ambiguous { message }) => {
+                tracing::debug!(key, %message, "ambiguous write; reading back");
+                false
+            }
+            Err(e) => return Err(Error::from_store("put", key, e)),
+        };
+        // Read back. A failure here leaves the outcome unknown: report it as
+        // transient, and the next attempt will recognise a late landing.
+        let current = self.read_key(record.kind, key).await?;
+        if let Some((rec, version, _)) = &current
+            && rec.holder == self.inner.holder
+            && let Some(a) = attempts.iter().find(|a| a.nonce == rec.nonce)
+        {
+            return Ok(Written::Committed {
+                version: version.clone(),
+                sent: a.sent,
+                record: rec.clone(),
+            });
+        }
+        if rejected {
+            Ok(Written::Rejected { current })
+        } else {
+            match current {
+                // Another writer's record is there: as good as rejected.
+                Some((rec, v, at)) if rec.holder != self.inner.holder => Ok(Written::Rejected {
+                    current: Some((rec, v, at)),
+                }),
+                _ => Ok(Written::NotLanded),
+            }
+        }
+    }
+
+    fn lease(
+        &self,
+        key: String,
+        record: LeaseRecord,
+        version: Version,
+        sent: MonoTime,
+        margin: Duration,
+    ) -> Lease {
+        let ttl = Duration::from_millis(record.ttl_ms);
+        Lease {
+            client: self.clone(),
+            key,
+            valid_until: sent + ttl.saturating_sub(margin),
+            record,
+            version,
+            margin,
+            state: State::Held,
+            pending: Vec::new(),
+        }
+    }
+
+    /// Acquires the standalone lease `leases/<name>`.
+    pub async fn acquire(&self, name: &Name, opts: &AcquireOptions) -> Result<Acquire> {
+        self.acquire_kind(Kind::Lease, name, opts).await
+    }
+
+    /// Acquires the lease of `kind` named `name`.
+    ///
+    /// One round trip on a fresh key. On an existing key: a read, then one
+    /// If-Match write if a takeover is allowed. Losing that final write is
+    /// [`Error::Conflict`].
+    pub async fn acquire_kind(
+        &self,
+        kind: Kind,
+        name: &Name,
+        opts: &AcquireOptions,
+    ) -> Result<Acquire> {
+        let margin = opts.validate()?;
+        let key = key_for(kind, name);
+        let mut attempts = Vec::new();
+        let fresh = self.new_record(kind, 1, opts);
+        let current = match self.write(&key, fresh, Cond::Create, &mut attempts).await? {
+            Written::Committed {
+                version,
+                sent,
+                record,
+            } => {
+                return Ok(Acquire::Acquired(
+                    self.lease(key, record, version, sent, margin),
+                ));
+            }
+            Written::Rejected { current } => current,
+            Written::NotLanded => {
+                return Err(Error::Unavailable {
+                    op: "create",
+                    key,
+                    source: crate::store::StoreError::Unavailable {
+                        message: "the create did not land; try again".into(),
+                    },
+                });
+            }
+        };
+        let Some((rec, version, arrived)) = current else {
+            // Rejected, yet nothing there: deleted in between (garbage
+            // collection). Report a conflict rather than loop.
+            return Err(Error::Conflict { key });
+        };
+        let observed_for = self.inner.observer.observe(&key, &version, arrived);
+        let observer_margin = default_margin(Duration::from_millis(rec.ttl_ms));
+        let Some(why) = decide_takeover(
+            &rec,
+            &self.inner.holder,
+            self.inner.host_lock.is_some(),
+            observed_for,
+            observer_margin,
+        ) else {
+            let need = Duration::from_millis(rec.ttl_ms) + observer_margin;
+            return Ok(Acquire::Held {
+                holder: rec.holder,
+                epoch: rec.epoch,
+                observed_for,
+                expires_after: need.saturating_sub(observed_for),
+            });
+        };
+        let epoch = match why {
+            Takeover::Own => rec.epoch,
+            _ => rec.epoch + 1,
+        };
+        tracing::debug!(key, ?why, epoch, "taking over");
+        let next = self.new_record(kind, epoch, opts);
+        match self
+            .write(&key, next, Cond::Match(version), &mut attempts)
+            .await?
+        {
+            Written::Committed {
+                version,
+                sent,
+                record,
+            } => {
+                self.inner.observer.forget(&key);
+                Ok(Acquire::Acquired(
+                    self.lease(key, record, version, sent, margin),
+                ))
+            }
+            Written::Rejected { .. } => Err(Error::Conflict { key }),
+            Written::NotLanded => Err(Error::Unavailable {
+                op: "takeover",
+                key,
+                source: crate::store::StoreError::Unavailable {
+                    message: "the takeover did not land; try again".into(),
+                },
+            }),
+        }
+    }
+
+    /// Picks up a lease from a token written by an earlier process of this
+    /// holder. The lease's validity is unknown until the next successful
+    /// renew, so [`Lease::is_valid`] is false until then.
+    pub async fn resume(&self, kind: Kind, name: &Name, token: &LeaseToken) -> Result<Lease> {
+        let key = key_for(kind, name);
+        let Some((rec, version, _)) = self.read_key(kind, &key).await? else {
+            return Err(Error::NotFound { key });
+        };
+        if rec.holder.instance != token.instance || version != token.version {
+            return Err(Error::Lost {
+                key,
+                epoch: token.epoch,
+                reason: format!(
+                    "the lease changed since the token was issued (now epoch {} held by {}/{})",
+                    rec.epoch, rec.holder.node, rec.holder.instance
+                ),
+            });
+        }
+        if rec.released {
+            return Err(Error::Lost {
+                key,
+                epoch: rec.epoch,
+                reason: "already released".into(),
+            });
+        }
+        let margin = default_margin(Duration::from_millis(rec.ttl_ms));
+        let mut l = self.lease(key, rec, version, MonoTime::ZERO, margin);
+        l.valid_until = MonoTime::ZERO;
+        l.state = State::Resumed;
+        Ok(l)
+    }
+
+    /// Lists `prefix` and feeds every version seen to the observer; returns
+    /// the entries. Listings carry ETags, so expiry by observation costs no
+    /// extra requests.
+    pub async fn observe_listing(&self, prefix: &str) -> Result<Vec<crate::store::Entry>> {
+        let mut s = self.inner.store.list(prefix);
+        let mut out = Vec::new();
+        while let Some(e) = s.next().await {
+            let e = e.map_err(|e| Error::from_store("list", prefix, e))?;
+            // Taken as each entry is yielded, which is no earlier than the
+            // arrival of the page carrying it: conservative.
+            let arrived = self.inner.clock.now();
+            self.inner.observer.observe(&e.key, &e.version, arrived);
+            out.push(e);
+        }
+        Ok(out)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Held,
+    /// From a token: validity unknown until renewed.
+    Resumed,
+    Lost,
+    Released,
+}
+
+/// A lease this process holds (or held). Renew it every ttl/3 or so.
+///
+/// Dropping a `Lease` does not release it (that needs a write); the lease then
+/// expires by observation after its TTL.
+#[derive(Debug)]
+pub struct Lease {
+    client: LeaseClient,
+    key: String,
+    record: LeaseRecord,
+    version: Version,
+    valid_until: MonoTime,
+    margin: Duration,
+    state: State,
+    /// Attempts of the renew in progress, to recognise a late landing.
+    pending: Vec<Attempt>,
+}
+
+impl Lease {
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The fencing token: hand it to whatever this holder drives, so that
+    /// downstream systems can refuse a stale holder.
+    pub fn epoch(&self) -> u64 {
+        self.record.epoch
+    }
+
+    pub fn record(&self) -> &LeaseRecord {
+        &self.record
+    }
+
+    pub fn version(&self) -> &Version {
+        &self.version
+    }
+
+    /// The end of validity on this process's monotonic clock.
+    pub fn valid_until(&self) -> MonoTime {
+        self.valid_until
+    }
+
+    /// True while this holder may act on the lease: held, and before the
+    /// validity deadline. Check it before every fenced action.
+    pub fn is_valid(&self) -> bool {
+        self.state == State::Held && self.client.inner.clock.now() < self.valid_until
+    }
+
+    /// Time left before the validity deadline.
+    pub fn remaining(&self) -> Duration {
+        if self.state != State::Held {
+            return Duration::ZERO;
+        }
+        self.valid_until
+            .saturating_since(self.client.inner.clock.now())
+    }
+
+    pub fn token(&self) -> LeaseToken {
+        LeaseToken {
+            instance: self.record.holder.instance.clone(),
+            version: self.version.clone(),
+            epoch: self.record.epoch,
+        }
+    }
+
+    fn lost(&mut self, reason: impl Into<String>) -> Error {
+        self.state = State::Lost;
+        Error::Lost {
+            key: self.key.clone(),
+            epoch: self.record.epoch,
+            reason: reason.into(),
+        }
+    }
+
+    /// One renew attempt: one If-Match write, no read first (a read-back only
+    /// when the write is rejected or ambiguous).
+    ///
+    /// - `Ok(())`: renewed; validity now runs from this write's send time.
+    /// - `Err(Lost)`: another writer won, or the deadline passed. Stop acting.
+    /// - a transient error: the outcome is not known; try again before the
+    ///   deadline ([`Lease::renew`] does).
+    pub async fn renew_once(&mut self) -> Result<()> {
+        self.write_update(|_| {}).await
+    }
+
+    /// Replaces the record's attributes, fenced by If-Match (and renewing).
+    pub async fn set_attrs(
+        &mut self,
+        attrs: serde_json::Map<String, serde_json::Value>,
+    ) -> Result<()> {
+        let size: usize = serde_json::to_vec(&attrs).map(|v| v.len()).unwrap_or(0);
+        if size > crate::record::MAX_RECORD_BYTES {
+            return Err(Error::TooLarge {
+                what: "lease attributes".into(),
+                size,
+                limit: crate::record::MAX_RECORD_BYTES,
+            });
+        }
+        self.write_update(move |r| r.attrs = attrs).await
+    }
+
+    async fn write_update(&mut self, edit: impl FnOnce(&mut LeaseRecord)) -> Result<()> {
+        match self.state {
+            State::Held | State::Resumed => {}
+            State::Lost => return Err(self.lost("already lost")),
+            State::Released => return Err(self.lost("already released")),
+        }
+        let clock = self.client.inner.clock.clone();
+        if self.state == State::Held && clock.now() >= self.valid_until {
+            return Err(self.lost("validity deadline passed before a renew succeeded"));
+        }
+        let mut next = self.record.clone();
+        edit(&mut next);
+        next.nonce = self.client.inner.entropy.hex_id();
+        next.renewed_at_ms = clock.wall_ms();
+        let mut pending = std::mem::take(&mut self.pending);
+        let r = self
+            .client
+            .write(
+                &self.key,
+                next,
+                Cond::Match(self.version.clone()),
+                &mut pending,
+            )
+            .await;
+        match r {
+            Ok(Written::Committed {
+                version,
+                sent,
+                record,
+            }) => {
+                let ttl = Duration::from_millis(record.ttl_ms);
+                let until = sent + ttl.saturating_sub(self.margin);
+                self.valid_until = self.valid_until.max(until);
+                self.version = version;
+                self.record = record;
+                self.state = State::Held;
+                Ok(())
+            }
+            Ok(Written::Rejected { current }) => {
+                let who = match current {
+                    Some((r, _, _)) => format!(
+                        "now epoch {} held by {}/{}{}",
+                        r.epoch,
+                        r.holder.node,
+                        r.holder.instance,
+                        if r.released { " (released)" } else { "" }
+                    ),
+                    None => "the object is gone".into(),
+                };
+                Err(self.lost(format!("another writer changed the lease: {who}")))
+            }
+            Ok(Written::NotLanded) => {
+                self.pending = pending;
+                Err(Error::Unavailable {
+                    op: "renew",
+                    key: self.key.clone(),
+                    source: crate::store::StoreError::Unavailable {
+                        message: "renew did not land".into(),
+                    },
+                })
+            }
+            Err(e) => {
+                if e.is_transient() {
+                    self.pending = pending;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Renews, retrying transport failures with exponential backoff (backon)
+    /// until the validity deadline; past it the lease is lost.
+    pub async fn renew(&mut self) -> Result<()> {
+        let ttl = Duration::from_millis(self.record.ttl_ms);
+        let mut delays = backon::ExponentialBuilder::default()
+            .with_min_delay((ttl / 50).max(Duration::from_millis(5)))
+            .with_max_delay((ttl / 6).max(Duration::from_millis(5)))
+            .without_max_times()
+            .build();
+        let clock = self.client.inner.clock.clone();
+        loop {
+            match self.renew_once().await {
+                Ok(()) => return Ok(()),
+                // A resumed lease has no known deadline to retry against.
+                Err(e) if e.is_transient() && self.state == State::Held => {
+                    let remaining = self.valid_until.saturating_since(clock.now());
+                    if self.state == State::Held && remaining.is_zero() {
+                        return Err(self.lost(format!(
+                            "bucket unreachable until the validity deadline ({e})"
+                        )));
+                    }
+                    let d = delays.next().unwrap_or(ttl / 6).min(remaining);
+                    tracing::warn!(key = %self.key, error = %e, retry_in = ?d, "renew failed");
+                    clock.sleep(d).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Releases: a tombstone with the epoch unchanged, so the next holder's
+    /// epoch is higher. This holder stops believing at once, before the write.
+    pub async fn release(mut self) -> Result<()> {
+        match self.state {
+            State::Held | State::Resumed => {}
+            State::Lost => return Err(self.lost("already lost")),
+            State::Released => return Ok(()),
+        }
+        let was = self.state;
+        self.state = State::Released;
+        let clock = self.client.inner.clock.clone();
+        let mut next = self.record.clone();
+        next.released = true;
+        let mut attempts = Vec::new();
+        let ttl = Duration::from_millis(self.record.ttl_ms);
+        let mut tries = 0;
+        loop {
+            next.nonce = self.client.inner.entropy.hex_id();
+            next.renewed_at_ms = clock.wall_ms();
+            let r = self
+                .client
+                .write(
+                    &self.key,
+                    next.clone(),
+                    Cond::Match(self.version.clone()),
+                    &mut attempts,
+                )
+                .await;
+            match r {
+                Ok(Written::Committed { .. }) => return Ok(()),
+                Ok(Written::Rejected { .. }) => {
+                    return Err(self.lost("another writer changed the lease before release"));
+                }
+                Ok(Written::NotLanded) if tries < 3 => {
+                    tries += 1;
+                    clock.sleep(ttl / 20).await;
+                }
+                Err(e) if e.is_transient() && tries < 3 => {
+                    tracing::warn!(key = %self.key, error = %e, "release failed; retrying");
+                    tries += 1;
+                    clock.sleep(ttl / 20).await;
+                }
+                Ok(Written::NotLanded) => {
+                    return Err(Error::Unavailable {
+                        op: "release",
+                        key: self.key.clone(),
+                        source: crate::store::StoreError::Unavailable {
+                            message: format!(
+                                "release did not land ({}); the lease will expire by observation",
+                                if was == State::Held {
+                                    "held"
+                                } else {
+                                    "resumed"
+                                }
+                            ),
+                        },
+                    });
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}

@@ -1,0 +1,12 @@
+pub mod clock;
+pub mod error;
+pub mod hostlock;
+pub mod lease;
+pub mod name;
+pub mod probe;
+pub mod record;
+pub mod store;
+
+pub use error::{Error, ErrorKind, Result};
+pub use lease::{Acquire, AcquireOptions, Lease, LeaseClient, LeaseToken};
+pub use name::Name;

@@ -1,0 +1,240 @@
+//! The lease record: the JSON object at `leases/<name>` and `nodes/<id>`.
+//!
+//! Decoding is strict. An unknown schema version, a malformed or truncated
+//! object, an unknown field, or a field that breaks an invariant is
+//! [`Error::Corrupt`]: never treated as absent and never overwritten, because
+//! a record we do not understand may be a lease someone else holds.
+
+use crate::error::Error;
+use crate::name::Name;
+use serde::{Deserialize, Serialize};
+
+/// The one schema this build reads and writes.
+pub const SCHEMA: &str = "leasehold/v1";
+/// Largest encoded record, in bytes. Attributes and addresses are small
+/// metadata, not a data channel.
+pub const MAX_RECORD_BYTES: usize = 64 * 1024;
+/// Longest TTL accepted in a record: one day.
+pub const MAX_TTL_MS: u64 = 24 * 3600 * 1000;
+
+/// What a lease object is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    /// A standalone lease (`leases/<name>`): leader election, locks.
+    Lease,
+    /// A node lease (`nodes/<id>`).
+    Node,
+}
+
+/// Who holds a lease: the node id, the machine, and the process instance.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Holder {
+    pub node: String,
+    /// Identifies the machine. An immediate takeover from an earlier instance
+    /// of the same node is allowed only on the same host, under its host lock.
+    pub host: String,
+    /// Fresh random id per process start.
+    pub instance: String,
+}
+
+/// The record stored in a lease object.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LeaseRecord {
+    pub schema: String,
+    pub kind: Kind,
+    pub holder: Holder,
+    /// The fencing token: strictly increases across holders of this key.
+    pub epoch: u64,
+    pub ttl_ms: u64,
+    /// Holder's wall clock at the write. For humans only; never for safety.
+    pub renewed_at_ms: u64,
+    pub released: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub attrs: serde_json::Map<String, serde_json::Value>,
+    /// Fresh per write, so every write changes the bytes (and so the ETag on
+    /// stores that use the body's MD5) and a read-back can tell whether an
+    /// ambiguous write of ours landed.
+    pub nonce: String,
+}
+
+fn printable(s: &str, max: usize) -> bool {
+    !s.is_empty() && s.len() <= max && !s.chars().any(|c| c.is_control())
+}
+
+fn id_like(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 64 && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+}
+
+impl LeaseRecord {
+    /// Checks the invariants every record must satisfy.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.schema != SCHEMA {
+            return Err(format!(
+                "unknown schema {:?} (this build reads {SCHEMA})",
+                self.schema
+            ));
+        }
+        if self.epoch == 0 {
+            return Err("epoch must be at least 1".into());
+        }
+        if self.ttl_ms == 0 || self.ttl_ms > MAX_TTL_MS {
+            return Err(format!("ttl_ms {} outside 1..={MAX_TTL_MS}", self.ttl_ms));
+        }
+        if let Err(e) = Name::new(self.holder.node.clone()) {
+            return Err(format!("holder.node: {e}"));
+        }
+        if !printable(&self.holder.host, 253) {
+            return Err("holder.host must be 1-253 printable characters".into());
+        }
+        if !id_like(&self.holder.instance) {
+            return Err("holder.instance must be 1-64 of [A-Za-z0-9-]".into());
+        }
+        if !id_like(&self.nonce) {
+            return Err("nonce must be 1-64 of [A-Za-z0-9-]".into());
+        }
+        if let Some(a) = &self.address
+            && !printable(a, 1024)
+        {
+            return Err("address must be 1-1024 printable characters".into());
+        }
+        Ok(())
+    }
+
+    /// Encodes, refusing records that break an invariant or the size bound.
+    pub fn encode(&self) -> Result<Vec<u8>, Error> {
+        self.validate()
+            .map_err(|reason| Error::invalid("lease record", reason))?;
+        let bytes = serde_json::to_vec(self)
+            .map_err(|e| Error::Internal(format!("encoding lease record: {e}")))?;
+        if bytes.len() > MAX_RECORD_BYTES {
+            return Err(Error::TooLarge {
+                what: "lease record".into(),
+                size: bytes.len(),
+                limit: MAX_RECORD_BYTES,
+            });
+        }
+        Ok(bytes)
+    }
+
+    /// Decodes the object at `key`, expecting `kind`.
+    pub fn decode(key: &str, bytes: &[u8], kind: Kind) -> Result<Self, Error> {
+        let corrupt = |reason: String| Error::corrupt(key, reason);
+        if bytes.len() > MAX_RECORD_BYTES {
+            return Err(corrupt(format!(
+                "{} bytes, larger than any lease record ({MAX_RECORD_BYTES})",
+                bytes.len()
+            )));
+        }
+        // Look at schema and kind first, so an object from a newer version or
+        // another tool is reported as such rather than as a parse error.
+        let value: serde_json::Value =
+            serde_json::from_slice(bytes).map_err(|e| corrupt(format!("not valid JSON ({e})")))?;
+        let obj = value
+            .as_object()
+            .ok_or_else(|| corrupt("not a JSON object".into()))?;
+        match obj.get("schema").and_then(|s| s.as_str()) {
+            Some(SCHEMA) => {}
+            Some(other) => {
+                return Err(corrupt(format!(
+                    "unknown schema {other:?} (this build reads {SCHEMA})"
+                )));
+            }
+            None => {
+                return Err(corrupt(
+                    "no \"schema\" field: not a leasehold object".into(),
+                ));
+            }
+        }
+        let want = serde_json::to_value(kind).expect("kind serialises");
+        match obj.get("kind") {
+            Some(k) if *k == want => {}
+            Some(k) => return Err(corrupt(format!("kind is {k}, expected {want}"))),
+            None => return Err(corrupt("no \"kind\" field".into())),
+        }
+        let rec: LeaseRecord =
+            serde_json::from_value(value).map_err(|e| corrupt(format!("malformed record: {e}")))?;
+        rec.validate().map_err(corrupt)?;
+        Ok(rec)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec() -> LeaseRecord {
+        LeaseRecord {
+            schema: SCHEMA.into(),
+            kind: Kind::Lease,
+            holder: Holder {
+                node: "n1".into(),
+                host: "h1".into(),
+                instance: "abc".into(),
+            },
+            epoch: 1,
+            ttl_ms: 1000,
+            renewed_at_ms: 0,
+            released: false,
+            address: None,
+            attrs: Default::default(),
+            nonce: "n".into(),
+        }
+    }
+
+    #[test]
+    fn round_trip() {
+        let r = rec();
+        let b = r.encode().unwrap();
+        assert_eq!(LeaseRecord::decode("k", &b, Kind::Lease).unwrap(), r);
+    }
+
+    #[test]
+    fn corrupt_inputs_are_typed() {
+        let good = rec().encode().unwrap();
+        let mut cases: Vec<(Vec<u8>, &str)> = vec![
+            (good[..good.len() / 2].to_vec(), "not valid JSON"),
+            (b"[]".to_vec(), "not a JSON object"),
+            (b"{}".to_vec(), "no \"schema\""),
+            (
+                br#"{"schema":"leasehold/v2","kind":"lease"}"#.to_vec(),
+                "unknown schema",
+            ),
+            (
+                br#"{"schema":"leasehold/v1","kind":"node"}"#.to_vec(),
+                "expected",
+            ),
+            (
+                br#"{"schema":"leasehold/v1","kind":"lease"}"#.to_vec(),
+                "malformed",
+            ),
+            (vec![b' '; MAX_RECORD_BYTES + 1], "larger"),
+        ];
+        let mut v: serde_json::Value = serde_json::from_slice(&good).unwrap();
+        v["epoch"] = 0.into();
+        cases.push((serde_json::to_vec(&v).unwrap(), "epoch"));
+        let mut v: serde_json::Value = serde_json::from_slice(&good).unwrap();
+        v["surprise"] = 1.into();
+        cases.push((serde_json::to_vec(&v).unwrap(), "unknown field"));
+        let mut v: serde_json::Value = serde_json::from_slice(&good).unwrap();
+        v["holder"]["node"] = "../etc".into();
+        cases.push((serde_json::to_vec(&v).unwrap(), "holder.node"));
+        for (bytes, why) in cases {
+            let e = LeaseRecord::decode("leases/x", &bytes, Kind::Lease).unwrap_err();
+            assert_eq!(e.kind(), crate::ErrorKind::Data, "{e}");
+            assert!(e.to_string().contains(why), "{why}: {e}");
+        }
+    }
+
+    #[test]
+    fn encode_refuses_oversized_attrs() {
+        let mut r = rec();
+        r.attrs
+            .insert("blob".into(), "x".repeat(MAX_RECORD_BYTES).into());
+        assert!(matches!(r.encode(), Err(Error::TooLarge { .. })));
+    }
+}

@@ -1,0 +1,539 @@
+//! Laptop mode: a [`Store`] on a local directory with real compare-and-swap.
+//!
+//! object_store's `LocalFileSystem` refuses `PutMode::Update`, so this is our
+//! own. Two threads, or two processes, on one directory contend exactly like
+//! two nodes on S3:
+//!
+//! - every write takes an exclusive kernel advisory lock (`flock`) on a
+//!   per-key lock file under `.leasehold/locks/`, re-reads the current version
+//!   under the lock, and only then commits;
+//! - a commit writes a temporary file in the key's directory (owner-only),
+//!   fsyncs it, renames it over the key atomically and fsyncs the directory,
+//!   so a reader (which takes no lock) sees the old object or the new one,
+//!   never a mix, and a crash leaves one of them;
+//! - each file starts with a header line carrying its ETag, length and
+//!   checksum. The ETag is `<generation>-<random>`, fresh on every write even
+//!   when the bytes repeat; a file whose header, length or checksum does not
+//!   match is reported as corrupt, never as absent.
+//!
+//! Paths are built only from keys that pass [`check_key`] plus a stricter
+//! segment charset, every directory on the way is checked not to be a symlink,
+//! files are opened with `O_NOFOLLOW`, and the root directory's identity
+//! (device and inode) is pinned at open: if the directory is replaced under
+//! us, operations fail instead of writing somewhere new.
+
+use super::{
+    Cond, Conditional, Entry, Object, Store, StoreError, Version, check_key, check_prefix,
+};
+use crate::clock::{Entropy, OsEntropy};
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use std::fmt;
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+const MAGIC: &str = "leasehold-object/1";
+/// Largest body accepted, matching the cloud adapter's read bound.
+const MAX_BODY: usize = super::objstore::MAX_READ_BYTES as usize;
+const META_DIR: &str = ".leasehold";
+
+/// A store on a local directory. Cheap to clone.
+#[derive(Clone)]
+pub struct LocalDirStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    root: PathBuf,
+    dev: u64,
+    ino: u64,
+    entropy: Arc<dyn Entropy>,
+}
+
+impl fmt::Debug for LocalDirStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "LocalDirStore({})", self.inner.root.display())
+    }
+}
+
+impl fmt::Display for LocalDirStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "file://{}", self.inner.root.display())
+    }
+}
+
+fn io_err(context: &str, e: std::io::Error) -> StoreError {
+    StoreError::Unavailable {
+        message: format!("{context}: {e}"),
+    }
+}
+
+impl LocalDirStore {
+    /// Opens (creating if needed, owner-only) the directory `root`.
+    pub fn open(root: impl AsRef<Path>) -> Result<Self, StoreError> {
+        Self::open_with_entropy(root, Arc::new(OsEntropy::new()))
+    }
+
+    pub fn open_with_entropy(
+        root: impl AsRef<Path>,
+        entropy: Arc<dyn Entropy>,
+    ) -> Result<Self, StoreError> {
+        let root = root.as_ref();
+        if !root.is_absolute() {
+            return Err(StoreError::Invalid {
+                reason: format!("local store root {} must be absolute", root.display()),
+            });
+        }
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(root)
+            .map_err(|e| io_err(&format!("create {}", root.display()), e))?;
+        let md = fs::metadata(root).map_err(|e| io_err("stat root", e))?;
+        if !md.is_dir() {
+            return Err(StoreError::Invalid {
+                reason: format!("{} is not a directory", root.display()),
+            });
+        }
+        Ok(LocalDirStore {
+            inner: Arc::new(Inner {
+                root: root.to_path_buf(),
+                dev: md.dev(),
+                ino: md.ino(),
+                entropy,
+            }),
+        })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.inner.root
+    }
+
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Inner) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || f(&inner))
+            .await
+            .map_err(|e| StoreError::Unavailable {
+                message: format!("local store task failed: {e}"),
+            })?
+    }
+}
+
+/// Segments of a local key: the shared key rules plus a charset that cannot
+/// name our hidden files or escape the directory.
+fn local_segments(key: &str) -> Result<Vec<&str>, StoreError> {
+    check_key(key)?;
+    let segs: Vec<&str> = key.split('/').collect();
+    for s in &segs {
+        let ok = !s.starts_with('.')
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+        if !ok {
+            return Err(StoreError::Invalid {
+                reason: format!(
+                    "key {key:?}: the local store accepts segments of [A-Za-z0-9._-] not starting with '.'"
+                ),
+            });
+        }
+    }
+    Ok(segs)
+}
+
+fn nofollow_read() -> OpenOptions {
+    let mut o = OpenOptions::new();
+    o.read(true).custom_flags(libc::O_NOFOLLOW);
+    o
+}
+
+impl Inner {
+    /// Fails if the root was replaced since open.
+    fn check_root(&self) -> Result<(), StoreError> {
+        let md = fs::metadata(&self.root).map_err(|e| io_err("stat root", e))?;
+        if md.dev() != self.dev || md.ino() != self.ino {
+            return Err(StoreError::Invalid {
+                reason: format!(
+                    "root directory {} changed identity since it was opened; refusing to continue",
+                    self.root.display()
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Walks the parent directories of `segs`, refusing symlinks; creates the
+    /// missing ones (owner-only) when `create` is set. Returns the parent
+    /// directory, or None when it does not exist and `create` is false.
+    fn parent_dir(&self, segs: &[&str], create: bool) -> Result<Option<PathBuf>, StoreError> {
+        self.check_root()?;
+        let mut dir = self.root.clone();
+        for s in &segs[..segs.len() - 1] {
+            dir.push(s);
+            match fs::symlink_metadata(&dir) {
+                Ok(md) if md.file_type().is_symlink() => {
+                    return Err(StoreError::Invalid {
+                        reason: format!("{} is a symlink; refusing it", dir.display()),
+                    });
+                }
+                Ok(md) if md.is_dir() => {}
+                Ok(_) => {
+                    return Err(StoreError::Corrupt {
+                        reason: format!("{} is not a directory", dir.display()),
+                    });
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    if !create {
+                        return Ok(None);
+                    }
+                    match fs::DirBuilder::new().mode(0o700).create(&dir) {
+                        Ok(()) => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                        Err(e) => return Err(io_err(&format!("mkdir {}", dir.display()), e)),
+                    }
+                    let md = fs::symlink_metadata(&dir).map_err(|e| io_err("stat", e))?;
+                    if !md.is_dir() {
+                        return Err(StoreError::Invalid {
+                            reason: format!("{} is not a directory", dir.display()),
+                        });
+                    }
+                }
+                Err(e) => return Err(io_err(&format!("stat {}", dir.display()), e)),
+            }
+        }
+        Ok(Some(dir))
+    }
+
+    fn lock(&self, key: &str) -> Result<File, StoreError> {
+        let locks = self.root.join(META_DIR).join("locks");
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&locks)
+            .map_err(|e| io_err("create lock directory", e))?;
+        // '%' cannot appear in a local key segment, so this mapping is 1:1.
+        let path = locks.join(format!("{}.lock", key.replace('/', "%")));
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)
+            .map_err(|e| io_err(&format!("open lock {}", path.display()), e))?;
+        f.lock().map_err(|e| io_err("flock", e))?;
+        Ok(f)
+    }
+
+    fn read(&self, key: &str) -> Result<Option<Object>, StoreError> {
+        let segs = local_segments(key)?;
+        let Some(dir) = self.parent_dir(&segs, false)? else {
+            return Ok(None);
+        };
+        let path = dir.join(segs[segs.len() - 1]);
+        let mut f = match nofollow_read().open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+                return Err(StoreError::Invalid {
+                    reason: format!("{} is a symlink; refusing it", path.display()),
+                });
+            }
+            Err(e) => return Err(io_err(&format!("open {}", path.display()), e)),
+        };
+        let md = f.metadata().map_err(|e| io_err("stat", e))?;
+        if !md.is_file() {
+            return Err(StoreError::Corrupt {
+                reason: format!("{} is not a regular file", path.display()),
+            });
+        }
+        let mut buf = Vec::new();
+        (&mut f)
+            .take(MAX_BODY as u64 + 512)
+            .read_to_end(&mut buf)
+            .map_err(|e| io_err("read", e))?;
+        let (etag, body) = parse_file(&buf)?;
+        Ok(Some(Object {
+            bytes: Bytes::copy_from_slice(body),
+            version: Version {
+                etag: Some(etag),
+                version: None,
+            },
+        }))
+    }
+
+    fn write(&self, key: &str, bytes: &[u8], cond: &Cond) -> Result<Version, StoreError> {
+        if bytes.len() > MAX_BODY {
+            return Err(StoreError::Invalid {
+                reason: format!("object of {} bytes exceeds {MAX_BODY}", bytes.len()),
+            });
+        }
+        let segs = local_segments(key)?;
+        let _lock = self.lock(key)?;
+        let dir = self
+            .parent_dir(&segs, true)?
+            .expect("created parent directories");
+        // Under the lock, the current version cannot change (every writer
+        // locks), so this check-then-rename is a compare-and-swap.
+        let current = self.read(key)?;
+        let generation = match (cond, &current) {
+            (Cond::Create, None) => 1,
+            (Cond::Create, Some(_)) => return Err(StoreError::AlreadyExists),
+            (Cond::Match(_), None) => return Err(StoreError::Precondition),
+            (Cond::Match(want), Some(cur)) => {
+                if want.etag.is_none() || want.etag != cur.version.etag {
+                    return Err(StoreError::Precondition);
+                }
+                generation_of(cur.version.etag.as_deref().unwrap_or("")) + 1
+            }
+        };
+        let etag = format!("{generation}-{}", self.entropy.hex_id());
+        let tmp = dir.join(format!(".tmp-{}", self.entropy.hex_id()));
+        let target = dir.join(segs[segs.len() - 1]);
+        let result = (|| {
+            let mut f = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&tmp)
+                .map_err(|e| io_err("create temporary file", e))?;
+            f.write_all(header(&etag, bytes).as_bytes())
+                .and_then(|_| f.write_all(bytes))
+                .and_then(|_| f.sync_all())
+                .map_err(|e| io_err("write temporary file", e))?;
+            // Refuse to replace a symlink planted at the key.
+            if let Ok(md) = fs::symlink_metadata(&target)
+                && md.file_type().is_symlink()
+            {
+                return Err(StoreError::Invalid {
+                    reason: format!("{} is a symlink; refusing it", target.display()),
+                });
+            }
+            fs::rename(&tmp, &target).map_err(|e| io_err("rename", e))?;
+            File::open(&dir)
+                .and_then(|d| d.sync_all())
+                .map_err(|e| io_err("fsync directory", e))
+        })();
+        if result.is_err() {
+            let _ = fs::remove_file(&tmp);
+        }
+        result?;
+        Ok(Version {
+            etag: Some(etag),
+            version: None,
+        })
+    }
+
+    fn remove(&self, key: &str) -> Result<(), StoreError> {
+        let segs = local_segments(key)?;
+        let _lock = self.lock(key)?;
+        let Some(dir) = self.parent_dir(&segs, false)? else {
+            return Ok(());
+        };
+        match fs::remove_file(dir.join(segs[segs.len() - 1])) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(io_err("remove", e)),
+        }
+        File::open(&dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| io_err("fsync directory", e))
+    }
+
+    fn list(&self, prefix: &str) -> Result<Vec<Entry>, StoreError> {
+        check_prefix(prefix)?;
+        self.check_root()?;
+        let dir_part = match prefix.rfind('/') {
+            Some(i) => &prefix[..i],
+            None => "",
+        };
+        let mut start = self.root.clone();
+        if !dir_part.is_empty() {
+            for s in local_segments(dir_part)? {
+                start.push(s);
+                match fs::symlink_metadata(&start) {
+                    Ok(md) if md.is_dir() && !md.file_type().is_symlink() => {}
+                    Ok(_) => return Ok(Vec::new()),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+                    Err(e) => return Err(io_err("stat", e)),
+                }
+            }
+        }
+        let mut out = Vec::new();
+        let base = if dir_part.is_empty() {
+            String::new()
+        } else {
+            format!("{dir_part}/")
+        };
+        self.walk(&start, &base, prefix, &mut out)?;
+        out.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(out)
+    }
+
+    fn walk(
+        &self,
+        dir: &Path,
+        base: &str,
+        prefix: &str,
+        out: &mut Vec<Entry>,
+    ) -> Result<(), StoreError> {
+        let rd = match fs::read_dir(dir) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(io_err(&format!("list {}", dir.display()), e)),
+        };
+        for ent in rd {
+            let ent = ent.map_err(|e| io_err("list", e))?;
+            let name = ent.file_name();
+            let Some(name) = name.to_str() else { continue };
+            if name.starts_with('.') {
+                continue; // our metadata and temporary files
+            }
+            let key = format!("{base}{name}");
+            let ft = ent.file_type().map_err(|e| io_err("stat", e))?;
+            if ft.is_symlink() {
+                tracing::warn!(key, "local store: skipping symlink in listing");
+                continue;
+            }
+            if ft.is_dir() {
+                // Descend only where keys under it can match the prefix.
+                let sub = format!("{key}/");
+                if sub.starts_with(prefix) || prefix.starts_with(&sub) {
+                    self.walk(&ent.path(), &sub, prefix, out)?;
+                }
+                continue;
+            }
+            if !key.starts_with(prefix) {
+                continue;
+            }
+            // Read the header only: the listing carries ETags without reading
+            // whole objects. A foreign file lists with no version; reading it
+            // reports the corruption.
+            let mut head = [0u8; 256];
+            let n = nofollow_read()
+                .open(ent.path())
+                .and_then(|mut f| f.read(&mut head))
+                .unwrap_or(0);
+            let (etag, size) = match parse_header(&head[..n]) {
+                Some((etag, len, _, _)) => (Some(etag), len as u64),
+                None => (None, ent.metadata().map(|m| m.len()).unwrap_or(0)),
+            };
+            out.push(Entry {
+                key,
+                version: Version {
+                    etag,
+                    version: None,
+                },
+                size,
+            });
+        }
+        Ok(())
+    }
+}
+
+fn header(etag: &str, body: &[u8]) -> String {
+    format!("{MAGIC} {etag} {} {:016x}\n", body.len(), fnv1a64(body))
+}
+
+/// Parses the header line: (etag, body length, checksum, header length).
+fn parse_header(buf: &[u8]) -> Option<(String, usize, u64, usize)> {
+    let nl = buf.iter().position(|&b| b == b'\n')?;
+    let line = std::str::from_utf8(&buf[..nl]).ok()?;
+    let mut parts = line.split(' ');
+    if parts.next()? != MAGIC {
+        return None;
+    }
+    let etag = parts.next()?.to_string();
+    let len: usize = parts.next()?.parse().ok()?;
+    let sum = u64::from_str_radix(parts.next()?, 16).ok()?;
+    if parts.next().is_some() || etag.is_empty() {
+        return None;
+    }
+    Some((etag, len, sum, nl + 1))
+}
+
+fn parse_file(buf: &[u8]) -> Result<(String, &[u8]), StoreError> {
+    let Some((etag, len, sum, hlen)) = parse_header(buf) else {
+        return Err(StoreError::Corrupt {
+            reason: "not a leasehold object file (missing or malformed header)".into(),
+        });
+    };
+    let body = &buf[hlen..];
+    if body.len() != len {
+        return Err(StoreError::Corrupt {
+            reason: format!(
+                "truncated or extended: header says {len} bytes, file has {}",
+                body.len()
+            ),
+        });
+    }
+    if fnv1a64(body) != sum {
+        return Err(StoreError::Corrupt {
+            reason: "checksum mismatch".into(),
+        });
+    }
+    Ok((etag, body))
+}
+
+fn generation_of(etag: &str) -> u64 {
+    etag.split('-')
+        .next()
+        .and_then(|g| g.parse().ok())
+        .unwrap_or(0)
+}
+
+fn fnv1a64(data: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for &b in data {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    h
+}
+
+#[async_trait]
+impl Store for LocalDirStore {
+    async fn get(&self, key: &str) -> Result<Option<Object>, StoreError> {
+        let key = key.to_string();
+        self.blocking(move |i| i.read(&key)).await
+    }
+
+    async fn get_if_changed(&self, key: &str, known: &Version) -> Result<Conditional, StoreError> {
+        Ok(match self.get(key).await? {
+            None => Conditional::Missing,
+            Some(o) if known.etag.is_some() && o.version.etag == known.etag => {
+                Conditional::NotModified
+            }
+            Some(o) => Conditional::Changed(o),
+        })
+    }
+
+    async fn put(&self, key: &str, bytes: Bytes, cond: Cond) -> Result<Version, StoreError> {
+        let key = key.to_string();
+        self.blocking(move |i| i.write(&key, &bytes, &cond)).await
+    }
+
+    async fn delete(&self, key: &str) -> Result<(), StoreError> {
+        let key = key.to_string();
+        self.blocking(move |i| i.remove(&key)).await
+    }
+
+    fn list(&self, prefix: &str) -> BoxStream<'static, Result<Entry, StoreError>> {
+        let this = self.clone();
+        let prefix = prefix.to_string();
+        futures::stream::once(async move { this.blocking(move |i| i.list(&prefix)).await })
+            .flat_map(|r| match r {
+                Ok(v) => futures::stream::iter(v.into_iter().map(Ok)).boxed(),
+                Err(e) => futures::stream::once(async move { Err(e) }).boxed(),
+            })
+            .boxed()
+    }
+}

@@ -1,0 +1,186 @@
+//! The store layer: the narrow slice of an object store that leasehold needs.
+//!
+//! Every backend (S3 and S3-compatibles, Azure Blob, GCS, the in-memory store
+//! and the local directory store) and every wrapper (fault injection, request
+//! counting) implements [`Store`], and the shared conformance suite in
+//! `tests/suite` runs against each of them.
+//!
+//! # Contract
+//!
+//! - `put` with [`Cond::Create`] succeeds only if no object exists at the key;
+//!   otherwise it fails with [`StoreError::AlreadyExists`] and changes nothing.
+//! - `put` with [`Cond::Match`] succeeds only if the object's current version
+//!   equals the given one; otherwise [`StoreError::Precondition`] and nothing
+//!   changes. A missing object also answers `Precondition`.
+//! - A successful `put` returns the new [`Version`], which differs from every
+//!   earlier version of that key whenever the bytes differ. (Many S3-compatible
+//!   stores use the body's MD5 as the ETag, so identical bytes may keep the
+//!   version: callers that rely on a version change must change the bytes.)
+//! - A `put` that fails for a transport reason (timeout, 5xx, reset) answers
+//!   [`StoreError::Ambiguous`]: it may or may not have landed. Callers read back.
+//! - `get` returns the bytes and version of one committed write, never a mix.
+//! - `get_if_changed` answers `NotModified` when the version still matches.
+//! - `list` returns every key under the prefix with its current version, in
+//!   lexicographic order, paginating internally.
+//! - Keys are relative, `/`-separated, non-empty segments without `.` or `..`.
+//!
+//! These properties are exactly what the store probe (`crate::probe`) checks on
+//! a live store before trusting it.
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::stream::BoxStream;
+use std::fmt::{Debug, Display};
+
+pub mod counting;
+pub mod fault;
+pub mod local;
+pub mod objstore;
+pub mod open;
+
+pub use counting::{CountingStore, RequestCounts};
+pub use fault::{Fault, FaultPlan, FaultStore};
+pub use local::LocalDirStore;
+pub use objstore::ObjectStoreBackend;
+pub use open::{OpenOptions, open_store};
+
+/// The version of one committed write: the ETag and, where the store has one,
+/// its version or generation (GCS fences on generations). Both are kept and
+/// both are sent back on conditional writes.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct Version {
+    pub etag: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+}
+
+impl Display for Version {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (&self.etag, &self.version) {
+            (Some(e), Some(v)) => write!(f, "{e} (version {v})"),
+            (Some(e), None) => f.write_str(e),
+            (None, Some(v)) => write!(f, "version {v}"),
+            (None, None) => f.write_str("<no version>"),
+        }
+    }
+}
+
+/// The condition a write is made under.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cond {
+    /// Create-if-absent (`If-None-Match: *`).
+    Create,
+    /// Replace only this exact version (`If-Match`).
+    Match(Version),
+}
+
+/// One object as read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Object {
+    pub bytes: Bytes,
+    pub version: Version,
+}
+
+/// One listed key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// The key relative to the store's root (prefix removed).
+    pub key: String,
+    pub version: Version,
+    pub size: u64,
+}
+
+/// The answer to a conditional read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Conditional {
+    NotModified,
+    Changed(Object),
+    Missing,
+}
+
+/// What a store operation can answer besides success.
+///
+/// Messages carry the backend's text but never credentials: object_store's
+/// errors name the request, not the signing secrets, and our own stores have
+/// none.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// A create found an object already there.
+    #[error("object already exists")]
+    AlreadyExists,
+    /// An If-Match write found another version (or no object).
+    #[error("precondition failed: the object changed")]
+    Precondition,
+    /// No object at the key (reads and deletes).
+    #[error("not found")]
+    NotFound,
+    /// A write whose outcome is unknown: it may have landed.
+    #[error("outcome unknown, the write may have landed: {message}")]
+    Ambiguous { message: String },
+    /// A transport failure on a read (or a write known not to have landed).
+    #[error("unavailable: {message}")]
+    Unavailable { message: String },
+    /// Authentication or authorisation refused.
+    #[error("permission denied: {message}")]
+    Denied { message: String },
+    /// The key or request is invalid for this store.
+    #[error("invalid request: {reason}")]
+    Invalid { reason: String },
+    /// Bytes on disk that are not a complete object of ours.
+    #[error("corrupt: {reason}")]
+    Corrupt { reason: String },
+    /// The backend cannot do what was asked (e.g. conditional put disabled).
+    #[error("not supported: {message}")]
+    NotSupported { message: String },
+}
+
+impl StoreError {
+    pub fn is_rejection(&self) -> bool {
+        matches!(self, StoreError::AlreadyExists | StoreError::Precondition)
+    }
+}
+
+/// An object store as leasehold uses it. See the module docs for the contract.
+#[async_trait]
+pub trait Store: Send + Sync + Debug + Display + 'static {
+    async fn get(&self, key: &str) -> Result<Option<Object>, StoreError>;
+    async fn get_if_changed(&self, key: &str, known: &Version) -> Result<Conditional, StoreError>;
+    async fn put(&self, key: &str, bytes: Bytes, cond: Cond) -> Result<Version, StoreError>;
+    /// Unconditional delete; only garbage collection and probe clean-up use it.
+    async fn delete(&self, key: &str) -> Result<(), StoreError>;
+    fn list(&self, prefix: &str) -> BoxStream<'static, Result<Entry, StoreError>>;
+}
+
+/// Checks a key against the contract's shape. Stores call this before touching
+/// anything, so a bad key is refused the same way everywhere.
+pub fn check_key(key: &str) -> Result<(), StoreError> {
+    let bad = |reason: &str| {
+        Err(StoreError::Invalid {
+            reason: format!("key {key:?} {reason}"),
+        })
+    };
+    if key.is_empty() {
+        return bad("is empty");
+    }
+    if key.len() > 1024 {
+        return bad("is longer than 1024 bytes");
+    }
+    for seg in key.split('/') {
+        if seg.is_empty() || seg == "." || seg == ".." {
+            return bad("has an empty, '.' or '..' segment");
+        }
+        if seg.chars().any(|c| c.is_control() || c == '\\') {
+            return bad("has a control character or backslash");
+        }
+    }
+    Ok(())
+}
+
+/// Checks a listing prefix: empty, or a key optionally ending in `/`.
+pub fn check_prefix(prefix: &str) -> Result<(), StoreError> {
+    let trimmed = prefix.strip_suffix('/').unwrap_or(prefix);
+    if trimmed.is_empty() {
+        return Ok(());
+    }
+    check_key(trimmed)
+}

@@ -1,0 +1,184 @@
+//! Opening a store from a URL.
+//!
+//! | URL | backend |
+//! |---|---|
+//! | `s3://bucket[/prefix]` | S3 and S3-compatibles (R2, MinIO, ...); endpoint from `--endpoint`, `AWS_ENDPOINT_URL_S3` or `AWS_ENDPOINT_URL`; credentials and region resolved by aws-config as the AWS CLI does |
+//! | `az://container[/prefix]` | Azure Blob; account and keys from `AZURE_*` variables, Azurite with `AZURE_STORAGE_USE_EMULATOR=true` |
+//! | `gs://bucket[/prefix]` | Google Cloud Storage; credentials from `GOOGLE_*` variables |
+//! | `file:///abs/dir` | laptop mode: [`LocalDirStore`] |
+//! | `memory://` | in-process only; for tests and demos |
+
+use super::{LocalDirStore, ObjectStoreBackend, Store};
+use crate::error::Error;
+use object_store::aws::{AmazonS3Builder, AwsCredential};
+use object_store::azure::MicrosoftAzureBuilder;
+use object_store::gcp::GoogleCloudStorageBuilder;
+use object_store::{ClientOptions, CredentialProvider, RetryConfig};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Options for [`open_store`].
+#[derive(Debug, Clone)]
+pub struct OpenOptions {
+    /// S3 endpoint override (e.g. `http://127.0.0.1:9000` for MinIO).
+    pub endpoint: Option<String>,
+    /// Per-request timeout. Keep it well under the lease TTL: a renew that
+    /// hangs longer than the remaining validity is useless.
+    pub request_timeout: Duration,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions {
+            endpoint: None,
+            request_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Opens the store named by `url`. The returned store has not been probed:
+/// call [`crate::probe::probe`] before trusting it with leases.
+pub async fn open_store(url: &str, opts: &OpenOptions) -> Result<Arc<dyn Store>, Error> {
+    let bad = |reason: &str| Error::invalid("store URL", format!("{url:?}: {reason}"));
+    if url == "memory://" || url == "memory:" {
+        return Ok(Arc::new(ObjectStoreBackend::memory()));
+    }
+    let (scheme, rest) = url
+        .split_once("://")
+        .ok_or_else(|| bad("expected s3://, az://, gs://, file:// or memory://"))?;
+    if scheme == "file" {
+        if !rest.starts_with('/') {
+            return Err(bad(
+                "file:// needs an absolute path, e.g. file:///tmp/fleet",
+            ));
+        }
+        let store = LocalDirStore::open(rest).map_err(|e| bad(&e.to_string()))?;
+        return Ok(Arc::new(store));
+    }
+    if rest.contains('?') || rest.contains('@') || rest.contains('#') {
+        return Err(bad(
+            "credentials and options do not belong in the URL; use the environment",
+        ));
+    }
+    let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    if bucket.is_empty() {
+        return Err(bad("missing bucket or container name"));
+    }
+    if !prefix.is_empty() {
+        crate::store::check_prefix(prefix).map_err(|e| bad(&e.to_string()))?;
+    }
+    let client = ClientOptions::new()
+        .with_timeout(opts.request_timeout)
+        .with_connect_timeout(opts.request_timeout.min(Duration::from_secs(3)));
+    let retry = RetryConfig {
+        max_retries: 2,
+        retry_timeout: opts.request_timeout,
+        ..Default::default()
+    };
+    let display = format!(
+        "{scheme}://{bucket}{}{prefix}",
+        if prefix.is_empty() { "" } else { "/" }
+    );
+    let inner: Arc<dyn object_store::ObjectStore> = match scheme {
+        "s3" => {
+            let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
+                .load()
+                .await;
+            let region = sdk
+                .region()
+                .map(|r| r.to_string())
+                .unwrap_or_else(|| "us-east-1".to_string());
+            let endpoint = opts
+                .endpoint
+                .clone()
+                .or_else(|| std::env::var("AWS_ENDPOINT_URL_S3").ok())
+                .or_else(|| std::env::var("AWS_ENDPOINT_URL").ok())
+                .filter(|e| !e.is_empty());
+            let mut b = AmazonS3Builder::new()
+                .with_bucket_name(bucket)
+                .with_region(region)
+                .with_client_options(client)
+                .with_retry(retry);
+            if let Some(ep) = endpoint {
+                b = b
+                    .with_allow_http(ep.starts_with("http://"))
+                    .with_endpoint(ep);
+            }
+            let provider = sdk.credentials_provider().ok_or_else(|| {
+                Error::invalid("S3 credentials", "aws-config found no credentials provider")
+            })?;
+            b = b.with_credentials(Arc::new(AwsConfigCredentials::new(provider)));
+            Arc::new(b.build().map_err(|e| bad(&e.to_string()))?)
+        }
+        "az" | "azure" | "abfs" => Arc::new(
+            MicrosoftAzureBuilder::from_env()
+                .with_container_name(bucket)
+                .with_client_options(client)
+                .with_retry(retry)
+                .build()
+                .map_err(|e| bad(&super::objstore::redact(&e.to_string())))?,
+        ),
+        "gs" | "gcs" => Arc::new(
+            GoogleCloudStorageBuilder::from_env()
+                .with_bucket_name(bucket)
+                .with_client_options(client)
+                .with_retry(retry)
+                .build()
+                .map_err(|e| bad(&e.to_string()))?,
+        ),
+        other => return Err(bad(&format!("unknown scheme {other:?}"))),
+    };
+    Ok(Arc::new(ObjectStoreBackend::new(inner, prefix, display)))
+}
+
+/// Bridges aws-config's credential chain (environment, profiles, SSO, web
+/// identity, container and instance metadata) into object_store, caching each
+/// credential until shortly before it expires.
+#[derive(Debug)]
+struct AwsConfigCredentials {
+    provider: aws_credential_types::provider::SharedCredentialsProvider,
+    cache: tokio::sync::Mutex<Option<(Arc<AwsCredential>, Option<std::time::SystemTime>)>>,
+}
+
+impl AwsConfigCredentials {
+    fn new(provider: aws_credential_types::provider::SharedCredentialsProvider) -> Self {
+        AwsConfigCredentials {
+            provider,
+            cache: tokio::sync::Mutex::new(None),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl CredentialProvider for AwsConfigCredentials {
+    type Credential = AwsCredential;
+
+    #[allow(clippy::disallowed_methods)] // credential expiry is wall-clock by nature
+    async fn get_credential(&self) -> object_store::Result<Arc<AwsCredential>> {
+        use aws_credential_types::provider::ProvideCredentials;
+        let mut cache = self.cache.lock().await;
+        if let Some((cred, expiry)) = cache.as_ref() {
+            let fresh = match expiry {
+                None => true,
+                Some(t) => std::time::SystemTime::now() + Duration::from_secs(300) < *t,
+            };
+            if fresh {
+                return Ok(cred.clone());
+            }
+        }
+        let c = self.provider.provide_credentials().await.map_err(|e| {
+            object_store::Error::Generic {
+                store: "S3",
+                // The error names the provider that failed, never a secret.
+                source: format!("resolving AWS credentials: {e}").into(),
+            }
+        })?;
+        let cred = Arc::new(AwsCredential {
+            key_id: c.access_key_id().to_string(),
+            secret_key: c.secret_access_key().to_string(),
+            token: c.session_token().map(str::to_string),
+        });
+        *cache = Some((cred.clone(), c.expiry()));
+        Ok(cred)
+    }
+}
