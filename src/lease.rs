@@ -93,8 +93,9 @@ impl AcquireOptions {
 /// Why a held record may be taken over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Takeover {
-    /// The record already names this very instance (e.g. our own create,
-    /// retried by the HTTP client, answered AlreadyExists). Same epoch.
+    /// The record (not released) already names this very instance: another
+    /// handle of ours, or an earlier acquire whose outcome we could not read
+    /// back. A new tenure all the same, so a new epoch.
     Own,
     /// The holder released it.
     Released,
@@ -114,14 +115,16 @@ pub fn decide_takeover(
     observed_for: Duration,
     observer_margin: Duration,
 ) -> Option<Takeover> {
+    // Released first: a tombstone ends a tenure, even our own, and the next
+    // tenure must carry a higher fencing token.
+    if current.released {
+        return Some(Takeover::Released);
+    }
     if current.holder.instance == me.instance
         && current.holder.node == me.node
         && current.holder.host == me.host
     {
         return Some(Takeover::Own);
-    }
-    if current.released {
-        return Some(Takeover::Released);
     }
     if holds_host_lock && current.holder.node == me.node && current.holder.host == me.host {
         return Some(Takeover::PredecessorDead);
@@ -547,10 +550,9 @@ impl LeaseClient {
                 expires_after: need.saturating_sub(observed_for),
             });
         };
-        let epoch = match why {
-            Takeover::Own => rec.epoch,
-            _ => rec.epoch + 1,
-        };
+        // Every new tenure gets a new fencing token. (Our own retried create,
+        // recognised by its nonce, never reaches here: it is committed.)
+        let epoch = rec.epoch + 1;
         tracing::debug!(key, ?why, epoch, "taking over");
         let next = self.new_record(kind, epoch, opts);
         match self
@@ -898,5 +900,119 @@ impl Lease {
                 Err(e) => return Err(e),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(instance: &str, released: bool) -> LeaseRecord {
+        LeaseRecord {
+            schema: SCHEMA.into(),
+            kind: Kind::Lease,
+            holder: Holder {
+                node: "n1".into(),
+                host: "h1".into(),
+                instance: instance.into(),
+            },
+            epoch: 5,
+            ttl_ms: 1000,
+            renewed_at_ms: 0,
+            released,
+            address: None,
+            attrs: Default::default(),
+            nonce: "x".into(),
+        }
+    }
+
+    fn me(node: &str, host: &str, instance: &str) -> Holder {
+        Holder {
+            node: node.into(),
+            host: host.into(),
+            instance: instance.into(),
+        }
+    }
+
+    #[test]
+    fn takeover_rule() {
+        let m = Duration::from_millis(100);
+        let held = rec("i1", false);
+        let z = Duration::ZERO;
+        // A stranger waits for ttl + margin of unchanged observation.
+        assert_eq!(
+            decide_takeover(&held, &me("n2", "h2", "j"), false, z, m),
+            None
+        );
+        assert_eq!(
+            decide_takeover(
+                &held,
+                &me("n2", "h2", "j"),
+                true,
+                Duration::from_millis(1099),
+                m
+            ),
+            None
+        );
+        assert_eq!(
+            decide_takeover(
+                &held,
+                &me("n2", "h2", "j"),
+                false,
+                Duration::from_millis(1100),
+                m
+            ),
+            Some(Takeover::Expired)
+        );
+        // Released: at once, by anyone, including the previous holder.
+        assert_eq!(
+            decide_takeover(&rec("i1", true), &me("n2", "h2", "j"), false, z, m),
+            Some(Takeover::Released)
+        );
+        assert_eq!(
+            decide_takeover(&rec("i1", true), &me("n1", "h1", "i1"), false, z, m),
+            Some(Takeover::Released)
+        );
+        // Our own live record.
+        assert_eq!(
+            decide_takeover(&held, &me("n1", "h1", "i1"), false, z, m),
+            Some(Takeover::Own)
+        );
+        // Predecessor on this host: only with the host lock.
+        assert_eq!(
+            decide_takeover(&held, &me("n1", "h1", "i2"), false, z, m),
+            None
+        );
+        assert_eq!(
+            decide_takeover(&held, &me("n1", "h1", "i2"), true, z, m),
+            Some(Takeover::PredecessorDead)
+        );
+        // Same node id on another host never steals early.
+        assert_eq!(
+            decide_takeover(&held, &me("n1", "h9", "i2"), true, z, m),
+            None
+        );
+    }
+
+    #[test]
+    fn observer_counts_from_first_arrival_of_a_version() {
+        let o = Observer::default();
+        let v1 = Version {
+            etag: Some("a".into()),
+            version: None,
+        };
+        let v2 = Version {
+            etag: Some("b".into()),
+            version: None,
+        };
+        let t = |ms| MonoTime::from_since_origin(Duration::from_millis(ms));
+        assert_eq!(o.observe("k", &v1, t(100)), Duration::ZERO);
+        assert_eq!(o.observe("k", &v1, t(600)), Duration::from_millis(500));
+        assert_eq!(
+            o.observe("k", &v2, t(700)),
+            Duration::ZERO,
+            "a new version restarts the count"
+        );
+        assert_eq!(o.observe("k", &v2, t(900)), Duration::from_millis(200));
     }
 }
