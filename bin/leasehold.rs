@@ -1,1 +1,4 @@
-fn main() {}
+//! The `leasehold` binary: everything lives in `leasehold::cli`.
+fn main() -> std::process::ExitCode {
+    leasehold::cli::main()
+}

@@ -580,8 +580,9 @@ impl LeaseClient {
         }
     }
 
-    /// Picks up a lease from a token written by an earlier process of this
-    /// holder. The lease's validity is unknown until the next successful
+    /// Picks up a lease from a token issued to an earlier process (a one-shot
+    /// `leasehold lease acquire`). The returned lease acts as the holder named
+    /// in the record, once the record's instance and version match the token. The lease's validity is unknown until the next successful
     /// renew, so [`Lease::is_valid`] is false until then.
     pub async fn resume(&self, kind: Kind, name: &Name, token: &LeaseToken) -> Result<Lease> {
         let key = key_for(kind, name);
@@ -605,8 +606,20 @@ impl LeaseClient {
                 reason: "already released".into(),
             });
         }
+        // Act as the record's holder exactly (node, host, instance), so that
+        // read-backs recognise our writes; the token proved the instance.
+        let as_holder = LeaseClient {
+            inner: Arc::new(Inner {
+                store: self.inner.store.clone(),
+                clock: self.inner.clock.clone(),
+                entropy: self.inner.entropy.clone(),
+                holder: rec.holder.clone(),
+                host_lock: None,
+                observer: Observer::default(),
+            }),
+        };
         let margin = default_margin(Duration::from_millis(rec.ttl_ms));
-        let mut l = self.lease(key, rec, version, MonoTime::ZERO, margin);
+        let mut l = as_holder.lease(key, rec, version, MonoTime::ZERO, margin);
         l.valid_until = MonoTime::ZERO;
         l.state = State::Resumed;
         Ok(l)
@@ -819,7 +832,16 @@ impl Lease {
             .without_max_times()
             .build();
         let clock = self.client.inner.clock.clone();
+        let mut last_error: Option<Error> = None;
         loop {
+            if let Some(e) = &last_error
+                && self.state == State::Held
+                && clock.now() >= self.valid_until
+            {
+                let reason =
+                    format!("bucket unreachable until the validity deadline (last error: {e})");
+                return Err(self.lost(reason));
+            }
             match self.renew_once().await {
                 Ok(()) => return Ok(()),
                 // A resumed lease has no known deadline to retry against.
@@ -832,6 +854,7 @@ impl Lease {
                     }
                     let d = delays.next().unwrap_or(ttl / 6).min(remaining);
                     tracing::warn!(key = %self.key, error = %e, retry_in = ?d, "renew failed");
+                    last_error = Some(e);
                     clock.sleep(d).await;
                 }
                 Err(e) => return Err(e),

@@ -1,3 +1,4 @@
+pub mod cli;
 pub mod clock;
 pub mod error;
 pub mod hostlock;

@@ -211,6 +211,8 @@ impl Inner {
     }
 
     fn lock(&self, key: &str) -> Result<File, StoreError> {
+        // Before creating anything: never write into a replaced root.
+        self.check_root()?;
         let locks = self.root.join(META_DIR).join("locks");
         fs::DirBuilder::new()
             .recursive(true)

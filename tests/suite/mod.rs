@@ -501,9 +501,8 @@ async fn lease_token_resume(s: Arc<dyn Store>) {
     };
     let token = LeaseToken::decode(&l.token().encode()).unwrap();
     assert_eq!(token, l.token());
-    let resumed_client = LeaseClient::builder(s.clone(), name("n1"))
-        .host("host-a")
-        .instance(token.instance.clone())
+    // A different process: any identity; resume adopts the record's holder.
+    let resumed_client = LeaseClient::builder(s.clone(), name("other"))
         .clock(Arc::new(clock.clone()))
         .entropy(Arc::new(SeededEntropy::new(81)))
         .build()

@@ -1,0 +1,461 @@
+//! The `leasehold` command line. The binary in `bin/` only calls [`main`].
+//!
+//! Exit codes (also in README.md):
+//!
+//! | code | meaning |
+//! |---|---|
+//! | 0 | success |
+//! | 1 | a negative answer: the lease is held by someone else |
+//! | 2 | usage error or invalid input (names, flags, tokens) |
+//! | 3 | conflict or lost: another writer won; this holder is fenced |
+//! | 4 | the store is unavailable (network, timeouts, 5xx) |
+//! | 5 | corrupt or foreign data in the bucket |
+//! | 6 | the store failed the conditional-write probe and is refused |
+//! | 7 | not found |
+//! | 70 | internal error |
+
+mod demo;
+
+use crate::Name;
+use crate::clock::{Clock, OsEntropy, SystemClock};
+use crate::error::{Error, ErrorKind};
+use crate::lease::{Acquire, AcquireOptions, LeaseClient, LeaseToken};
+use crate::record::Kind;
+use crate::store::{OpenOptions, Store, open_store};
+use clap::{Args, Parser, Subcommand};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "leasehold",
+    version,
+    about = "Fenced leases and fleet coordination in one object-store bucket"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Args, Clone)]
+struct StoreArgs {
+    /// Store URL: s3://bucket[/prefix], az://container[/prefix], gs://bucket[/prefix],
+    /// file:///dir or memory://. Credentials come from the environment, never the URL.
+    #[arg(long, env = "LEASEHOLD_STORE")]
+    store: String,
+    /// S3 endpoint (MinIO, R2, ...); default from AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL.
+    #[arg(long)]
+    endpoint: Option<String>,
+    /// Per-request timeout.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    request_timeout: Duration,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Probe a store: prove it honours conditional writes, or refuse it.
+    Doctor {
+        #[command(flatten)]
+        store: StoreArgs,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Acquire, renew, release or show a standalone lease (leases/<NAME>).
+    Lease {
+        #[command(subcommand)]
+        op: LeaseOp,
+    },
+    /// Three contenders elect a leader on a local directory store; the leader
+    /// is killed and then released, and the others take over. No server, no
+    /// credentials.
+    Demo {
+        /// Store to use (default: a fresh local directory under the temp dir).
+        #[arg(long)]
+        store: Option<String>,
+        /// Lease TTL for the demo.
+        #[arg(long, default_value = "1s", value_parser = parse_duration)]
+        ttl: Duration,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum LeaseOp {
+    /// Acquire NAME. Prints the epoch (the fencing token) and a lease token
+    /// for `renew`/`release`. Exit 1 if someone else holds it.
+    Acquire {
+        name: String,
+        #[command(flatten)]
+        store: StoreArgs,
+        #[arg(long, default_value = "10s", value_parser = parse_duration)]
+        ttl: Duration,
+        /// Holder node id (default: this host's name, sanitised).
+        #[arg(long, env = "LEASEHOLD_NODE")]
+        node: Option<String>,
+        /// Address to publish in the record.
+        #[arg(long)]
+        address: Option<String>,
+        /// Keep observing a held lease this long; take it if it expires.
+        #[arg(long, value_parser = parse_duration)]
+        wait: Option<Duration>,
+        /// Skip the conditional-write probe (saves ~20 requests; only for a
+        /// store already checked with `leasehold doctor`).
+        #[arg(long)]
+        no_probe: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Renew NAME with the token from `acquire` (or the last `renew`).
+    Renew {
+        name: String,
+        #[command(flatten)]
+        store: StoreArgs,
+        /// Lease token; not a secret (it names the holder and version, both
+        /// readable in the bucket).
+        #[arg(long, env = "LEASEHOLD_LEASE_TOKEN")]
+        token: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Release NAME: a tombstone that keeps the epoch.
+    Release {
+        name: String,
+        #[command(flatten)]
+        store: StoreArgs,
+        #[arg(long, env = "LEASEHOLD_LEASE_TOKEN")]
+        token: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show the record of NAME.
+    Show {
+        name: String,
+        #[command(flatten)]
+        store: StoreArgs,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|e| format!("{e} (examples: 500ms, 10s, 2m)"))
+}
+
+/// What a command failed with: a library error, or a plain negative answer.
+enum Failure {
+    Error(Error),
+    Held,
+}
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Self {
+        Failure::Error(e)
+    }
+}
+
+/// The exit code for an error kind (see the module docs).
+pub fn exit_code(kind: ErrorKind) -> u8 {
+    match kind {
+        ErrorKind::Invalid => 2,
+        ErrorKind::Conflict | ErrorKind::Fenced => 3,
+        ErrorKind::Unavailable => 4,
+        ErrorKind::Data => 5,
+        ErrorKind::Unsupported => 6,
+        ErrorKind::NotFound => 7,
+        ErrorKind::Internal => 70,
+    }
+}
+
+/// Parses arguments, runs the command, prints errors as `error: ...` with
+/// `Caused by:` lines, and returns the documented exit code.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
+        }
+    };
+    init_tracing();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(70);
+        }
+    };
+    match rt.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Held) => ExitCode::from(1),
+        Err(Failure::Error(e)) => {
+            eprintln!("error: {e}");
+            let mut src = std::error::Error::source(&e);
+            if src.is_some() {
+                eprintln!("\nCaused by:");
+            }
+            while let Some(s) = src {
+                eprintln!("    {s}");
+                src = s.source();
+            }
+            ExitCode::from(exit_code(e.kind()))
+        }
+    }
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("LEASEHOLD_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+async fn open(args: &StoreArgs) -> Result<Arc<dyn Store>, Error> {
+    let opts = OpenOptions {
+        endpoint: args.endpoint.clone(),
+        request_timeout: args.request_timeout,
+    };
+    open_store(&args.store, &opts).await
+}
+
+fn node_name(node: Option<String>) -> Result<Name, Error> {
+    match node {
+        Some(n) => Name::new(n),
+        None => {
+            let h: String = crate::hostlock::hostname()
+                .chars()
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                        c
+                    } else {
+                        '-'
+                    }
+                })
+                .take(64)
+                .collect();
+            let h = h
+                .trim_start_matches(|c: char| !c.is_ascii_alphanumeric())
+                .to_string();
+            Name::new(if h.is_empty() { "node".to_string() } else { h })
+        }
+    }
+}
+
+fn print_json(v: &serde_json::Value) {
+    println!("{}", serde_json::to_string_pretty(v).expect("json"));
+}
+
+async fn run(cli: Cli) -> Result<(), Failure> {
+    match cli.command {
+        Command::Doctor { store, json } => doctor(&store, json).await,
+        Command::Lease { op } => lease(op).await,
+        Command::Demo { store, ttl } => demo::run(store, ttl).await.map_err(Failure::Error),
+    }
+}
+
+async fn doctor(args: &StoreArgs, json: bool) -> Result<(), Failure> {
+    let store = open(args).await?;
+    let result = crate::probe::probe(&store, &OsEntropy::new()).await;
+    match &result {
+        Ok(report) => {
+            if json {
+                print_json(
+                    &serde_json::json!({"store": report.store, "ok": true, "steps": report.steps}),
+                );
+            } else {
+                println!("store {}", report.store);
+                for s in &report.steps {
+                    println!(
+                        "  {:<22} {:<4} {}",
+                        s.name,
+                        if s.ok { "ok" } else { "no" },
+                        s.detail
+                    );
+                }
+                println!("verdict: conditional writes honoured; safe for leasehold");
+            }
+            Ok(())
+        }
+        Err(e) => {
+            if json {
+                print_json(
+                    &serde_json::json!({"store": store.to_string(), "ok": false, "error": e.to_string()}),
+                );
+            }
+            Err(Failure::Error(result.unwrap_err()))
+        }
+    }
+}
+
+async fn lease(op: LeaseOp) -> Result<(), Failure> {
+    match op {
+        LeaseOp::Acquire {
+            name,
+            store,
+            ttl,
+            node,
+            address,
+            wait,
+            no_probe,
+            json,
+        } => {
+            let name = Name::new(name)?;
+            let node = node_name(node)?;
+            let mut opts = AcquireOptions::ttl(ttl);
+            opts.address = address;
+            let store = open(&store).await?;
+            if !no_probe {
+                crate::probe::probe(&store, &OsEntropy::new()).await?;
+            }
+            let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+            let client = LeaseClient::builder(store, node)
+                .clock(clock.clone())
+                .build()?;
+            let deadline = clock.now() + wait.unwrap_or(Duration::ZERO);
+            loop {
+                match client.acquire(&name, &opts).await? {
+                    Acquire::Acquired(l) => {
+                        let token = l.token().encode();
+                        if json {
+                            print_json(&serde_json::json!({
+                                "acquired": true, "key": l.key(), "epoch": l.epoch(),
+                                "holder": l.record().holder, "ttl_ms": l.record().ttl_ms,
+                                "token": token,
+                            }));
+                        } else {
+                            println!("acquired {} epoch {} (ttl {:?})", l.key(), l.epoch(), ttl);
+                            println!("token {token}");
+                        }
+                        return Ok(());
+                    }
+                    Acquire::Held {
+                        holder,
+                        epoch,
+                        expires_after,
+                        ..
+                    } => {
+                        let now = clock.now();
+                        if now >= deadline {
+                            if json {
+                                print_json(&serde_json::json!({
+                                    "acquired": false, "key": format!("leases/{name}"),
+                                    "epoch": epoch, "holder": holder,
+                                }));
+                            } else {
+                                println!(
+                                    "held: leases/{name} epoch {epoch} by {}/{} on {}",
+                                    holder.node, holder.instance, holder.host
+                                );
+                            }
+                            return Err(Failure::Held);
+                        }
+                        // Poll at most every second, and no later than the
+                        // earliest moment it could count as expired.
+                        let pause = expires_after
+                            .min(Duration::from_secs(1))
+                            .min(deadline.saturating_since(now))
+                            .max(Duration::from_millis(10));
+                        clock.sleep(pause).await;
+                    }
+                }
+            }
+        }
+        LeaseOp::Renew {
+            name,
+            store,
+            token,
+            json,
+        } => {
+            let name = Name::new(name)?;
+            let token = LeaseToken::decode(&token)?;
+            let client = resumed_client(&store).await?;
+            let mut l = client.resume(Kind::Lease, &name, &token).await?;
+            l.renew().await?;
+            let token = l.token().encode();
+            if json {
+                print_json(
+                    &serde_json::json!({"renewed": true, "key": l.key(), "epoch": l.epoch(), "token": token}),
+                );
+            } else {
+                println!("renewed {} epoch {}", l.key(), l.epoch());
+                println!("token {token}");
+            }
+            Ok(())
+        }
+        LeaseOp::Release {
+            name,
+            store,
+            token,
+            json,
+        } => {
+            let name = Name::new(name)?;
+            let token = LeaseToken::decode(&token)?;
+            let client = resumed_client(&store).await?;
+            let l = client.resume(Kind::Lease, &name, &token).await?;
+            let epoch = l.epoch();
+            l.release().await?;
+            if json {
+                print_json(
+                    &serde_json::json!({"released": true, "key": format!("leases/{name}"), "epoch": epoch}),
+                );
+            } else {
+                println!("released leases/{name} epoch {epoch}");
+            }
+            Ok(())
+        }
+        LeaseOp::Show { name, store, json } => {
+            let name = Name::new(name)?;
+            let store = open(&store).await?;
+            let clock = SystemClock::new();
+            // Any identity will do for reading.
+            let client = LeaseClient::builder(store, Name::new("reader")?).build()?;
+            let Some((rec, version, _)) = client.read(Kind::Lease, &name).await? else {
+                return Err(Error::NotFound {
+                    key: format!("leases/{name}"),
+                }
+                .into());
+            };
+            // Wall-clock age is for humans only, and says so.
+            let age_ms = clock.wall_ms() as i64 - rec.renewed_at_ms as i64;
+            if json {
+                print_json(&serde_json::json!({
+                    "key": format!("leases/{name}"), "version": version, "record": rec,
+                    "wall_clock_age_ms": age_ms,
+                }));
+            } else {
+                println!("key       leases/{name}");
+                println!("version   {version}");
+                println!(
+                    "state     {}",
+                    if rec.released {
+                        "released"
+                    } else {
+                        "held (liveness is judged by observation, not by this output)"
+                    }
+                );
+                println!("epoch     {}", rec.epoch);
+                println!(
+                    "holder    {}/{} on {}",
+                    rec.holder.node, rec.holder.instance, rec.holder.host
+                );
+                println!("ttl       {}ms", rec.ttl_ms);
+                println!("renewed   {age_ms}ms ago by wall clocks (advisory: clocks may differ)");
+                if let Some(a) = &rec.address {
+                    println!("address   {a}");
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+async fn resumed_client(store: &StoreArgs) -> Result<LeaseClient, Error> {
+    // `resume` takes the holder identity from the record, checked against the
+    // token; this client's own identity is not used.
+    LeaseClient::builder(open(store).await?, Name::new("cli")?).build()
+}

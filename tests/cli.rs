@@ -1,0 +1,318 @@
+//! The CLI end to end, through the built binary: stdout, stderr, exit codes,
+//! JSON shape. Exit codes: 0 ok, 1 held, 2 invalid, 3 conflict/lost,
+//! 4 unavailable, 5 corrupt, 6 unsupported store, 7 not found.
+
+use std::process::{Command, Output};
+
+fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_leasehold"));
+    c.env_remove("LEASEHOLD_STORE")
+        .env_remove("LEASEHOLD_NODE")
+        .env_remove("LEASEHOLD_LEASE_TOKEN");
+    c
+}
+
+fn run(args: &[&str]) -> Output {
+    bin().args(args).output().unwrap()
+}
+
+fn code(o: &Output) -> i32 {
+    o.status.code().unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn json(o: &Output) -> serde_json::Value {
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", stdout(o)))
+}
+
+fn store() -> (tempfile::TempDir, String) {
+    let d = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", d.path().display());
+    (d, url)
+}
+
+#[test]
+fn lease_lifecycle_with_exit_codes_and_json() {
+    let (_d, s) = store();
+    let a = run(&[
+        "lease", "acquire", "job", "--store", &s, "--ttl", "30s", "--node", "n1", "--json",
+    ]);
+    assert_eq!(code(&a), 0, "{}", stderr(&a));
+    let a = json(&a);
+    assert_eq!(a["acquired"], true);
+    assert_eq!(a["epoch"], 1);
+    assert_eq!(a["key"], "leases/job");
+    assert_eq!(a["holder"]["node"], "n1");
+    let token = a["token"].as_str().unwrap().to_string();
+
+    let h = run(&[
+        "lease",
+        "acquire",
+        "job",
+        "--store",
+        &s,
+        "--node",
+        "n2",
+        "--json",
+        "--no-probe",
+    ]);
+    assert_eq!(code(&h), 1, "held is exit 1");
+    assert_eq!(json(&h)["acquired"], false);
+    assert_eq!(json(&h)["holder"]["node"], "n1");
+
+    let sh = run(&["lease", "show", "job", "--store", &s, "--json"]);
+    assert_eq!(code(&sh), 0);
+    let sh = json(&sh);
+    assert_eq!(sh["record"]["epoch"], 1);
+    assert_eq!(sh["record"]["schema"], "leasehold/v1");
+
+    let r = run(&[
+        "lease", "renew", "job", "--store", &s, "--token", &token, "--json",
+    ]);
+    assert_eq!(code(&r), 0, "{}", stderr(&r));
+    let new_token = json(&r)["token"].as_str().unwrap().to_string();
+    assert_ne!(new_token, token);
+
+    // The old token is stale now: fenced, exit 3, nothing changed.
+    let before = json(&run(&["lease", "show", "job", "--store", &s, "--json"]));
+    let stale = run(&["lease", "renew", "job", "--store", &s, "--token", &token]);
+    assert_eq!(code(&stale), 3, "{}", stderr(&stale));
+    assert!(
+        stderr(&stale).starts_with("error: lease leases/job lost"),
+        "{}",
+        stderr(&stale)
+    );
+    assert_eq!(
+        json(&run(&["lease", "show", "job", "--store", &s, "--json"]))["version"],
+        before["version"]
+    );
+
+    let rel = run(&[
+        "lease", "release", "job", "--store", &s, "--token", &new_token,
+    ]);
+    assert_eq!(code(&rel), 0, "{}", stderr(&rel));
+    let sh = json(&run(&["lease", "show", "job", "--store", &s, "--json"]));
+    assert_eq!(sh["record"]["released"], true);
+    assert_eq!(sh["record"]["epoch"], 1);
+
+    let again = run(&[
+        "lease", "acquire", "job", "--store", &s, "--node", "n2", "--json",
+    ]);
+    assert_eq!(code(&again), 0);
+    assert_eq!(json(&again)["epoch"], 2, "after release, the next epoch");
+}
+
+#[test]
+fn bad_input_is_exit_2_with_a_clear_message_and_writes_nothing() {
+    let (d, s) = store();
+    for (args, needle) in [
+        (
+            vec!["lease", "acquire", "a/b", "--store", &s],
+            "invalid name \"a/b\"",
+        ),
+        (
+            vec!["lease", "acquire", "..", "--store", &s],
+            "invalid name",
+        ),
+        (
+            vec!["lease", "acquire", "ok", "--store", &s, "--ttl", "5ms"],
+            "invalid ttl",
+        ),
+        (
+            vec!["lease", "acquire", "ok", "--store", &s, "--ttl", "soon"],
+            "invalid value 'soon'",
+        ),
+        (
+            vec!["lease", "acquire", "ok", "--store", "ftp://x"],
+            "unknown scheme",
+        ),
+        (
+            vec!["lease", "acquire", "ok", "--store", "file://relative"],
+            "absolute path",
+        ),
+        (
+            vec!["lease", "acquire", "ok", "--store", "s3://b?secret=1"],
+            "do not belong in the URL",
+        ),
+        (
+            vec!["lease", "renew", "ok", "--store", &s, "--token", "!!"],
+            "invalid lease token",
+        ),
+        (vec!["lease", "acquire", "ok"], "--store"),
+    ] {
+        let o = run(&args);
+        assert_eq!(code(&o), 2, "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(needle), "{args:?}: {}", stderr(&o));
+    }
+    let leftovers: Vec<_> = std::fs::read_dir(d.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| !n.starts_with('.'))
+        .collect();
+    assert!(
+        leftovers.iter().all(|n| n == "_probe"),
+        "nothing but probe directories: {leftovers:?}"
+    );
+    assert!(!d.path().join("leases").exists());
+}
+
+#[test]
+fn corrupt_objects_are_exit_5_and_left_untouched() {
+    let (d, s) = store();
+    // A foreign file in laptop mode (no object header), and a valid object
+    // file whose JSON is from an unknown schema version.
+    std::fs::create_dir_all(d.path().join("leases")).unwrap();
+    std::fs::write(d.path().join("leases/foreign"), b"hello").unwrap();
+    let o = run(&["lease", "acquire", "ok", "--store", &s, "--node", "w"]);
+    assert_eq!(code(&o), 0);
+    let store_path = d.path().join("leases/ok");
+    let text = std::fs::read(&store_path).unwrap();
+    for (name, expect) in [("foreign", "not a leasehold object file")] {
+        for args in [
+            vec!["lease", "show", name, "--store", &s],
+            vec!["lease", "acquire", name, "--store", &s, "--no-probe"],
+        ] {
+            let o = run(&args);
+            assert_eq!(code(&o), 5, "{args:?}: {}", stderr(&o));
+            assert!(stderr(&o).contains(expect), "{}", stderr(&o));
+            assert!(
+                stderr(&o).contains("corrupt object leases/foreign"),
+                "{}",
+                stderr(&o)
+            );
+        }
+    }
+    assert_eq!(
+        std::fs::read(d.path().join("leases/foreign")).unwrap(),
+        b"hello"
+    );
+    assert_eq!(std::fs::read(&store_path).unwrap(), text);
+}
+
+#[test]
+fn doctor_reports_and_refuses() {
+    let (_d, s) = store();
+    let o = run(&["doctor", "--store", &s]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    for step in [
+        "create",
+        "rejected create",
+        "update",
+        "rejected stale update",
+        "create race",
+        "update race",
+        "conditional get",
+    ] {
+        assert!(stdout(&o).contains(step), "{}", stdout(&o));
+    }
+    let j = json(&run(&["doctor", "--store", &s, "--json"]));
+    assert_eq!(j["ok"], true);
+    assert_eq!(j["steps"].as_array().unwrap().len(), 7);
+}
+
+#[test]
+fn store_errors_never_print_secrets() {
+    // An unreachable S3 endpoint with a recognisable secret in the
+    // environment: the error names the store, never the secret.
+    let o = bin()
+        .args([
+            "doctor",
+            "--store",
+            "s3://bucket",
+            "--endpoint",
+            "http://127.0.0.1:9",
+            "--request-timeout",
+            "500ms",
+        ])
+        .env("AWS_ACCESS_KEY_ID", "AKIDLEASEHOLDTEST")
+        .env("AWS_SECRET_ACCESS_KEY", "SECRETLEASEHOLDMARKER")
+        .env("AWS_SESSION_TOKEN", "TOKENLEASEHOLDMARKER")
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env("LEASEHOLD_LOG", "debug")
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 4, "unavailable: {}", stderr(&o));
+    let all = format!("{}{}", stdout(&o), stderr(&o));
+    assert!(all.contains("error: store unavailable"), "{all}");
+    for secret in ["SECRETLEASEHOLDMARKER", "TOKENLEASEHOLDMARKER"] {
+        assert!(!all.contains(secret), "secret leaked: {all}");
+    }
+}
+
+#[test]
+fn doctor_on_moto_through_the_binary() {
+    let Ok(url) = std::env::var("LEASEHOLD_TEST_S3") else {
+        assert!(
+            std::env::var("LEASEHOLD_REQUIRE_SERVERS").is_err(),
+            "LEASEHOLD_TEST_S3 missing"
+        );
+        eprintln!("SKIPPED: LEASEHOLD_TEST_S3 not set; run scripts/test");
+        return;
+    };
+    let o = run(&["doctor", "--store", &format!("{url}/cli-doctor"), "--json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(json(&o)["ok"], true);
+    let o = run(&[
+        "lease",
+        "acquire",
+        "cli",
+        "--store",
+        &format!("{url}/cli-doctor"),
+        "--json",
+        "--no-probe",
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+}
+
+#[test]
+fn concurrent_processes_elect_exactly_one() {
+    let (_d, s) = store();
+    for round in 0..3 {
+        let name = format!("race{round}");
+        let children: Vec<_> = (0..6)
+            .map(|i| {
+                bin()
+                    .args([
+                        "lease",
+                        "acquire",
+                        &name,
+                        "--store",
+                        &s,
+                        "--node",
+                        &format!("p{i}"),
+                        "--no-probe",
+                        "--json",
+                    ])
+                    .stdout(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        let codes: Vec<i32> = children
+            .into_iter()
+            .map(|c| code(&c.wait_with_output().unwrap()))
+            .collect();
+        assert_eq!(codes.iter().filter(|&&c| c == 0).count(), 1, "{codes:?}");
+        assert_eq!(codes.iter().filter(|&&c| c == 1).count(), 5, "{codes:?}");
+    }
+}
+
+#[test]
+fn demo_runs_on_the_embedded_default() {
+    let o = run(&["demo", "--ttl", "300ms"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("took over leases/leader, epoch 2"), "{out}");
+    assert!(
+        out.contains("epochs (fencing tokens)     1 -> 2 -> 3"),
+        "{out}"
+    );
+}

@@ -1,0 +1,340 @@
+//! Ambiguous and failed writes, one path at a time, with scripted faults and a
+//! mock clock: every outcome is resolved by reading back, never guessed, and
+//! every typed error leaves the bucket as it was.
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::stream::BoxStream;
+use leasehold::clock::{MockClock, SeededEntropy};
+use leasehold::lease::{Acquire, AcquireOptions, LeaseClient};
+use leasehold::store::{
+    Cond, Conditional, CountingStore, Entry, Fault, FaultStore, Object, ObjectStoreBackend, Store,
+    StoreError, Version,
+};
+use leasehold::{ErrorKind, Name};
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+fn setup() -> (
+    Arc<dyn Store>,
+    Arc<FaultStore>,
+    Arc<CountingStore>,
+    MockClock,
+) {
+    let bucket: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());
+    let clock = MockClock::new();
+    let faults = Arc::new(FaultStore::new(bucket.clone()).with_clock(Arc::new(clock.clone())));
+    let counting = Arc::new(CountingStore::new(faults.clone()));
+    (bucket, faults, counting, clock)
+}
+
+fn client(store: Arc<dyn Store>, node: &str, clock: &MockClock, seed: u64) -> LeaseClient {
+    LeaseClient::builder(store, Name::new(node).unwrap())
+        .host("h")
+        .clock(Arc::new(clock.clone()))
+        .entropy(Arc::new(SeededEntropy::new(seed)))
+        .build()
+        .unwrap()
+}
+
+fn opts() -> AcquireOptions {
+    AcquireOptions::ttl(Duration::from_secs(1))
+}
+
+fn name() -> Name {
+    Name::new("job").unwrap()
+}
+
+async fn snapshot(bucket: &Arc<dyn Store>) -> Option<Object> {
+    bucket.get("leases/job").await.unwrap()
+}
+
+#[tokio::test]
+async fn create_that_lands_but_reports_failure_is_acquired_by_read_back() {
+    let (bucket, faults, counting, clock) = setup();
+    let c = client(counting.clone(), "n1", &clock, 1);
+    faults.push(Fault::LandThenFail);
+    let Acquire::Acquired(l) = c.acquire(&name(), &opts()).await.unwrap() else {
+        panic!("our own landed create must be recognised by its nonce")
+    };
+    assert_eq!(l.epoch(), 1);
+    assert_eq!(l.version(), &snapshot(&bucket).await.unwrap().version);
+    let used = counting.counts();
+    assert_eq!(
+        (used.put_create, used.get),
+        (1, 1),
+        "one create, one read-back"
+    );
+}
+
+#[tokio::test]
+async fn create_that_never_landed_is_unavailable_and_changes_nothing() {
+    let (bucket, faults, _, clock) = setup();
+    let c = client(faults.clone(), "n1", &clock, 2);
+    faults.push(Fault::FailBefore);
+    let e = c.acquire(&name(), &opts()).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
+    assert!(snapshot(&bucket).await.is_none());
+    // Trying again works.
+    assert!(matches!(
+        c.acquire(&name(), &opts()).await.unwrap(),
+        Acquire::Acquired(_)
+    ));
+}
+
+#[tokio::test]
+async fn read_back_failure_leaves_outcome_unknown_not_guessed() {
+    let (bucket, faults, _, clock) = setup();
+    let c = client(faults.clone(), "n1", &clock, 3);
+    faults.push(Fault::LandThenFail); // the create lands...
+    faults.push(Fault::FailBefore); // ...and the read-back fails
+    let e = c.acquire(&name(), &opts()).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Unavailable);
+    // It did land: the record names us, and a later acquire by this same
+    // instance recognises it as its own (a new tenure: epoch 2).
+    let rec = c
+        .read(leasehold::record::Kind::Lease, &name())
+        .await
+        .unwrap()
+        .unwrap()
+        .0;
+    assert_eq!(&rec.holder, c.holder());
+    let Acquire::Acquired(l) = c.acquire(&name(), &opts()).await.unwrap() else {
+        panic!()
+    };
+    assert_eq!(l.epoch(), 2);
+    let _ = bucket;
+}
+
+/// Performs every put twice, as an HTTP client's internal retry does after a
+/// lost response: the first lands, the caller sees the second's answer.
+#[derive(Debug)]
+struct RetriedPut(Arc<dyn Store>);
+impl fmt::Display for RetriedPut {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "retried-put")
+    }
+}
+#[async_trait]
+impl Store for RetriedPut {
+    async fn get(&self, k: &str) -> Result<Option<Object>, StoreError> {
+        self.0.get(k).await
+    }
+    async fn get_if_changed(&self, k: &str, v: &Version) -> Result<Conditional, StoreError> {
+        self.0.get_if_changed(k, v).await
+    }
+    async fn put(&self, k: &str, b: Bytes, c: Cond) -> Result<Version, StoreError> {
+        let _ = self.0.put(k, b.clone(), c.clone()).await;
+        self.0.put(k, b, c).await
+    }
+    async fn delete(&self, k: &str) -> Result<(), StoreError> {
+        self.0.delete(k).await
+    }
+    fn list(&self, p: &str) -> BoxStream<'static, Result<Entry, StoreError>> {
+        self.0.list(p)
+    }
+}
+
+#[tokio::test]
+async fn already_exists_from_our_own_retried_create_is_acquired() {
+    let bucket: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());
+    let clock = MockClock::new();
+    let c = client(Arc::new(RetriedPut(bucket.clone())), "n1", &clock, 4);
+    let Acquire::Acquired(mut l) = c.acquire(&name(), &opts()).await.unwrap() else {
+        panic!("AlreadyExists from our own retry must be read back, not reported Held")
+    };
+    assert_eq!(l.epoch(), 1);
+    // Likewise a renew whose retry answers Precondition.
+    l.renew_once().await.unwrap();
+    assert!(l.is_valid());
+    assert_eq!(l.version(), &snapshot(&bucket).await.unwrap().version);
+}
+
+#[tokio::test]
+async fn renew_that_lands_but_reports_failure_is_renewed() {
+    let (bucket, faults, _, clock) = setup();
+    let c = client(faults.clone(), "n1", &clock, 5);
+    let Acquire::Acquired(mut l) = c.acquire(&name(), &opts()).await.unwrap() else {
+        panic!()
+    };
+    clock.advance(Duration::from_millis(500));
+    faults.push(Fault::LandThenFail);
+    l.renew_once().await.unwrap();
+    assert_eq!(l.version(), &snapshot(&bucket).await.unwrap().version);
+    assert_eq!(
+        l.remaining(),
+        Duration::from_millis(900),
+        "validity from the send time"
+    );
+}
+
+#[tokio::test]
+async fn renew_unknown_then_late_landing_is_recognised() {
+    let (bucket, faults, _, clock) = setup();
+    let c = client(faults.clone(), "n1", &clock, 6);
+    let Acquire::Acquired(mut l) = c.acquire(&name(), &opts()).await.unwrap() else {
+        panic!()
+    };
+    clock.advance(Duration::from_millis(200));
+    faults.push(Fault::LandThenFail); // renew lands...
+    faults.push(Fault::FailBefore); // ...read-back fails: unknown
+    let e = l.renew_once().await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Unavailable);
+    assert!(l.is_valid(), "still within the old validity");
+    // The next attempt's If-Match (old version) is rejected; the read-back
+    // finds the earlier attempt's nonce: ours, renewed from that send time.
+    clock.advance(Duration::from_millis(100));
+    l.renew_once().await.unwrap();
+    assert_eq!(l.version(), &snapshot(&bucket).await.unwrap().version);
+    assert_eq!(
+        l.remaining(),
+        Duration::from_millis(800),
+        "from the first attempt's send"
+    );
+}
+
+#[tokio::test]
+async fn renew_retries_with_backoff_then_succeeds() {
+    let (_, faults, counting, clock) = setup();
+    let c = client(counting.clone(), "n1", &clock, 7);
+    let Acquire::Acquired(mut l) = c.acquire(&name(), &opts()).await.unwrap() else {
+        panic!()
+    };
+    let before = counting.counts();
+    for _ in 0..3 {
+        faults.push(Fault::FailBefore); // the write
+        faults.push(Fault::None); // its read-back shows it did not land
+    }
+    let t0 = leasehold::clock::Clock::now(&clock).since_origin();
+    l.renew().await.unwrap();
+    let used = counting.counts().since(&before);
+    assert_eq!(used.put_match, 4, "three failures then success");
+    assert!(
+        leasehold::clock::Clock::now(&clock).since_origin() > t0,
+        "backed off on the injected clock"
+    );
+    assert!(l.is_valid());
+}
+
+#[tokio::test]
+async fn partition_until_deadline_loses_the_lease_and_changes_nothing() {
+    let (bucket, faults, _, clock) = setup();
+    let c = client(faults.clone(), "n1", &clock, 8);
+    let Acquire::Acquired(mut l) = c.acquire(&name(), &opts()).await.unwrap() else {
+        panic!()
+    };
+    let before = snapshot(&bucket).await;
+    faults.set_partitioned(true);
+    let e = l.renew().await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Fenced, "{e}");
+    assert!(e.to_string().contains("unreachable"), "{e}");
+    assert!(!l.is_valid());
+    assert!(
+        leasehold::clock::Clock::now(&clock).since_origin() >= Duration::from_millis(900),
+        "gave up at the deadline, not before"
+    );
+    faults.set_partitioned(false);
+    assert_eq!(snapshot(&bucket).await, before);
+    // Once lost, always lost: no write is attempted.
+    assert_eq!(l.renew_once().await.unwrap_err().kind(), ErrorKind::Fenced);
+    assert_eq!(snapshot(&bucket).await, before);
+}
+
+#[tokio::test]
+async fn release_that_lands_but_reports_failure_is_released() {
+    let (bucket, faults, _, clock) = setup();
+    let c = client(faults.clone(), "n1", &clock, 9);
+    let Acquire::Acquired(l) = c.acquire(&name(), &opts()).await.unwrap() else {
+        panic!()
+    };
+    faults.push(Fault::LandThenFail);
+    l.release().await.unwrap();
+    let rec = leasehold::record::LeaseRecord::decode(
+        "leases/job",
+        &snapshot(&bucket).await.unwrap().bytes,
+        leasehold::record::Kind::Lease,
+    )
+    .unwrap();
+    assert!(rec.released);
+    assert_eq!(rec.epoch, 1);
+}
+
+/// Lets a competitor write just before our first If-Match write.
+#[derive(Debug)]
+struct Interloper {
+    inner: Arc<dyn Store>,
+    competitor: Mutex<Option<Bytes>>,
+}
+impl fmt::Display for Interloper {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "interloper")
+    }
+}
+#[async_trait]
+impl Store for Interloper {
+    async fn get(&self, k: &str) -> Result<Option<Object>, StoreError> {
+        self.inner.get(k).await
+    }
+    async fn get_if_changed(&self, k: &str, v: &Version) -> Result<Conditional, StoreError> {
+        self.inner.get_if_changed(k, v).await
+    }
+    async fn put(&self, k: &str, b: Bytes, c: Cond) -> Result<Version, StoreError> {
+        if let Cond::Match(v) = &c {
+            let comp = self.competitor.lock().unwrap().take();
+            if let Some(bytes) = comp {
+                self.inner
+                    .put(k, bytes, Cond::Match(v.clone()))
+                    .await
+                    .unwrap();
+            }
+        }
+        self.inner.put(k, b, c).await
+    }
+    async fn delete(&self, k: &str) -> Result<(), StoreError> {
+        self.inner.delete(k).await
+    }
+    fn list(&self, p: &str) -> BoxStream<'static, Result<Entry, StoreError>> {
+        self.inner.list(p)
+    }
+}
+
+#[tokio::test]
+async fn losing_the_final_cas_is_conflict_and_the_winner_stays() {
+    let bucket: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());
+    let clock = MockClock::new();
+    let a = client(bucket.clone(), "n1", &clock, 10);
+    let Acquire::Acquired(l) = a.acquire(&name(), &opts()).await.unwrap() else {
+        panic!()
+    };
+    l.release().await.unwrap();
+    // n3 takes the released lease between n2's read and n2's write.
+    let rival = client(Arc::new(ObjectStoreBackend::memory()), "n3", &clock, 11);
+    let mut rec = a
+        .read(leasehold::record::Kind::Lease, &name())
+        .await
+        .unwrap()
+        .unwrap()
+        .0;
+    rec.holder = rival.holder().clone();
+    rec.epoch += 1;
+    rec.released = false;
+    rec.nonce = "rival".into();
+    let rival_bytes = Bytes::from(rec.encode().unwrap());
+    let b = client(
+        Arc::new(Interloper {
+            inner: bucket.clone(),
+            competitor: Mutex::new(Some(rival_bytes.clone())),
+        }),
+        "n2",
+        &clock,
+        12,
+    );
+    let e = b.acquire(&name(), &opts()).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Conflict, "{e}");
+    assert_eq!(
+        snapshot(&bucket).await.unwrap().bytes,
+        rival_bytes,
+        "the winner's write stands"
+    );
+}

@@ -1,0 +1,219 @@
+//! The local directory store beyond the shared suite: compare-and-swap across
+//! OS processes, and refusal of symlinks, replaced roots and foreign files.
+
+use bytes::Bytes;
+use futures::StreamExt;
+use leasehold::store::{Cond, LocalDirStore, Store, StoreError};
+use std::os::unix::fs::PermissionsExt;
+use std::sync::Arc;
+
+const CHILD_ENV: &str = "LEASEHOLD_CAS_CHILD_DIR";
+const INCREMENTS: u64 = 150;
+
+/// Child half of `two_processes_contend_like_two_nodes`: increments a counter
+/// by read + If-Match write, retrying on Precondition. Ignored so that it runs
+/// only when the parent starts it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run as a child process by two_processes_contend_like_two_nodes"]
+async fn cas_child() {
+    let dir = std::env::var(CHILD_ENV).expect("parent sets the directory");
+    let s = LocalDirStore::open(dir).unwrap();
+    let mut done = 0;
+    let mut conflicts = 0u64;
+    while done < INCREMENTS {
+        let o = s.get("counter/value").await.unwrap().unwrap();
+        let n: u64 = std::str::from_utf8(&o.bytes).unwrap().parse().unwrap();
+        match s
+            .put(
+                "counter/value",
+                Bytes::from((n + 1).to_string()),
+                Cond::Match(o.version),
+            )
+            .await
+        {
+            Ok(_) => done += 1,
+            Err(StoreError::Precondition) => conflicts += 1,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    println!("CHILD-CONFLICTS {conflicts}");
+}
+
+#[tokio::test]
+async fn two_processes_contend_like_two_nodes() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = LocalDirStore::open(dir.path()).unwrap();
+    s.put("counter/value", Bytes::from_static(b"0"), Cond::Create)
+        .await
+        .unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let children: Vec<_> = (0..3)
+        .map(|_| {
+            std::process::Command::new(&exe)
+                .args(["--ignored", "--exact", "cas_child", "--nocapture"])
+                .env(CHILD_ENV, dir.path())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut conflicts = 0u64;
+    for c in children {
+        let o = c.wait_with_output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+        let out = String::from_utf8_lossy(&o.stdout);
+        let line = out
+            .lines()
+            .find(|l| l.starts_with("CHILD-CONFLICTS"))
+            .expect("child ran");
+        conflicts += line.split(' ').nth(1).unwrap().parse::<u64>().unwrap();
+    }
+    let v = s.get("counter/value").await.unwrap().unwrap();
+    assert_eq!(
+        std::str::from_utf8(&v.bytes).unwrap(),
+        (3 * INCREMENTS).to_string(),
+        "no lost update"
+    );
+    eprintln!("3 processes x {INCREMENTS} increments, {conflicts} rejected stale writes");
+}
+
+#[tokio::test]
+async fn files_are_owner_only_and_etag_changes_on_identical_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = LocalDirStore::open(dir.path().join("root")).unwrap();
+    let v1 = s
+        .put("a/b", Bytes::from_static(b"same"), Cond::Create)
+        .await
+        .unwrap();
+    let v2 = s
+        .put("a/b", Bytes::from_static(b"same"), Cond::Match(v1.clone()))
+        .await
+        .unwrap();
+    assert_ne!(v1, v2, "identical bytes still get a new ETag");
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&dir.path().join("root/a/b")), 0o600);
+    assert_eq!(mode(&dir.path().join("root/a")), 0o700);
+    assert_eq!(mode(&dir.path().join("root")), 0o700);
+}
+
+#[tokio::test]
+async fn symlinks_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("target"), b"outside").unwrap();
+    let s = LocalDirStore::open(dir.path()).unwrap();
+    // A symlinked key.
+    std::fs::create_dir(dir.path().join("leases")).unwrap();
+    std::os::unix::fs::symlink(outside.path().join("target"), dir.path().join("leases/x")).unwrap();
+    assert!(matches!(
+        s.get("leases/x").await,
+        Err(StoreError::Invalid { .. })
+    ));
+    let v = s
+        .put("leases/y", Bytes::from_static(b"1"), Cond::Create)
+        .await
+        .unwrap();
+    let _ = v;
+    let e = s
+        .put("leases/x", Bytes::from_static(b"2"), Cond::Create)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, StoreError::Invalid { .. }), "{e:?}");
+    // A symlinked directory on the way.
+    std::os::unix::fs::symlink(outside.path(), dir.path().join("nodes")).unwrap();
+    let e = s
+        .put("nodes/n1", Bytes::from_static(b"2"), Cond::Create)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, StoreError::Invalid { .. }), "{e:?}");
+    assert_eq!(
+        std::fs::read(outside.path().join("target")).unwrap(),
+        b"outside"
+    );
+    assert_eq!(
+        std::fs::read_dir(outside.path()).unwrap().count(),
+        1,
+        "nothing written outside"
+    );
+    let listed: Vec<_> = s.list("").map(|r| r.unwrap().key).collect().await;
+    assert_eq!(listed, ["leases/y"], "symlinks are not listed");
+}
+
+#[tokio::test]
+async fn a_replaced_root_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    let s = LocalDirStore::open(&root).unwrap();
+    s.put("k/a", Bytes::from_static(b"1"), Cond::Create)
+        .await
+        .unwrap();
+    std::fs::rename(&root, dir.path().join("moved")).unwrap();
+    std::fs::create_dir(&root).unwrap();
+    let e = s
+        .put("k/b", Bytes::from_static(b"1"), Cond::Create)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("changed identity"), "{e}");
+    assert!(matches!(
+        s.get("k/a").await,
+        Err(StoreError::Invalid { .. })
+    ));
+    assert_eq!(
+        std::fs::read_dir(&root).unwrap().count(),
+        0,
+        "nothing written to the new root"
+    );
+}
+
+#[tokio::test]
+async fn half_written_and_foreign_files_are_corrupt_not_absent() {
+    let dir = tempfile::tempdir().unwrap();
+    let s: Arc<dyn Store> = Arc::new(LocalDirStore::open(dir.path()).unwrap());
+    let v = s
+        .put("leases/t", Bytes::from_static(b"{\"a\":1}"), Cond::Create)
+        .await
+        .unwrap();
+    let path = dir.path().join("leases/t");
+    let full = std::fs::read(&path).unwrap();
+    // Truncated.
+    std::fs::write(&path, &full[..full.len() - 3]).unwrap();
+    let e = s.get("leases/t").await.unwrap_err();
+    assert!(
+        matches!(&e, StoreError::Corrupt { reason } if reason.contains("truncated")),
+        "{e:?}"
+    );
+    // A write conditioned on the old version is refused, and so is a create:
+    // corruption is never treated as absent nor overwritten.
+    assert!(matches!(
+        s.put("leases/t", Bytes::from_static(b"x"), Cond::Match(v))
+            .await,
+        Err(StoreError::Corrupt { .. })
+    ));
+    assert!(matches!(
+        s.put("leases/t", Bytes::from_static(b"x"), Cond::Create)
+            .await,
+        Err(StoreError::Corrupt { .. })
+    ));
+    assert_eq!(std::fs::read(&path).unwrap(), &full[..full.len() - 3]);
+    // Bit flip.
+    let mut flipped = full.clone();
+    let last = flipped.len() - 2;
+    flipped[last] ^= 1;
+    std::fs::write(&path, &flipped).unwrap();
+    assert!(
+        matches!(s.get("leases/t").await, Err(StoreError::Corrupt { reason }) if reason.contains("checksum"))
+    );
+    // Foreign file: listed without a version, reading it is Corrupt.
+    std::fs::write(dir.path().join("leases/foreign"), b"{}").unwrap();
+    let listed: Vec<_> = s.list("leases/").map(|r| r.unwrap()).collect().await;
+    let f = listed.iter().find(|e| e.key == "leases/foreign").unwrap();
+    assert_eq!(f.version.etag, None);
+    assert!(matches!(
+        s.get("leases/foreign").await,
+        Err(StoreError::Corrupt { .. })
+    ));
+    // Leftover temporary files from a crash are invisible.
+    std::fs::write(dir.path().join("leases/.tmp-dead"), b"junk").unwrap();
+    let keys: Vec<_> = s.list("").map(|r| r.unwrap().key).collect().await;
+    assert_eq!(keys, ["leases/foreign", "leases/t"]);
+}
