@@ -208,6 +208,7 @@ impl Store for History {
 type Op = std::pin::Pin<Box<dyn std::future::Future<Output = Done>>>;
 
 /// What an operation in flight hands back when its response arrives.
+#[allow(clippy::large_enum_variant)] // one per node in flight; size is irrelevant
 enum Done {
     Acquire(leasehold::Result<Acquire>),
     Renew(Box<Lease>, leasehold::Result<()>),
@@ -659,6 +660,7 @@ fn checker_catches_the_wall_clock_baseline() {
     let caught = (0..200u64)
         .filter(|&seed| !run_schedule(0xbad_0000 + seed, cfg).violations.is_empty())
         .count();
+    eprintln!("wall-clock baseline caught double-believing in {caught}/200 schedules");
     assert!(
         caught >= 20,
         "the naive baseline should be caught often; caught in {caught}/200"

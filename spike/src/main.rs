@@ -1,1 +1,362 @@
-fn main() {}
+//! spike: reproduce the bucket-lease measurements against any store URL.
+//!
+//! Each subcommand prints a markdown table (or `--json`). Timings are
+//! reported as ratios against raw requests measured in the same run on the
+//! same store, alternating A/B so that drift and noise hit both sides alike.
+//!
+//!   spike matrix  --store URL    conditional-write behaviour, one row
+//!   spike latency --store URL    our operations against raw object_store requests
+
+use bytes::Bytes;
+use clap::{Parser, Subcommand};
+use leasehold::Name;
+use leasehold::clock::{Clock, Entropy, OsEntropy, SystemClock};
+use leasehold::lease::{Acquire, AcquireOptions, LeaseClient};
+use leasehold::record::Kind;
+use leasehold::store::{
+    Cond, CountingStore, OpenOptions, Raw, Store, StoreError, open_raw, open_store,
+};
+use object_store::path::Path;
+use object_store::{GetOptions, ObjectStore, PutMode, PutOptions, PutPayload, UpdateVersion};
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Parser)]
+#[command(name = "spike", about = "Bucket-lease measurements against any store")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Conditional-write matrix: one row per store.
+    Matrix {
+        #[arg(long, required = true)]
+        store: Vec<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Latency of acquire-fresh, renew, resolve and release against raw
+    /// PUT-create, PUT-If-Match and GET, with round trips per operation.
+    Latency {
+        #[arg(long)]
+        store: String,
+        #[arg(long, default_value_t = 200)]
+        iterations: usize,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let cli = Cli::parse();
+    let r = match cli.cmd {
+        Cmd::Matrix { store, json } => matrix(store, json).await,
+        Cmd::Latency {
+            store,
+            iterations,
+            json,
+        } => latency(&store, iterations, json).await,
+    };
+    if let Err(e) = r {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}
+
+async fn matrix(urls: Vec<String>, json: bool) -> leasehold::Result<()> {
+    let mut rows = Vec::new();
+    for url in urls {
+        let store = open_store(&url, &OpenOptions::default()).await?;
+        let entropy = OsEntropy::new();
+        let (verdict, steps) = match leasehold::probe::probe(&store, &entropy).await {
+            Ok(r) => ("honours conditions".to_string(), r.steps),
+            Err(e) => (format!("REFUSED: {e}"), Vec::new()),
+        };
+        // The probe does not try If-Match on a missing key; do it here.
+        let missing = format!("_probe/{}/missing", entropy.hex_id());
+        let v = leasehold::store::Version {
+            etag: Some("nope".into()),
+            version: None,
+        };
+        let missing_ok = matches!(
+            store
+                .put(&missing, Bytes::from_static(b"{}"), Cond::Match(v))
+                .await,
+            Err(StoreError::Precondition)
+        );
+        let mut row = serde_json::Map::new();
+        row.insert("store".into(), url.clone().into());
+        for s in &steps {
+            row.insert(s.name.into(), s.ok.into());
+        }
+        row.insert("missing-key update rejected".into(), missing_ok.into());
+        row.insert("verdict".into(), verdict.into());
+        rows.push(serde_json::Value::Object(row));
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&rows).unwrap());
+        return Ok(());
+    }
+    let cols = [
+        "create",
+        "rejected create",
+        "update",
+        "rejected stale update",
+        "missing-key update rejected",
+        "create race",
+        "update race",
+        "conditional get",
+        "verdict",
+    ];
+    println!("| store | {} |", cols.join(" | "));
+    println!("|---|{}", "---|".repeat(cols.len()));
+    for r in rows {
+        let cells: Vec<String> = cols
+            .iter()
+            .map(|c| match &r[*c] {
+                serde_json::Value::Bool(true) => "yes".into(),
+                serde_json::Value::Bool(false) => "**no**".into(),
+                serde_json::Value::Null => "-".into(),
+                v => v.as_str().unwrap_or_default().to_string(),
+            })
+            .collect();
+        println!(
+            "| {} | {} |",
+            r["store"].as_str().unwrap(),
+            cells.join(" | ")
+        );
+    }
+    Ok(())
+}
+
+/// The raw side of the comparison: the backend without leasehold's layers.
+struct RawSide {
+    raw: Raw,
+    base: String,
+}
+
+impl RawSide {
+    fn path(&self, key: &str) -> Path {
+        match &self.raw {
+            Raw::Object { prefix, .. } if !prefix.is_empty() => {
+                Path::from(format!("{prefix}/{}/{key}", self.base))
+            }
+            _ => Path::from(format!("{}/{key}", self.base)),
+        }
+    }
+
+    async fn create(&self, key: &str, body: Bytes) -> (Option<String>, Option<String>) {
+        match &self.raw {
+            Raw::Local(l) => {
+                let v = l
+                    .put(&format!("{}/{key}", self.base), body, Cond::Create)
+                    .await
+                    .unwrap();
+                (v.etag, v.version)
+            }
+            Raw::Object { store, .. } => {
+                let opts = PutOptions {
+                    mode: PutMode::Create,
+                    ..Default::default()
+                };
+                let r = store
+                    .put_opts(&self.path(key), PutPayload::from_bytes(body), opts)
+                    .await
+                    .unwrap();
+                (r.e_tag, r.version)
+            }
+        }
+    }
+
+    async fn update(
+        &self,
+        key: &str,
+        body: Bytes,
+        v: (Option<String>, Option<String>),
+    ) -> (Option<String>, Option<String>) {
+        match &self.raw {
+            Raw::Local(l) => {
+                let ver = leasehold::store::Version {
+                    etag: v.0,
+                    version: v.1,
+                };
+                let v = l
+                    .put(&format!("{}/{key}", self.base), body, Cond::Match(ver))
+                    .await
+                    .unwrap();
+                (v.etag, v.version)
+            }
+            Raw::Object { store, .. } => {
+                let mode = PutMode::Update(UpdateVersion {
+                    e_tag: v.0,
+                    version: v.1,
+                });
+                let opts = PutOptions {
+                    mode,
+                    ..Default::default()
+                };
+                let r = store
+                    .put_opts(&self.path(key), PutPayload::from_bytes(body), opts)
+                    .await
+                    .unwrap();
+                (r.e_tag, r.version)
+            }
+        }
+    }
+
+    async fn get(&self, key: &str) -> Bytes {
+        match &self.raw {
+            Raw::Local(l) => {
+                l.get(&format!("{}/{key}", self.base))
+                    .await
+                    .unwrap()
+                    .unwrap()
+                    .bytes
+            }
+            Raw::Object { store, .. } => store
+                .get_opts(&self.path(key), GetOptions::default())
+                .await
+                .unwrap()
+                .bytes()
+                .await
+                .unwrap(),
+        }
+    }
+}
+
+struct Series(Vec<Duration>);
+
+impl Series {
+    fn pct(&self, p: f64) -> Duration {
+        let mut v = self.0.clone();
+        v.sort();
+        v[((v.len() as f64 - 1.0) * p).round() as usize]
+    }
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.3}", d.as_secs_f64() * 1000.0)
+}
+
+async fn latency(url: &str, iterations: usize, json: bool) -> leasehold::Result<()> {
+    let entropy = OsEntropy::new();
+    let base = format!("spike-latency-{}", entropy.hex_id());
+    let inner = open_store(url, &OpenOptions::default()).await?;
+    let counting = Arc::new(CountingStore::new(inner));
+    let store: Arc<dyn Store> = counting.clone();
+    leasehold::probe::probe(&store, &entropy).await?;
+    let raw = RawSide {
+        raw: open_raw(url, &OpenOptions::default()).await?,
+        base: base.clone(),
+    };
+    // Our keys live under leases/, the raw ones under <base>/; both fresh.
+    let clock = SystemClock::new();
+    let client = LeaseClient::builder(store.clone(), Name::new("spike")?).build()?;
+    let opts = AcquireOptions::ttl(Duration::from_secs(30));
+    let body = Bytes::from(vec![b'x'; 260]); // about one lease record
+    let names = [
+        "acquire (fresh key)",
+        "renew",
+        "resolve (GET record)",
+        "release",
+    ];
+    let raws = [
+        "raw PUT create",
+        "raw PUT If-Match",
+        "raw GET",
+        "raw PUT If-Match",
+    ];
+    let mut ours: Vec<Series> = (0..4).map(|_| Series(Vec::new())).collect();
+    let mut theirs: Vec<Series> = (0..4).map(|_| Series(Vec::new())).collect();
+    let mut trips = [0u64; 4];
+    let time = |t0: leasehold::clock::MonoTime| clock.now().saturating_since(t0);
+    for i in 0..iterations {
+        let name = Name::new(format!("{base}-{i}"))?;
+        let key = format!("k{i}");
+        // Alternate which side goes first.
+        for side in if i % 2 == 0 { [0, 1] } else { [1, 0] } {
+            if side == 0 {
+                let c0 = counting.counts();
+                let t0 = clock.now();
+                let Acquire::Acquired(mut l) = client.acquire(&name, &opts).await? else {
+                    panic!("fresh key held")
+                };
+                ours[0].0.push(time(t0));
+                let c1 = counting.counts();
+                let t0 = clock.now();
+                l.renew_once().await?;
+                ours[1].0.push(time(t0));
+                let c2 = counting.counts();
+                let t0 = clock.now();
+                client.read(Kind::Lease, &name).await?.expect("present");
+                ours[2].0.push(time(t0));
+                let c3 = counting.counts();
+                let t0 = clock.now();
+                l.release().await?;
+                ours[3].0.push(time(t0));
+                let c4 = counting.counts();
+                for (j, (a, b)) in [(c0, c1), (c1, c2), (c2, c3), (c3, c4)].iter().enumerate() {
+                    trips[j] += b.since(a).total();
+                }
+            } else {
+                let t0 = clock.now();
+                let v = raw.create(&key, body.clone()).await;
+                theirs[0].0.push(time(t0));
+                let t0 = clock.now();
+                let v = raw.update(&key, body.clone(), v).await;
+                theirs[1].0.push(time(t0));
+                let t0 = clock.now();
+                raw.get(&key).await;
+                theirs[2].0.push(time(t0));
+                let t0 = clock.now();
+                raw.update(&key, body.clone(), v).await;
+                theirs[3].0.push(time(t0));
+            }
+        }
+    }
+    let mut rows = Vec::new();
+    for j in 0..4 {
+        let (a, b) = (&ours[j], &theirs[j]);
+        rows.push(serde_json::json!({
+            "operation": names[j], "baseline": raws[j],
+            "p50_ms": a.pct(0.5).as_secs_f64() * 1e3, "p99_ms": a.pct(0.99).as_secs_f64() * 1e3,
+            "raw_p50_ms": b.pct(0.5).as_secs_f64() * 1e3, "raw_p99_ms": b.pct(0.99).as_secs_f64() * 1e3,
+            "p50_ratio": a.pct(0.5).as_secs_f64() / b.pct(0.5).as_secs_f64(),
+            "round_trips": trips[j] as f64 / iterations as f64,
+        }));
+    }
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &serde_json::json!({"store": url, "iterations": iterations, "rows": rows})
+            )
+            .unwrap()
+        );
+        return Ok(());
+    }
+    println!("store {url}, {iterations} iterations, A/B alternating");
+    println!();
+    println!(
+        "| operation | round trips | p50 ms | p99 ms | baseline | raw p50 ms | raw p99 ms | p50 ratio |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    for j in 0..4 {
+        let (a, b) = (&ours[j], &theirs[j]);
+        println!(
+            "| {} | {:.2} | {} | {} | {} | {} | {} | {:.2} |",
+            names[j],
+            trips[j] as f64 / iterations as f64,
+            ms(a.pct(0.5)),
+            ms(a.pct(0.99)),
+            raws[j],
+            ms(b.pct(0.5)),
+            ms(b.pct(0.99)),
+            a.pct(0.5).as_secs_f64() / b.pct(0.5).as_secs_f64()
+        );
+    }
+    Ok(())
+}

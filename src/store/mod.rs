@@ -42,7 +42,7 @@ pub use counting::{CountingStore, RequestCounts};
 pub use fault::{Fault, FaultPlan, FaultStore};
 pub use local::LocalDirStore;
 pub use objstore::ObjectStoreBackend;
-pub use open::{OpenOptions, open_store};
+pub use open::{OpenOptions, Raw, open_raw, open_store};
 
 /// The version of one committed write: the ETag and, where the store has one,
 /// its version or generation (GCS fences on generations). Both are kept and

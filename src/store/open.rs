@@ -39,9 +39,36 @@ impl Default for OpenOptions {
 /// Opens the store named by `url`. The returned store has not been probed:
 /// call [`crate::probe::probe`] before trusting it with leases.
 pub async fn open_store(url: &str, opts: &OpenOptions) -> Result<Arc<dyn Store>, Error> {
+    Ok(match open_raw(url, opts).await? {
+        Raw::Local(s) => Arc::new(s),
+        Raw::Object {
+            store,
+            prefix,
+            display,
+        } => Arc::new(ObjectStoreBackend::new(store, &prefix, display)),
+    })
+}
+
+/// A store as its backend crate exposes it, for measurements that compare
+/// leasehold against raw requests (the spike).
+pub enum Raw {
+    Local(LocalDirStore),
+    Object {
+        store: Arc<dyn object_store::ObjectStore>,
+        prefix: String,
+        display: String,
+    },
+}
+
+/// Opens the backend named by `url` without leasehold's adapter.
+pub async fn open_raw(url: &str, opts: &OpenOptions) -> Result<Raw, Error> {
     let bad = |reason: &str| Error::invalid("store URL", format!("{url:?}: {reason}"));
     if url == "memory://" || url == "memory:" {
-        return Ok(Arc::new(ObjectStoreBackend::memory()));
+        return Ok(Raw::Object {
+            store: Arc::new(object_store::memory::InMemory::new()),
+            prefix: String::new(),
+            display: "memory://".into(),
+        });
     }
     let (scheme, rest) = url
         .split_once("://")
@@ -53,7 +80,7 @@ pub async fn open_store(url: &str, opts: &OpenOptions) -> Result<Arc<dyn Store>,
             ));
         }
         let store = LocalDirStore::open(rest).map_err(|e| bad(&e.to_string()))?;
-        return Ok(Arc::new(store));
+        return Ok(Raw::Local(store));
     }
     if rest.contains('?') || rest.contains('@') || rest.contains('#') {
         return Err(bad(
@@ -128,7 +155,11 @@ pub async fn open_store(url: &str, opts: &OpenOptions) -> Result<Arc<dyn Store>,
         ),
         other => return Err(bad(&format!("unknown scheme {other:?}"))),
     };
-    Ok(Arc::new(ObjectStoreBackend::new(inner, prefix, display)))
+    Ok(Raw::Object {
+        store: inner,
+        prefix: prefix.to_string(),
+        display,
+    })
 }
 
 /// Bridges aws-config's credential chain (environment, profiles, SSO, web
