@@ -53,7 +53,10 @@ impl HostLock {
             .mode(0o700)
             .create(dir)
             .map_err(|e| Error::invalid("lock directory", format!("{}: {e}", dir.display())))?;
-        let path = dir.join(format!("{node}-{:016x}.lock", fnv(store)));
+        let path = dir.join(format!(
+            "{node}-{:016x}.lock",
+            crate::store::local::fnv1a64(store.as_bytes())
+        ));
         let mut f = OpenOptions::new()
             .read(true)
             .write(true)
@@ -94,15 +97,6 @@ impl HostLock {
     pub fn host(&self) -> &str {
         &self.host
     }
-}
-
-fn fnv(s: &str) -> u64 {
-    let mut h: u64 = 0xcbf29ce484222325;
-    for b in s.bytes() {
-        h ^= b as u64;
-        h = h.wrapping_mul(0x100000001b3);
-    }
-    h
 }
 
 #[cfg(test)]

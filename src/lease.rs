@@ -311,6 +311,18 @@ impl LeaseClientBuilder {
     }
 }
 
+/// The error for a write whose read-back shows it did not land: transient,
+/// and safe to retry (a late landing is recognised by its nonce).
+fn not_landed(op: &'static str, key: &str, advice: &str) -> Error {
+    Error::Unavailable {
+        op,
+        key: key.to_string(),
+        source: crate::store::StoreError::Unavailable {
+            message: format!("the {op} did not land; {advice}"),
+        },
+    }
+}
+
 /// One attempted write: its nonce and when it was sent.
 #[derive(Debug, Clone)]
 struct Attempt {
@@ -518,15 +530,7 @@ impl LeaseClient {
                 ));
             }
             Written::Rejected { current } => current,
-            Written::NotLanded => {
-                return Err(Error::Unavailable {
-                    op: "create",
-                    key,
-                    source: crate::store::StoreError::Unavailable {
-                        message: "the create did not land; try again".into(),
-                    },
-                });
-            }
+            Written::NotLanded => return Err(not_landed("create", &key, "try again")),
         };
         let Some((rec, version, arrived)) = current else {
             // Rejected, yet nothing there: deleted in between (garbage
@@ -570,20 +574,16 @@ impl LeaseClient {
                 ))
             }
             Written::Rejected { .. } => Err(Error::Conflict { key }),
-            Written::NotLanded => Err(Error::Unavailable {
-                op: "takeover",
-                key,
-                source: crate::store::StoreError::Unavailable {
-                    message: "the takeover did not land; try again".into(),
-                },
-            }),
+            Written::NotLanded => Err(not_landed("takeover", &key, "try again")),
         }
     }
 
     /// Picks up a lease from a token issued to an earlier process (a one-shot
     /// `leasehold lease acquire`). The returned lease acts as the holder named
-    /// in the record, once the record's instance and version match the token. The lease's validity is unknown until the next successful
-    /// renew, so [`Lease::is_valid`] is false until then.
+    /// in the record, once the record's instance and version match the token.
+    /// Its validity is unknown until the next successful renew (we do not
+    /// know when the last write was sent), so [`Lease::is_valid`] is false
+    /// until then.
     pub async fn resume(&self, kind: Kind, name: &Name, token: &LeaseToken) -> Result<Lease> {
         let key = key_for(kind, name);
         let Some((rec, version, _)) = self.read_key(kind, &key).await? else {
@@ -805,13 +805,7 @@ impl Lease {
             }
             Ok(Written::NotLanded) => {
                 self.pending = pending;
-                Err(Error::Unavailable {
-                    op: "renew",
-                    key: self.key.clone(),
-                    source: crate::store::StoreError::Unavailable {
-                        message: "renew did not land".into(),
-                    },
-                })
+                Err(not_landed("renew", &self.key, "retry before the deadline"))
             }
             Err(e) => {
                 if e.is_transient() {
@@ -870,7 +864,6 @@ impl Lease {
             State::Lost => return Err(self.lost("already lost")),
             State::Released => return Ok(()),
         }
-        let was = self.state;
         self.state = State::Released;
         let clock = self.client.inner.clock.clone();
         let mut next = self.record.clone();
@@ -905,20 +898,11 @@ impl Lease {
                     clock.sleep(ttl / 20).await;
                 }
                 Ok(Written::NotLanded) => {
-                    return Err(Error::Unavailable {
-                        op: "release",
-                        key: self.key.clone(),
-                        source: crate::store::StoreError::Unavailable {
-                            message: format!(
-                                "release did not land ({}); the lease will expire by observation",
-                                if was == State::Held {
-                                    "held"
-                                } else {
-                                    "resumed"
-                                }
-                            ),
-                        },
-                    });
+                    return Err(not_landed(
+                        "release",
+                        &self.key,
+                        "the lease will expire by observation",
+                    ));
                 }
                 Err(e) => return Err(e),
             }
@@ -932,20 +916,8 @@ mod tests {
 
     fn rec(instance: &str, released: bool) -> LeaseRecord {
         LeaseRecord {
-            schema: SCHEMA.into(),
-            kind: Kind::Lease,
-            holder: Holder {
-                node: "n1".into(),
-                host: "h1".into(),
-                instance: instance.into(),
-            },
             epoch: 5,
-            ttl_ms: 1000,
-            renewed_at_ms: 0,
-            released,
-            address: None,
-            attrs: Default::default(),
-            nonce: "x".into(),
+            ..crate::record::sample(instance, released)
         }
     }
 

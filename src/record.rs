@@ -163,27 +163,33 @@ impl LeaseRecord {
     }
 }
 
+/// A valid record for unit tests elsewhere in the crate.
+#[cfg(test)]
+pub(crate) fn sample(instance: &str, released: bool) -> LeaseRecord {
+    LeaseRecord {
+        schema: SCHEMA.into(),
+        kind: Kind::Lease,
+        holder: Holder {
+            node: "n1".into(),
+            host: "h1".into(),
+            instance: instance.into(),
+        },
+        epoch: 1,
+        ttl_ms: 1000,
+        renewed_at_ms: 0,
+        released,
+        address: None,
+        attrs: Default::default(),
+        nonce: "n".into(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn rec() -> LeaseRecord {
-        LeaseRecord {
-            schema: SCHEMA.into(),
-            kind: Kind::Lease,
-            holder: Holder {
-                node: "n1".into(),
-                host: "h1".into(),
-                instance: "abc".into(),
-            },
-            epoch: 1,
-            ttl_ms: 1000,
-            renewed_at_ms: 0,
-            released: false,
-            address: None,
-            attrs: Default::default(),
-            nonce: "n".into(),
-        }
+        sample("abc", false)
     }
 
     #[test]
