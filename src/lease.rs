@@ -101,8 +101,8 @@ pub enum Takeover {
     Released,
     /// Seen unchanged for ttl + margin.
     Expired,
-    /// Held by an earlier instance of this node on this host, and we hold the
-    /// host lock, so that instance is dead.
+    /// Held by an earlier instance of this node on this host that held the
+    /// host lock, and we hold it now, so that instance is dead.
     PredecessorDead,
 }
 
@@ -126,7 +126,11 @@ pub fn decide_takeover(
     {
         return Some(Takeover::Own);
     }
-    if holds_host_lock && current.holder.node == me.node && current.holder.host == me.host {
+    if holds_host_lock
+        && current.host_locked
+        && current.holder.node == me.node
+        && current.holder.host == me.host
+    {
         return Some(Takeover::PredecessorDead);
     }
     let ttl = Duration::from_millis(current.ttl_ms);
@@ -291,6 +295,7 @@ impl LeaseClientBuilder {
             ttl_ms: 1000,
             renewed_at_ms: 0,
             released: false,
+            host_locked: false,
             address: None,
             attrs: Default::default(),
             nonce: "x".into(),
@@ -384,6 +389,7 @@ impl LeaseClient {
             ttl_ms: opts.ttl.as_millis() as u64,
             renewed_at_ms: self.inner.clock.wall_ms(),
             released: false,
+            host_locked: self.inner.host_lock.is_some(),
             address: opts.address.clone(),
             attrs: opts.attrs.clone(),
             nonce: self.inner.entropy.hex_id(),
@@ -766,6 +772,9 @@ impl Lease {
         edit(&mut next);
         next.nonce = self.client.inner.entropy.hex_id();
         next.renewed_at_ms = clock.wall_ms();
+        // Whoever writes says whether it holds the host lock (a resumed
+        // one-shot holder does not, even if the node that acquired did).
+        next.host_locked = self.client.inner.host_lock.is_some();
         let mut pending = std::mem::take(&mut self.pending);
         let r = self
             .client
@@ -917,6 +926,7 @@ mod tests {
     fn rec(instance: &str, released: bool) -> LeaseRecord {
         LeaseRecord {
             epoch: 5,
+            host_locked: true,
             ..crate::record::sample(instance, released)
         }
     }
@@ -981,6 +991,15 @@ mod tests {
         assert_eq!(
             decide_takeover(&held, &me("n1", "h1", "i2"), true, z, m),
             Some(Takeover::PredecessorDead)
+        );
+        // A predecessor that never held the host lock proves nothing.
+        let unlocked = LeaseRecord {
+            host_locked: false,
+            ..held.clone()
+        };
+        assert_eq!(
+            decide_takeover(&unlocked, &me("n1", "h1", "i2"), true, z, m),
+            None
         );
         // Same node id on another host never steals early.
         assert_eq!(

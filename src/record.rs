@@ -52,6 +52,11 @@ pub struct LeaseRecord {
     /// Holder's wall clock at the write. For humans only; never for safety.
     pub renewed_at_ms: u64,
     pub released: bool,
+    /// The writer held the host lock for (node, store) on `holder.host`. Only
+    /// then does a later instance's host lock prove this one dead: a process
+    /// that never took the lock (a one-shot CLI holder) proves nothing.
+    #[serde(default)]
+    pub host_locked: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub address: Option<String>,
     #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
@@ -178,6 +183,7 @@ pub(crate) fn sample(instance: &str, released: bool) -> LeaseRecord {
         ttl_ms: 1000,
         renewed_at_ms: 0,
         released,
+        host_locked: false,
         address: None,
         attrs: Default::default(),
         nonce: "n".into(),

@@ -422,11 +422,40 @@ async fn lease_expiry_by_observation(s: Arc<dyn Store>) {
 async fn lease_predecessor_takeover_needs_host_lock_and_same_host(s: Arc<dyn Store>) {
     let dir = tempfile::tempdir().unwrap();
     let clock = MockClock::new();
-    let old = client(s.clone(), "n1", &clock, 60);
-    let Acquire::Acquired(_l) = old.acquire(&name("pred"), &ttl(60_000)).await.unwrap() else {
+    let with_lock = |seed: u64| {
+        LeaseClient::builder(s.clone(), name("n1"))
+            .host_lock(HostLock::acquire(dir.path(), &s.to_string(), "n1", "host-a").unwrap())
+            .clock(Arc::new(clock.clone()))
+            .entropy(Arc::new(SeededEntropy::new(seed)))
+            .build()
+            .unwrap()
+    };
+    // A holder without the host lock (a one-shot CLI process, say): a node
+    // instance with the lock cannot prove it dead, and must wait.
+    let unlocked = client(s.clone(), "n1", &clock, 59);
+    let Acquire::Acquired(_u) = unlocked
+        .acquire(&name("unlocked"), &ttl(60_000))
+        .await
+        .unwrap()
+    else {
         panic!()
     };
-    drop(old); // the old instance "dies"
+    let locked = with_lock(58);
+    assert!(matches!(
+        locked
+            .acquire(&name("unlocked"), &ttl(60_000))
+            .await
+            .unwrap(),
+        Acquire::Held { .. }
+    ));
+    drop(locked);
+    let old = with_lock(60);
+    let Acquire::Acquired(old_lease) = old.acquire(&name("pred"), &ttl(60_000)).await.unwrap()
+    else {
+        panic!()
+    };
+    // The old instance dies: its client, its lease handle and its host lock.
+    drop((old, old_lease));
     // Same node, same host, without the host lock: must wait.
     let no_lock = client(s.clone(), "n1", &clock, 61);
     assert!(matches!(
@@ -449,12 +478,7 @@ async fn lease_predecessor_takeover_needs_host_lock_and_same_host(s: Arc<dyn Sto
     ));
     drop(other_host);
     // Same node, same host, holding the host lock: immediate takeover.
-    let new = LeaseClient::builder(s.clone(), name("n1"))
-        .host_lock(HostLock::acquire(dir.path(), &s.to_string(), "n1", "host-a").unwrap())
-        .clock(Arc::new(clock.clone()))
-        .entropy(Arc::new(SeededEntropy::new(63)))
-        .build()
-        .unwrap();
+    let new = with_lock(63);
     let Acquire::Acquired(l) = new.acquire(&name("pred"), &ttl(60_000)).await.unwrap() else {
         panic!("host lock proves the predecessor dead")
     };
