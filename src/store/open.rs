@@ -213,3 +213,50 @@ impl CredentialProvider for AwsConfigCredentials {
         Ok(cred)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn err(url: &str) -> String {
+        match open_store(url, &OpenOptions::default()).await {
+            Ok(s) => panic!("{url} opened as {s}"),
+            Err(e) => {
+                assert_eq!(e.kind(), crate::ErrorKind::Invalid, "{e}");
+                e.to_string()
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn urls() {
+        assert_eq!(
+            open_store("memory://", &OpenOptions::default())
+                .await
+                .unwrap()
+                .to_string(),
+            "memory://"
+        );
+        let d = tempfile::tempdir().unwrap();
+        let url = format!("file://{}", d.path().display());
+        assert_eq!(
+            open_store(&url, &OpenOptions::default())
+                .await
+                .unwrap()
+                .to_string(),
+            url
+        );
+        // GCS and Azure build without contacting anything; names keep the prefix.
+        let gs = open_store("gs://bucket/fleet-a", &OpenOptions::default()).await;
+        assert_eq!(gs.unwrap().to_string(), "gs://bucket/fleet-a");
+        assert!(err("ftp://x").await.contains("unknown scheme"));
+        assert!(err("nothing").await.contains("expected s3://"));
+        assert!(err("file://rel/dir").await.contains("absolute"));
+        assert!(err("s3://").await.contains("missing bucket"));
+        assert!(err("s3://b/a/../x").await.contains(".."));
+        for secret in ["s3://key:secret@b", "az://c?sig=abc", "gs://b#frag"] {
+            let m = err(secret).await;
+            assert!(m.contains("do not belong in the URL"), "{m}");
+        }
+    }
+}
