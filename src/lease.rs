@@ -162,6 +162,16 @@ impl Observer {
         }
     }
 
+    /// How long `key` has been seen at `version` unchanged as of `now`, or
+    /// None if it was last seen at another version (or never).
+    pub fn unchanged_for(&self, key: &str, version: &Version, now: MonoTime) -> Option<Duration> {
+        let seen = self.seen.lock().unwrap();
+        match seen.get(key) {
+            Some((v, first)) if v == version => Some(now.saturating_since(*first)),
+            _ => None,
+        }
+    }
+
     pub fn forget(&self, key: &str) {
         self.seen.lock().unwrap().remove(key);
     }
@@ -217,7 +227,7 @@ struct Inner {
     clock: Arc<dyn Clock>,
     entropy: Arc<dyn Entropy>,
     holder: Holder,
-    host_lock: Option<HostLock>,
+    host_lock: Option<Arc<HostLock>>,
     observer: Observer,
 }
 
@@ -245,7 +255,7 @@ pub struct LeaseClientBuilder {
     instance: Option<String>,
     clock: Option<Arc<dyn Clock>>,
     entropy: Option<Arc<dyn Entropy>>,
-    host_lock: Option<HostLock>,
+    host_lock: Option<Arc<HostLock>>,
 }
 
 impl LeaseClientBuilder {
@@ -268,8 +278,8 @@ impl LeaseClientBuilder {
     }
     /// With the host lock, leases held by an earlier instance of this node on
     /// this host are taken over at once.
-    pub fn host_lock(mut self, l: HostLock) -> Self {
-        self.host_lock = Some(l);
+    pub fn host_lock(mut self, l: impl Into<Arc<HostLock>>) -> Self {
+        self.host_lock = Some(l.into());
         self
     }
     pub fn build(self) -> Result<LeaseClient> {

@@ -2,6 +2,7 @@
 pub mod cli;
 pub mod clock;
 pub mod error;
+pub mod fleet;
 pub mod hostlock;
 pub mod lease;
 pub mod name;

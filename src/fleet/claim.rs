@@ -1,0 +1,148 @@
+//! Session claims: `sessions/<name>`.
+//!
+//! A claim has no TTL of its own. It names its owner `{node, instance}` and is
+//! live while `nodes/<node>` is live with that same instance, so a node renews
+//! one object however many sessions it runs. Its `epoch` is the session's
+//! fencing token: it increases on every takeover and is never reset (release
+//! leaves a tombstone).
+
+use crate::error::{Error, Result};
+use crate::record::SCHEMA;
+use serde::{Deserialize, Serialize};
+
+/// Who runs a session.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Owner {
+    pub node: String,
+    pub instance: String,
+}
+
+/// The state an owner records. `queued` and `interrupted` are not stored:
+/// they are what a reader concludes from a missing/released claim or a dead
+/// owner (see [`Status`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ClaimState {
+    Running,
+    Paused,
+    Succeeded,
+    Failed,
+    Released,
+}
+
+impl ClaimState {
+    /// Completed sessions are not run again unless their manifest changes.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, ClaimState::Succeeded | ClaimState::Failed)
+    }
+
+    /// Legal transitions for the owner. Anything else is refused.
+    pub fn can_become(self, next: ClaimState) -> bool {
+        use ClaimState::*;
+        match (self, next) {
+            (a, b) if a == b => true,
+            (Running, _) => true,
+            (Paused, Running | Released) => true,
+            (Succeeded | Failed, Released | Running) => true, // Running: manifest changed
+            (Released, _) => false, // a released claim is taken over (epoch + 1), not revived
+            _ => false,
+        }
+    }
+}
+
+/// The status vocabulary shown to users.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// No live claim.
+    Queued,
+    Running,
+    Paused,
+    /// The owner was lost without releasing.
+    Interrupted,
+    Succeeded,
+    Failed,
+}
+
+/// The stored claim.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClaimRecord {
+    pub schema: String,
+    pub kind: String,
+    pub owner: Owner,
+    pub epoch: u64,
+    pub state: ClaimState,
+    /// Digest of the manifest spec this claim runs.
+    pub digest: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    #[serde(default)]
+    pub restarts: u32,
+    /// Owner's wall clock; for humans.
+    pub updated_at_ms: u64,
+    pub nonce: String,
+}
+
+impl ClaimRecord {
+    pub fn decode(key: &str, bytes: &[u8]) -> Result<Self> {
+        let corrupt = |r: String| Error::corrupt(key, r);
+        if bytes.len() > 64 * 1024 {
+            return Err(corrupt(format!(
+                "{} bytes, larger than any claim",
+                bytes.len()
+            )));
+        }
+        let v: serde_json::Value =
+            serde_json::from_slice(bytes).map_err(|e| corrupt(format!("not valid JSON ({e})")))?;
+        match v.get("schema").and_then(|s| s.as_str()) {
+            Some(SCHEMA) => {}
+            Some(o) => {
+                return Err(corrupt(format!(
+                    "unknown schema {o:?} (this build reads {SCHEMA})"
+                )));
+            }
+            None => {
+                return Err(corrupt(
+                    "no \"schema\" field: not a leasehold object".into(),
+                ));
+            }
+        }
+        if v.get("kind").and_then(|k| k.as_str()) != Some("session") {
+            return Err(corrupt("kind is not \"session\"".into()));
+        }
+        let r: ClaimRecord =
+            serde_json::from_value(v).map_err(|e| corrupt(format!("malformed claim: {e}")))?;
+        if r.epoch == 0 {
+            return Err(corrupt("epoch must be at least 1".into()));
+        }
+        crate::Name::new(r.owner.node.clone()).map_err(|e| corrupt(format!("owner.node: {e}")))?;
+        Ok(r)
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("claim serialises")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ClaimState::*;
+
+    #[test]
+    fn transitions() {
+        assert!(Running.can_become(Paused));
+        assert!(Running.can_become(Succeeded));
+        assert!(Paused.can_become(Running));
+        assert!(!Paused.can_become(Succeeded));
+        assert!(
+            !Released.can_become(Running),
+            "released claims are taken over, not revived"
+        );
+        assert!(Succeeded.can_become(Running));
+        assert!(Succeeded.is_terminal() && Failed.is_terminal() && !Running.is_terminal());
+    }
+}

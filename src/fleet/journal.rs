@@ -1,0 +1,163 @@
+//! The node's journal: what it did (claimed, started, exited, lost, released,
+//! ...), with a contiguous sequence per instance, bounded by count and bytes.
+//! Eviction is never silent: a reader whose cursor is older than retention is
+//! told so (`Page::gap`). The HTTP surface over it is issue #4's.
+
+use serde::Serialize;
+use std::collections::VecDeque;
+use std::sync::Mutex;
+
+/// One event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Event {
+    pub seq: u64,
+    /// Wall clock, for humans.
+    pub at_ms: u64,
+    pub kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub epoch: Option<u64>,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub detail: String,
+}
+
+impl Event {
+    fn size(&self) -> usize {
+        64 + self.kind.len() + self.session.as_ref().map_or(0, |s| s.len()) + self.detail.len()
+    }
+}
+
+/// A page of events after a cursor.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Page {
+    /// Events from `gap.0` to `gap.1` (inclusive) were evicted before this
+    /// reader saw them.
+    pub gap: Option<(u64, u64)>,
+    pub events: Vec<Event>,
+    /// The latest sequence number written (0: none yet).
+    pub latest: u64,
+}
+
+/// The cursor is beyond the latest event.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("cursor {cursor} is beyond the latest event {latest}")]
+pub struct BeyondLatest {
+    pub cursor: u64,
+    pub latest: u64,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    events: VecDeque<Event>,
+    next: u64,
+    bytes: usize,
+}
+
+/// A bounded, sequenced journal.
+#[derive(Debug)]
+pub struct Journal {
+    inner: Mutex<Inner>,
+    max_events: usize,
+    max_bytes: usize,
+}
+
+impl Journal {
+    pub fn new(max_events: usize, max_bytes: usize) -> Self {
+        Journal {
+            inner: Mutex::new(Inner {
+                next: 1,
+                ..Default::default()
+            }),
+            max_events: max_events.max(1),
+            max_bytes: max_bytes.max(1),
+        }
+    }
+
+    /// Appends an event; returns its sequence number.
+    pub fn record(
+        &self,
+        at_ms: u64,
+        kind: &'static str,
+        session: Option<&str>,
+        epoch: Option<u64>,
+        detail: impl Into<String>,
+    ) -> u64 {
+        let mut i = self.inner.lock().unwrap();
+        let e = Event {
+            seq: i.next,
+            at_ms,
+            kind,
+            session: session.map(str::to_string),
+            epoch,
+            detail: detail.into(),
+        };
+        i.next += 1;
+        i.bytes += e.size();
+        tracing::info!(seq = e.seq, kind, session = ?e.session, epoch = ?e.epoch, detail = %e.detail, "event");
+        i.events.push_back(e);
+        while i.events.len() > self.max_events || (i.bytes > self.max_bytes && i.events.len() > 1) {
+            let old = i.events.pop_front().expect("non-empty");
+            i.bytes -= old.size();
+        }
+        i.next - 1
+    }
+
+    /// Events after `cursor` (0 = from the beginning), at most `limit`.
+    pub fn after(&self, cursor: u64, limit: usize) -> Result<Page, BeyondLatest> {
+        let i = self.inner.lock().unwrap();
+        let latest = i.next - 1;
+        if cursor > latest {
+            return Err(BeyondLatest { cursor, latest });
+        }
+        let oldest = i.events.front().map_or(i.next, |e| e.seq);
+        let gap = (cursor + 1 < oldest).then(|| (cursor + 1, oldest - 1));
+        let events = i
+            .events
+            .iter()
+            .filter(|e| e.seq > cursor)
+            .take(limit)
+            .cloned()
+            .collect();
+        Ok(Page {
+            gap,
+            events,
+            latest,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounded_with_explicit_gap_and_typed_beyond_latest() {
+        let j = Journal::new(3, 1 << 20);
+        for n in 0..5 {
+            assert_eq!(j.record(0, "claimed", Some("s"), Some(n), ""), n + 1);
+        }
+        let p = j.after(0, 10).unwrap();
+        assert_eq!(p.gap, Some((1, 2)), "evicted 1..=2, said so");
+        assert_eq!(
+            p.events.iter().map(|e| e.seq).collect::<Vec<_>>(),
+            [3, 4, 5]
+        );
+        let p = j.after(3, 1).unwrap();
+        assert_eq!((p.gap, p.events[0].seq, p.latest), (None, 4, 5));
+        assert!(j.after(5, 10).unwrap().events.is_empty());
+        assert_eq!(
+            j.after(6, 10).unwrap_err(),
+            BeyondLatest {
+                cursor: 6,
+                latest: 5
+            }
+        );
+        // Byte bound.
+        let j = Journal::new(1000, 300);
+        for _ in 0..10 {
+            j.record(0, "x", None, None, "y".repeat(100));
+        }
+        assert!(j.after(0, 100).unwrap().events.len() <= 2);
+    }
+}

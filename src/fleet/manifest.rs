@@ -1,0 +1,369 @@
+//! Manifests: `manifests/<name>`, the desired session.
+//!
+//! Admission is idempotent, like `kubectl apply` of an unchanged object:
+//! creating is create-if-absent with the spec's digest stored beside it; the
+//! same name with the same digest answers with the existing manifest; a
+//! different digest is a typed `Conflict` with nothing changed; replacing
+//! requires the current version (If-Match).
+
+use super::{Put, json_nonce, put_checked};
+use crate::clock::Entropy;
+use crate::error::{Error, Result};
+use crate::name::Name;
+use crate::record::SCHEMA;
+use crate::store::{Cond, Store, Version};
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Largest encoded manifest.
+pub const MAX_MANIFEST_BYTES: usize = 64 * 1024;
+
+/// What to do when a session's process exits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum RestartPolicy {
+    /// Restart on any exit (a service).
+    Always,
+    /// Restart on a non-zero exit; a zero exit completes the session.
+    #[default]
+    OnFailure,
+    /// Never restart; the exit completes the session.
+    Never,
+}
+
+/// The desired session. Unknown fields are refused (a typo is not silently
+/// ignored).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Spec {
+    /// Program for the exec runner (looked up in PATH).
+    pub command: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// Only nodes whose labels include all of these.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub selector: BTreeMap<String, String>,
+    /// Ranked ahead of other eligible nodes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub preferred_nodes: Vec<String>,
+    #[serde(default)]
+    pub restart: RestartPolicy,
+    #[serde(default)]
+    pub paused: bool,
+}
+
+fn label_ok(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '/'))
+}
+
+impl Spec {
+    /// Validates every field; the error names the field.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |field: &str, reason: &str| Error::invalid(format!("spec.{field}"), reason);
+        if self.command.trim().is_empty() {
+            return Err(bad("command", "must not be empty"));
+        }
+        if self.command.len() > 4096 || self.command.contains('\0') {
+            return Err(bad("command", "at most 4096 bytes, no NUL"));
+        }
+        if self.args.len() > 256 {
+            return Err(bad("args", "at most 256 arguments"));
+        }
+        if let Some(i) = self
+            .args
+            .iter()
+            .position(|a| a.len() > 4096 || a.contains('\0'))
+        {
+            return Err(bad(&format!("args[{i}]"), "at most 4096 bytes, no NUL"));
+        }
+        if self.env.len() > 256 {
+            return Err(bad("env", "at most 256 variables"));
+        }
+        for (k, v) in &self.env {
+            let name_ok = k
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_uppercase() || c == '_')
+                && k.chars()
+                    .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+                && k.len() <= 128;
+            if !name_ok {
+                return Err(bad(
+                    &format!("env.{k}"),
+                    "names are [A-Z_][A-Z0-9_]*, at most 128 bytes",
+                ));
+            }
+            if k.starts_with("LEASEHOLD_") {
+                return Err(bad(&format!("env.{k}"), "LEASEHOLD_* is set by the runner"));
+            }
+            if v.len() > 4096 || v.contains('\0') {
+                return Err(bad(
+                    &format!("env.{k}"),
+                    "values are at most 4096 bytes, no NUL",
+                ));
+            }
+        }
+        for (k, v) in &self.selector {
+            if !label_ok(k) || !label_ok(v) {
+                return Err(bad(
+                    &format!("selector.{k}"),
+                    "labels are 1-63 of [A-Za-z0-9._/-]",
+                ));
+            }
+        }
+        if self.preferred_nodes.len() > 64 {
+            return Err(bad("preferred_nodes", "at most 64 nodes"));
+        }
+        for n in &self.preferred_nodes {
+            Name::new(n.clone()).map_err(|e| bad("preferred_nodes", &e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// SHA-256 of the canonical JSON encoding (maps are ordered), hex.
+    pub fn digest(&self) -> String {
+        use sha2::Digest;
+        let bytes = serde_json::to_vec(self).expect("spec serialises");
+        hex::encode(sha2::Sha256::digest(&bytes))
+    }
+
+    /// Parses a spec from user input (JSON), validating it.
+    pub fn parse(bytes: &[u8]) -> Result<Spec> {
+        if bytes.len() > MAX_MANIFEST_BYTES {
+            return Err(Error::TooLarge {
+                what: "manifest spec".into(),
+                size: bytes.len(),
+                limit: MAX_MANIFEST_BYTES,
+            });
+        }
+        let de = &mut serde_json::Deserializer::from_slice(bytes);
+        let spec: Spec = serde_path_to_error::deserialize(de).map_err(|e| {
+            let path = e.path().to_string();
+            let what = if path == "." {
+                "spec".to_string()
+            } else {
+                format!("spec.{path}")
+            };
+            Error::invalid(what, e.into_inner().to_string())
+        })?;
+        spec.validate()?;
+        Ok(spec)
+    }
+}
+
+/// The stored manifest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ManifestRecord {
+    pub schema: String,
+    pub kind: String,
+    pub name: String,
+    pub digest: String,
+    pub spec: Spec,
+    pub nonce: String,
+}
+
+impl ManifestRecord {
+    pub fn decode(key: &str, bytes: &[u8]) -> Result<Self> {
+        let corrupt = |r: String| Error::corrupt(key, r);
+        if bytes.len() > MAX_MANIFEST_BYTES {
+            return Err(corrupt(format!(
+                "{} bytes, larger than any manifest",
+                bytes.len()
+            )));
+        }
+        let v: serde_json::Value =
+            serde_json::from_slice(bytes).map_err(|e| corrupt(format!("not valid JSON ({e})")))?;
+        match v.get("schema").and_then(|s| s.as_str()) {
+            Some(SCHEMA) => {}
+            Some(o) => {
+                return Err(corrupt(format!(
+                    "unknown schema {o:?} (this build reads {SCHEMA})"
+                )));
+            }
+            None => {
+                return Err(corrupt(
+                    "no \"schema\" field: not a leasehold object".into(),
+                ));
+            }
+        }
+        if v.get("kind").and_then(|k| k.as_str()) != Some("manifest") {
+            return Err(corrupt("kind is not \"manifest\"".into()));
+        }
+        let r: ManifestRecord =
+            serde_json::from_value(v).map_err(|e| corrupt(format!("malformed manifest: {e}")))?;
+        r.spec.validate().map_err(|e| corrupt(e.to_string()))?;
+        if r.digest != r.spec.digest() {
+            return Err(corrupt("digest does not match the spec".into()));
+        }
+        if key.rsplit('/').next() != Some(r.name.as_str()) {
+            return Err(corrupt(format!("name {:?} does not match the key", r.name)));
+        }
+        Ok(r)
+    }
+}
+
+/// The key of manifest `name`.
+pub fn key(name: &Name) -> String {
+    format!("manifests/{name}")
+}
+
+/// What `apply` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Applied {
+    Created(Version),
+    /// Same name, same digest: nothing written.
+    Unchanged(Version),
+    Replaced(Version),
+}
+
+/// Creates manifest `name` or, if it exists with the same digest, answers
+/// `Unchanged`. A different digest is `Conflict` and nothing changes; pass
+/// `replace` (the current version) to replace it.
+pub async fn apply(
+    store: &Arc<dyn Store>,
+    entropy: &dyn Entropy,
+    name: &Name,
+    spec: &Spec,
+    replace: Option<&Version>,
+) -> Result<Applied> {
+    spec.validate()?;
+    let key = key(name);
+    let rec = ManifestRecord {
+        schema: SCHEMA.into(),
+        kind: "manifest".into(),
+        name: name.to_string(),
+        digest: spec.digest(),
+        spec: spec.clone(),
+        nonce: entropy.hex_id(),
+    };
+    let bytes = serde_json::to_vec(&rec).expect("manifest serialises");
+    if bytes.len() > MAX_MANIFEST_BYTES {
+        return Err(Error::TooLarge {
+            what: "manifest".into(),
+            size: bytes.len(),
+            limit: MAX_MANIFEST_BYTES,
+        });
+    }
+    let cond = match replace {
+        Some(v) => Cond::Match(v.clone()),
+        None => Cond::Create,
+    };
+    match put_checked(
+        store,
+        &key,
+        Bytes::from(bytes),
+        cond,
+        &rec.nonce,
+        json_nonce,
+    )
+    .await?
+    {
+        Put::Committed(v) if replace.is_some() => Ok(Applied::Replaced(v)),
+        Put::Committed(v) => Ok(Applied::Created(v)),
+        Put::Rejected(Some((bytes, version))) => {
+            let existing = ManifestRecord::decode(&key, &bytes)?;
+            if replace.is_none() && existing.digest == rec.digest {
+                Ok(Applied::Unchanged(version))
+            } else {
+                Err(Error::Conflict { key })
+            }
+        }
+        Put::Rejected(None) => Err(Error::NotFound { key }),
+    }
+}
+
+/// Reads manifest `name`.
+pub async fn get(store: &Arc<dyn Store>, name: &Name) -> Result<Option<(ManifestRecord, Version)>> {
+    let key = key(name);
+    match store
+        .get(&key)
+        .await
+        .map_err(|e| Error::from_store("get", &key, e))?
+    {
+        None => Ok(None),
+        Some(o) => Ok(Some((ManifestRecord::decode(&key, &o.bytes)?, o.version))),
+    }
+}
+
+/// Deletes manifest `name`. Its owner stops the session and releases the
+/// claim; the claim's tombstone stays, so its epochs never restart.
+pub async fn delete(store: &Arc<dyn Store>, name: &Name) -> Result<bool> {
+    let key = key(name);
+    let existed = store
+        .get(&key)
+        .await
+        .map_err(|e| Error::from_store("get", &key, e))?
+        .is_some();
+    store
+        .delete(&key)
+        .await
+        .map_err(|e| Error::from_store("delete", &key, e))?;
+    Ok(existed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn spec(cmd: &str) -> Spec {
+        Spec {
+            command: cmd.into(),
+            args: vec![],
+            env: Default::default(),
+            selector: Default::default(),
+            preferred_nodes: vec![],
+            restart: RestartPolicy::OnFailure,
+            paused: false,
+        }
+    }
+
+    #[test]
+    fn digest_is_canonical_and_sensitive() {
+        let a = spec("sleep");
+        assert_eq!(a.digest(), spec("sleep").digest());
+        assert_ne!(a.digest(), spec("sleeps").digest());
+        assert_eq!(a.digest().len(), 64);
+    }
+
+    #[test]
+    fn bad_specs_name_the_field() {
+        let cases: Vec<(&str, &str)> = vec![
+            (r#"{"command":""}"#, "spec.command"),
+            (r#"{"command":"x","args":["a\u0000"]}"#, "spec.args[0]"),
+            (r#"{"command":"x","env":{"lower":"v"}}"#, "spec.env.lower"),
+            (
+                r#"{"command":"x","env":{"LEASEHOLD_EPOCH":"1"}}"#,
+                "spec.env.LEASEHOLD_EPOCH",
+            ),
+            (
+                r#"{"command":"x","selector":{"zone":""}}"#,
+                "spec.selector.zone",
+            ),
+            (
+                r#"{"command":"x","preferred_nodes":["a/b"]}"#,
+                "spec.preferred_nodes",
+            ),
+            (r#"{"command":"x","restart":"sometimes"}"#, "spec.restart"),
+            (
+                r#"{"command":"x","comand":"typo"}"#,
+                "unknown field `comand`",
+            ),
+            (r#"[1]"#, "invalid spec"),
+        ];
+        for (json, needle) in cases {
+            let e = Spec::parse(json.as_bytes()).unwrap_err();
+            assert_eq!(e.kind(), crate::ErrorKind::Invalid, "{json}");
+            assert!(e.to_string().contains(needle), "{json}: {e}");
+        }
+        let e = Spec::parse(&vec![b' '; MAX_MANIFEST_BYTES + 1]).unwrap_err();
+        assert!(matches!(e, Error::TooLarge { .. }));
+    }
+}

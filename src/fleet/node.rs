@@ -1,0 +1,881 @@
+//! The node: registers `nodes/<id>`, renews it, and runs the pull loop.
+//!
+//! [`run`] is the whole node, in the manner of mini-redis: it returns when
+//! `shutdown` is cancelled, after stopping its sessions, releasing their
+//! claims and releasing its node lease, so peers take over at once.
+//!
+//! Safety rests on two rules:
+//! - a session claim is live only while its owner's node lease is live with
+//!   the same instance, so a session may run only until this node's lease
+//!   validity deadline; the runner enforces that deadline on its own (the
+//!   watchdog kills at it), and the deadline moves only after a successful
+//!   renew;
+//! - a peer takes a claim over only once it has seen the owner's node lease
+//!   unchanged for ttl + margin, or released, or superseded by a newer
+//!   instance: by then the owner's validity has ended.
+
+use super::claim::{ClaimRecord, ClaimState, Owner};
+use super::journal::Journal;
+use super::manifest::{ManifestRecord, RestartPolicy};
+use super::plan::{self, Claimable, ManifestView, NodeView};
+use super::runner::{Runner, SessionStart};
+use super::{Put, json_nonce, put_checked};
+use crate::clock::{Clock, Entropy, MonoTime};
+use crate::error::{Error, Result};
+use crate::hostlock::HostLock;
+use crate::lease::{Acquire, AcquireOptions, Lease, LeaseClient, default_margin};
+use crate::name::Name;
+use crate::record::{Kind, LeaseRecord, SCHEMA};
+use crate::store::{Cond, Entry, Store, Version};
+use bytes::Bytes;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+/// How a node behaves.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    pub id: Name,
+    /// Most sessions this node runs at once.
+    pub capacity: u32,
+    pub labels: BTreeMap<String, String>,
+    /// Published in the node lease and in claims.
+    pub address: Option<String>,
+    /// Node lease TTL. Sessions move about ttl + margin + one poll after a
+    /// node dies.
+    pub ttl: Duration,
+    /// Listing interval when things change; an idle fleet backs off to
+    /// `max_poll`.
+    pub poll: Duration,
+    pub max_poll: Duration,
+    /// Placement delay per rank: the node ranked r waits r × grace.
+    pub grace: Duration,
+    /// Run the conditional-write probe before serving.
+    pub probe: bool,
+}
+
+impl NodeConfig {
+    pub fn new(id: Name, ttl: Duration) -> Self {
+        NodeConfig {
+            id,
+            capacity: 16,
+            labels: BTreeMap::new(),
+            address: None,
+            ttl,
+            poll: ttl / 3,
+            max_poll: ttl,
+            grace: ttl / 3,
+            probe: true,
+        }
+    }
+}
+
+/// What a node needs from outside: the store, time, randomness, a runner,
+/// an optional host lock (for immediate reclaim after a restart), and the
+/// journal it records into.
+#[derive(Debug, Clone)]
+pub struct NodeDeps {
+    pub store: Arc<dyn Store>,
+    pub clock: Arc<dyn Clock>,
+    pub entropy: Arc<dyn Entropy>,
+    pub runner: Arc<dyn Runner>,
+    pub host_lock: Option<Arc<HostLock>>,
+    pub journal: Arc<Journal>,
+}
+
+/// The node lease's state as the renew task publishes it.
+#[derive(Debug, Clone, Copy)]
+struct Validity {
+    until: MonoTime,
+    lost: bool,
+}
+
+/// A session this node holds the claim for.
+#[derive(Debug, Clone)]
+struct Owned {
+    record: ClaimRecord,
+    version: Version,
+    running: bool,
+}
+
+/// Runs a node until `shutdown` is cancelled.
+pub async fn run(cfg: NodeConfig, deps: NodeDeps, shutdown: CancellationToken) -> Result<()> {
+    if cfg.capacity == 0 {
+        return Err(Error::invalid("capacity", "must be at least 1"));
+    }
+    if cfg.probe {
+        crate::probe::probe(&deps.store, deps.entropy.as_ref()).await?;
+    }
+    loop {
+        // One registration: a fresh instance id every time.
+        let mut builder = LeaseClient::builder(deps.store.clone(), cfg.id.clone())
+            .clock(deps.clock.clone())
+            .entropy(deps.entropy.clone());
+        if let Some(l) = &deps.host_lock {
+            builder = builder.host_lock(l.clone());
+        }
+        let client = builder.build()?;
+        let Some(lease) = register(&cfg, &deps, &client, &shutdown).await? else {
+            return Ok(()); // shut down while waiting
+        };
+        let mut node = Node::new(cfg.clone(), deps.clone(), client);
+        match node.serve(lease, &shutdown).await? {
+            Ended::Shutdown => return Ok(()),
+            Ended::LeaseLost => {
+                deps.journal.record(
+                    deps.clock.wall_ms(),
+                    "re-registering",
+                    None,
+                    None,
+                    "node lease lost",
+                );
+            }
+        }
+    }
+}
+
+fn node_attrs(cfg: &NodeConfig, load: u32) -> serde_json::Map<String, serde_json::Value> {
+    let mut m = serde_json::Map::new();
+    m.insert("capacity".into(), cfg.capacity.into());
+    m.insert("load".into(), load.into());
+    m.insert(
+        "labels".into(),
+        serde_json::to_value(&cfg.labels).expect("labels serialise"),
+    );
+    m
+}
+
+/// Acquires `nodes/<id>`. Without the host lock, a live earlier instance
+/// (or a node of the same id elsewhere) is waited out by observation.
+async fn register(
+    cfg: &NodeConfig,
+    deps: &NodeDeps,
+    client: &LeaseClient,
+    shutdown: &CancellationToken,
+) -> Result<Option<Lease>> {
+    let mut opts = AcquireOptions::ttl(cfg.ttl);
+    opts.address = cfg.address.clone();
+    opts.attrs = node_attrs(cfg, 0);
+    loop {
+        match client.acquire_kind(Kind::Node, &cfg.id, &opts).await {
+            Ok(Acquire::Acquired(l)) => {
+                deps.journal.record(
+                    deps.clock.wall_ms(),
+                    "registered",
+                    None,
+                    Some(l.epoch()),
+                    format!("instance {}", client.holder().instance),
+                );
+                return Ok(Some(l));
+            }
+            Ok(Acquire::Held { holder, .. }) => {
+                tracing::warn!(node = %cfg.id, holder = ?holder, "node id held by another instance; waiting");
+            }
+            Err(e) if e.is_transient() || e.kind() == crate::ErrorKind::Conflict => {
+                tracing::warn!(node = %cfg.id, error = %e, "registering");
+            }
+            Err(e) => return Err(e),
+        }
+        tokio::select! {
+            _ = deps.clock.sleep(cfg.poll) => {}
+            _ = shutdown.cancelled() => return Ok(None),
+        }
+    }
+}
+
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+enum Ended {
+    Shutdown,
+    LeaseLost,
+}
+
+struct Node {
+    cfg: NodeConfig,
+    deps: NodeDeps,
+    client: LeaseClient,
+    me: Owner,
+    owned: HashMap<String, Owned>,
+    nodes: HashMap<String, (Version, LeaseRecord)>,
+    manifests: HashMap<String, (Version, ManifestRecord)>,
+    claims: HashMap<String, (Version, ClaimRecord)>,
+    /// When each session was first seen claimable (for rank × grace).
+    first_claimable: HashMap<String, MonoTime>,
+    idle_ticks: u32,
+    /// The validity deadline as of the current tick, for restarts.
+    last_valid_until: MonoTime,
+}
+
+fn name_of(key: &str) -> &str {
+    key.rsplit('/').next().unwrap_or(key)
+}
+
+impl Node {
+    fn new(cfg: NodeConfig, deps: NodeDeps, client: LeaseClient) -> Self {
+        let me = Owner {
+            node: cfg.id.to_string(),
+            instance: client.holder().instance.clone(),
+        };
+        Node {
+            cfg,
+            deps,
+            client,
+            me,
+            owned: HashMap::new(),
+            nodes: HashMap::new(),
+            manifests: HashMap::new(),
+            claims: HashMap::new(),
+            first_claimable: HashMap::new(),
+            idle_ticks: 0,
+            last_valid_until: MonoTime::ZERO,
+        }
+    }
+
+    fn event(
+        &self,
+        kind: &'static str,
+        session: Option<&str>,
+        epoch: Option<u64>,
+        detail: impl Into<String>,
+    ) {
+        self.deps
+            .journal
+            .record(self.deps.clock.wall_ms(), kind, session, epoch, detail);
+    }
+
+    async fn serve(&mut self, lease: Lease, shutdown: &CancellationToken) -> Result<Ended> {
+        let (valid_tx, valid_rx) = watch::channel(Validity {
+            until: lease.valid_until(),
+            lost: false,
+        });
+        let (load_tx, load_rx) = watch::channel(0u32);
+        let stop_renew = CancellationToken::new();
+        // Aborted with this future: a node whose task dies must not leave its
+        // lease renewing behind it.
+        let mut renew = AbortOnDrop(tokio::spawn(renew_task(
+            lease,
+            self.cfg.clone(),
+            self.deps.clone(),
+            valid_tx,
+            load_rx,
+            stop_renew.clone(),
+        )));
+        let ended = loop {
+            let v = *valid_rx.borrow();
+            if v.lost || self.deps.clock.now() >= v.until {
+                self.stop_all("node lease lost").await;
+                break Ended::LeaseLost;
+            }
+            if shutdown.is_cancelled() {
+                break Ended::Shutdown;
+            }
+            let changed = match self.tick(v.until).await {
+                Ok(changed) => changed,
+                Err(e) => {
+                    tracing::warn!(error = %e, "pull loop tick failed");
+                    true
+                }
+            };
+            let _ = load_tx.send(self.owned.len() as u32);
+            self.idle_ticks = if changed {
+                0
+            } else {
+                self.idle_ticks.saturating_add(1)
+            };
+            let pause = (self.cfg.poll * 2u32.saturating_pow(self.idle_ticks.min(6)))
+                .min(self.cfg.max_poll);
+            let mut valid_rx2 = valid_rx.clone();
+            tokio::select! {
+                _ = self.deps.clock.sleep(pause) => {}
+                _ = shutdown.cancelled() => {}
+                _ = valid_rx2.changed() => {}
+            }
+        };
+        stop_renew.cancel();
+        let lease = (&mut renew.0)
+            .await
+            .map_err(|e| Error::Internal(format!("renew task: {e}")))?;
+        if let Ended::Shutdown = ended {
+            self.stop_all("shutting down").await;
+            self.release_claims().await;
+            if let Some(l) = lease {
+                let epoch = l.epoch();
+                match l.release().await {
+                    Ok(()) => self.event("released", None, Some(epoch), "node lease"),
+                    Err(e) => tracing::warn!(error = %e, "releasing the node lease"),
+                }
+            }
+        }
+        Ok(ended)
+    }
+
+    async fn stop_all(&mut self, why: &str) {
+        for (name, o) in self.owned.iter_mut() {
+            if o.running {
+                self.deps.runner.stop(name).await;
+                o.running = false;
+                self.deps.journal.record(
+                    self.deps.clock.wall_ms(),
+                    "stopped",
+                    Some(name),
+                    Some(o.record.epoch),
+                    why.to_string(),
+                );
+            }
+        }
+        if why == "node lease lost" {
+            self.owned.clear();
+        }
+    }
+
+    async fn release_claims(&mut self) {
+        let names: Vec<String> = self.owned.keys().cloned().collect();
+        for name in names {
+            if let Err(e) = self.set_state(&name, ClaimState::Released, None).await {
+                tracing::warn!(session = name, error = %e, "releasing claim");
+            }
+        }
+        self.owned.clear();
+    }
+
+    /// Lists, refreshes changed records, and acts. Returns whether anything
+    /// changed (for pacing).
+    async fn tick(&mut self, valid_until: MonoTime) -> Result<bool> {
+        let mut changed = false;
+        let node_entries = self.client.observe_listing("nodes/").await?;
+        let manifest_entries = self.client.observe_listing("manifests/").await?;
+        let claim_entries = self.client.observe_listing("sessions/").await?;
+        changed |= refresh(&self.deps.store, &node_entries, &mut self.nodes, |k, b| {
+            LeaseRecord::decode(k, b, Kind::Node)
+        })
+        .await?;
+        changed |= refresh(
+            &self.deps.store,
+            &manifest_entries,
+            &mut self.manifests,
+            ManifestRecord::decode,
+        )
+        .await?;
+        changed |= refresh(
+            &self.deps.store,
+            &claim_entries,
+            &mut self.claims,
+            ClaimRecord::decode,
+        )
+        .await?;
+
+        self.last_valid_until = valid_until;
+        let now = self.deps.clock.now();
+        let views = self.node_views(now);
+        changed |= self.handle_exits().await;
+        changed |= self.reconcile_owned(valid_until).await;
+
+        // Claim what is claimable, within capacity, in rank order.
+        let mut names: Vec<String> = self
+            .manifests
+            .keys()
+            .map(|k| name_of(k).to_string())
+            .collect();
+        names.sort();
+        for name in names {
+            if self.owned.len() as u32 >= self.cfg.capacity {
+                break;
+            }
+            if self.owned.contains_key(&name) {
+                continue;
+            }
+            let (_, m) = &self.manifests[&format!("manifests/{name}")];
+            let mv = manifest_view(m);
+            let claim = self.claims.get(&format!("sessions/{name}"));
+            let cv = claim.map(|(_, c)| claim_view(c));
+            let Some(why) = plan::claimable(&mv, cv.as_ref(), &views, &self.me) else {
+                self.first_claimable.remove(&name);
+                continue;
+            };
+            let first = *self.first_claimable.entry(name.clone()).or_insert(now);
+            let wait = match why {
+                Claimable::Predecessor => Duration::ZERO,
+                _ => match plan::my_rank(&mv, &views, &self.me.node) {
+                    Some(r) => self.cfg.grace * r as u32,
+                    None => continue,
+                },
+            };
+            if now.saturating_since(first) < wait {
+                changed = true; // keep polling briskly while a claim is pending
+                continue;
+            }
+            changed |= self
+                .claim(&name, m.clone(), claim.cloned(), valid_until)
+                .await?;
+        }
+        Ok(changed)
+    }
+
+    fn node_views(&self, now: MonoTime) -> Vec<NodeView> {
+        let mut out = Vec::new();
+        for (key, (version, rec)) in &self.nodes {
+            let ttl = Duration::from_millis(rec.ttl_ms);
+            let expired = self
+                .client
+                .observer()
+                .unchanged_for(key, version, now)
+                .is_some_and(|d| d >= ttl + default_margin(ttl));
+            let attrs = &rec.attrs;
+            let get = |k: &str| attrs.get(k).and_then(|v| v.as_u64()).unwrap_or(0) as u32;
+            let labels = attrs
+                .get("labels")
+                .and_then(|l| serde_json::from_value(l.clone()).ok())
+                .unwrap_or_default();
+            let mine = rec.holder.node == self.me.node && rec.holder.instance == self.me.instance;
+            out.push(NodeView {
+                id: rec.holder.node.clone(),
+                instance: rec.holder.instance.clone(),
+                capacity: if mine {
+                    self.cfg.capacity
+                } else {
+                    get("capacity")
+                },
+                load: if mine {
+                    self.owned.len() as u32
+                } else {
+                    get("load")
+                },
+                labels: if mine {
+                    self.cfg.labels.clone()
+                } else {
+                    labels
+                },
+                live: mine || (!rec.released && !expired),
+            });
+        }
+        out
+    }
+
+    async fn claim(
+        &mut self,
+        name: &str,
+        manifest: ManifestRecord,
+        existing: Option<(Version, ClaimRecord)>,
+        valid_until: MonoTime,
+    ) -> Result<bool> {
+        if self.deps.clock.now() >= valid_until {
+            return Ok(false);
+        }
+        let key = format!("sessions/{name}");
+        let (cond, epoch, restarts) = match &existing {
+            None => (Cond::Create, 1, 0),
+            Some((v, c)) => (Cond::Match(v.clone()), c.epoch + 1, 0),
+        };
+        let record = ClaimRecord {
+            schema: SCHEMA.into(),
+            kind: "session".into(),
+            owner: self.me.clone(),
+            epoch,
+            state: ClaimState::Running,
+            digest: manifest.digest.clone(),
+            address: self.cfg.address.clone(),
+            exit_code: None,
+            restarts,
+            updated_at_ms: self.deps.clock.wall_ms(),
+            nonce: self.deps.entropy.hex_id(),
+        };
+        let put = put_checked(
+            &self.deps.store,
+            &key,
+            Bytes::from(record.encode()),
+            cond,
+            &record.nonce,
+            json_nonce,
+        )
+        .await?;
+        match put {
+            Put::Committed(version) => {
+                self.first_claimable.remove(name);
+                self.event(
+                    "claimed",
+                    Some(name),
+                    Some(epoch),
+                    match &existing {
+                        None => "new session".to_string(),
+                        Some((_, c)) => format!(
+                            "from {}/{} at epoch {}",
+                            c.owner.node, c.owner.instance, c.epoch
+                        ),
+                    },
+                );
+                self.claims.insert(key, (version.clone(), record.clone()));
+                self.owned.insert(
+                    name.to_string(),
+                    Owned {
+                        record,
+                        version,
+                        running: false,
+                    },
+                );
+                self.start(name, &manifest, valid_until).await;
+                Ok(true)
+            }
+            Put::Rejected(_) => {
+                tracing::debug!(session = name, "lost the claim race");
+                Ok(true)
+            }
+        }
+    }
+
+    async fn start(&mut self, name: &str, manifest: &ManifestRecord, valid_until: MonoTime) {
+        let Some(o) = self.owned.get(name) else {
+            return;
+        };
+        let epoch = o.record.epoch;
+        let start = SessionStart {
+            name: name.to_string(),
+            epoch,
+            spec: manifest.spec.clone(),
+            deadline: valid_until,
+        };
+        match self.deps.runner.start(start).await {
+            Ok(()) => {
+                if let Some(o) = self.owned.get_mut(name) {
+                    o.running = true;
+                }
+                self.event("started", Some(name), Some(epoch), "");
+            }
+            Err(e) => {
+                self.event(
+                    "failed",
+                    Some(name),
+                    Some(epoch),
+                    format!("could not start: {e}"),
+                );
+                let _ = self.set_state(name, ClaimState::Failed, Some(127)).await;
+            }
+        }
+    }
+
+    /// Fenced state change of an owned claim (If-Match on our last version).
+    /// A rejection means a peer took the claim over: stop and forget it.
+    async fn set_state(
+        &mut self,
+        name: &str,
+        state: ClaimState,
+        exit_code: Option<i32>,
+    ) -> Result<()> {
+        let Some(o) = self.owned.get(name).cloned() else {
+            return Ok(());
+        };
+        if !o.record.state.can_become(state) {
+            return Err(Error::invalid(
+                "claim transition",
+                format!("{:?} -> {:?} for {name}", o.record.state, state),
+            ));
+        }
+        let mut next = o.record.clone();
+        next.state = state;
+        next.exit_code = exit_code;
+        next.updated_at_ms = self.deps.clock.wall_ms();
+        next.nonce = self.deps.entropy.hex_id();
+        let key = format!("sessions/{name}");
+        match put_checked(
+            &self.deps.store,
+            &key,
+            Bytes::from(next.encode()),
+            Cond::Match(o.version),
+            &next.nonce,
+            json_nonce,
+        )
+        .await?
+        {
+            Put::Committed(v) => {
+                let kind: &'static str = match state {
+                    ClaimState::Running => "running",
+                    ClaimState::Paused => "paused",
+                    ClaimState::Succeeded => "succeeded",
+                    ClaimState::Failed => "failed",
+                    ClaimState::Released => "released",
+                };
+                self.event(
+                    kind,
+                    Some(name),
+                    Some(next.epoch),
+                    exit_code.map(|c| format!("exit {c}")).unwrap_or_default(),
+                );
+                self.claims.insert(key, (v.clone(), next.clone()));
+                if state == ClaimState::Released {
+                    self.owned.remove(name);
+                } else if let Some(o) = self.owned.get_mut(name) {
+                    o.record = next;
+                    o.version = v;
+                }
+                Ok(())
+            }
+            Put::Rejected(_) => {
+                self.lose(name, "claim changed by another writer").await;
+                Err(Error::Lost {
+                    key,
+                    epoch: o.record.epoch,
+                    reason: "claim taken over".into(),
+                })
+            }
+        }
+    }
+
+    async fn lose(&mut self, name: &str, why: &str) {
+        if let Some(o) = self.owned.remove(name) {
+            if o.running {
+                self.deps.runner.stop(name).await;
+            }
+            self.event("lost", Some(name), Some(o.record.epoch), why.to_string());
+        }
+    }
+
+    /// Applies the restart policy to sessions that ended by themselves.
+    async fn handle_exits(&mut self) -> bool {
+        let exits = self.deps.runner.take_exits();
+        let changed = !exits.is_empty();
+        for x in exits {
+            let Some(o) = self.owned.get_mut(&x.name) else {
+                continue;
+            };
+            if o.record.epoch != x.epoch {
+                continue;
+            }
+            o.running = false;
+            self.event(
+                "exited",
+                Some(&x.name),
+                Some(x.epoch),
+                format!(
+                    "code {}{}",
+                    x.code,
+                    if x.deadline { " (deadline)" } else { "" }
+                ),
+            );
+            if x.deadline {
+                continue; // the lease lapsed; the loop notices and stops all
+            }
+            let Some((_, m)) = self
+                .manifests
+                .get(&format!("manifests/{}", x.name))
+                .cloned()
+            else {
+                continue;
+            };
+            let restart = match m.spec.restart {
+                RestartPolicy::Always => true,
+                RestartPolicy::OnFailure => x.code != 0,
+                RestartPolicy::Never => false,
+            };
+            if restart {
+                if let Some(o) = self.owned.get_mut(&x.name) {
+                    o.record.restarts += 1;
+                }
+                let until = self.last_valid_until;
+                self.start(&x.name, &m, until).await;
+            } else {
+                let state = if x.code == 0 {
+                    ClaimState::Succeeded
+                } else {
+                    ClaimState::Failed
+                };
+                let _ = self.set_state(&x.name, state, Some(x.code)).await;
+            }
+        }
+        changed
+    }
+
+    /// Keeps owned sessions in line with their manifests and claims.
+    async fn reconcile_owned(&mut self, valid_until: MonoTime) -> bool {
+        let mut changed = false;
+        let names: Vec<String> = self.owned.keys().cloned().collect();
+        for name in names {
+            let key = format!("sessions/{name}");
+            let o = self.owned[&name].clone();
+            // Someone else wrote our claim: we were judged dead. Stop.
+            if let Some((v, _)) = self.claims.get(&key)
+                && *v != o.version
+            {
+                self.lose(&name, "claim changed by another writer").await;
+                changed = true;
+                continue;
+            }
+            let manifest = self
+                .manifests
+                .get(&format!("manifests/{name}"))
+                .map(|(_, m)| m.clone());
+            match manifest {
+                None => {
+                    if o.running {
+                        self.deps.runner.stop(&name).await;
+                        self.event(
+                            "stopped",
+                            Some(&name),
+                            Some(o.record.epoch),
+                            "manifest deleted",
+                        );
+                    }
+                    let _ = self.set_state(&name, ClaimState::Released, None).await;
+                    changed = true;
+                }
+                Some(m) if m.spec.paused => {
+                    if o.running {
+                        self.deps.runner.stop(&name).await;
+                        if let Some(x) = self.owned.get_mut(&name) {
+                            x.running = false;
+                        }
+                    }
+                    if o.record.state != ClaimState::Paused {
+                        let _ = self.set_state(&name, ClaimState::Paused, None).await;
+                        changed = true;
+                    }
+                }
+                Some(m) => {
+                    let new_spec = m.digest != o.record.digest;
+                    if new_spec && o.running {
+                        self.deps.runner.stop(&name).await;
+                        if let Some(x) = self.owned.get_mut(&name) {
+                            x.running = false;
+                        }
+                        self.event(
+                            "stopped",
+                            Some(&name),
+                            Some(o.record.epoch),
+                            "manifest changed",
+                        );
+                    }
+                    let terminal_same = o.record.state.is_terminal() && !new_spec;
+                    let running = self.owned.get(&name).is_some_and(|x| x.running);
+                    if !running && !terminal_same {
+                        if new_spec || o.record.state != ClaimState::Running {
+                            if let Some(x) = self.owned.get_mut(&name) {
+                                x.record.digest = m.digest.clone();
+                            }
+                            if self
+                                .set_state(&name, ClaimState::Running, None)
+                                .await
+                                .is_err()
+                            {
+                                continue;
+                            }
+                        }
+                        self.start(&name, &m, valid_until).await;
+                        changed = true;
+                    }
+                }
+            }
+        }
+        changed
+    }
+}
+
+fn manifest_view(m: &ManifestRecord) -> ManifestView {
+    ManifestView {
+        name: m.name.clone(),
+        digest: m.digest.clone(),
+        selector: m.spec.selector.clone(),
+        preferred: m.spec.preferred_nodes.clone(),
+        paused: m.spec.paused,
+    }
+}
+
+fn claim_view(c: &ClaimRecord) -> plan::ClaimView {
+    plan::ClaimView {
+        owner: c.owner.clone(),
+        epoch: c.epoch,
+        state: c.state,
+        digest: c.digest.clone(),
+    }
+}
+
+/// Brings `cache` in line with a listing: drops keys no longer listed and
+/// GETs only keys whose version changed. A corrupt object is logged and left
+/// out (never overwritten); it stays out until its version changes.
+async fn refresh<T>(
+    store: &Arc<dyn Store>,
+    entries: &[Entry],
+    cache: &mut HashMap<String, (Version, T)>,
+    decode: impl Fn(&str, &[u8]) -> Result<T>,
+) -> Result<bool> {
+    let mut changed = false;
+    let listed: std::collections::HashSet<&str> = entries.iter().map(|e| e.key.as_str()).collect();
+    let before = cache.len();
+    cache.retain(|k, _| listed.contains(k.as_str()));
+    changed |= cache.len() != before;
+    for e in entries {
+        if cache.get(&e.key).is_some_and(|(v, _)| *v == e.version) {
+            continue;
+        }
+        changed = true;
+        match store.get(&e.key).await {
+            Ok(Some(o)) => match decode(&e.key, &o.bytes) {
+                Ok(rec) => {
+                    cache.insert(e.key.clone(), (o.version, rec));
+                }
+                Err(err) => {
+                    tracing::warn!(key = e.key, error = %err, "skipping corrupt object");
+                    cache.remove(&e.key);
+                }
+            },
+            Ok(None) => {
+                cache.remove(&e.key);
+            }
+            Err(err) => return Err(Error::from_store("get", &e.key, err)),
+        }
+    }
+    Ok(changed)
+}
+
+/// Renews the node lease every ttl/3 (publishing the node's load in its
+/// attributes), announces each new deadline to the runner, and publishes the
+/// validity. Returns the lease when stopped, for release.
+async fn renew_task(
+    mut lease: Lease,
+    cfg: NodeConfig,
+    deps: NodeDeps,
+    valid: watch::Sender<Validity>,
+    load: watch::Receiver<u32>,
+    stop: CancellationToken,
+) -> Option<Lease> {
+    let period = cfg.ttl / 3;
+    loop {
+        tokio::select! {
+            _ = deps.clock.sleep(period) => {}
+            _ = stop.cancelled() => return Some(lease),
+        }
+        let attrs = node_attrs(&cfg, *load.borrow());
+        let r = match lease.set_attrs(attrs).await {
+            Err(e) if e.is_transient() => lease.renew().await,
+            other => other,
+        };
+        match r {
+            Ok(()) => {
+                deps.runner.announce(lease.valid_until());
+                let _ = valid.send(Validity {
+                    until: lease.valid_until(),
+                    lost: false,
+                });
+            }
+            Err(e) => {
+                deps.journal.record(
+                    deps.clock.wall_ms(),
+                    "lease-lost",
+                    None,
+                    Some(lease.epoch()),
+                    e.to_string(),
+                );
+                let _ = valid.send(Validity {
+                    until: lease.valid_until(),
+                    lost: true,
+                });
+                return None;
+            }
+        }
+    }
+}

@@ -1,0 +1,315 @@
+//! The pure decision core of the pull loop: which sessions are claimable, and
+//! in what order the live nodes should try. No I/O and no clock: the node
+//! loop feeds it what the listings showed and acts on the answer, and tests
+//! drive it directly.
+//!
+//! Placement without a scheduler: every node ranks the candidates for a
+//! session the same way (rendezvous hashing of session × node, weighted by
+//! free capacity, filtered by the manifest's label selector, preferred nodes
+//! first). The top-ranked node claims at once; the node ranked `r` waits
+//! `r × grace` from when it first saw the session claimable, so a normal
+//! claim meets no contention and a dead favourite costs one delay.
+
+use super::claim::{ClaimState, Owner};
+use std::collections::BTreeMap;
+
+/// A node as the listings and node records show it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeView {
+    pub id: String,
+    pub instance: String,
+    pub capacity: u32,
+    pub load: u32,
+    pub labels: BTreeMap<String, String>,
+    /// Not released and not expired by this node's observation.
+    pub live: bool,
+}
+
+/// The parts of a manifest placement needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ManifestView {
+    pub name: String,
+    pub digest: String,
+    pub selector: BTreeMap<String, String>,
+    pub preferred: Vec<String>,
+    pub paused: bool,
+}
+
+/// The parts of a claim placement needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimView {
+    pub owner: Owner,
+    pub epoch: u64,
+    pub state: ClaimState,
+    pub digest: String,
+}
+
+/// Why a session may be claimed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claimable {
+    /// No claim object yet: create-if-absent, epoch 1.
+    Fresh,
+    /// Released, completed with an older spec, or its owner is dead
+    /// (node lease expired by observation, released, or superseded by a newer
+    /// instance): take over with epoch + 1.
+    Orphaned,
+    /// Owned by an earlier instance of this very node: reclaim at once,
+    /// without ranking (the newer instance proved the old one gone when it
+    /// took over the node lease).
+    Predecessor,
+}
+
+/// Is the claim's owner alive: its node lease live with that same instance?
+pub fn owner_live(owner: &Owner, nodes: &[NodeView]) -> bool {
+    nodes
+        .iter()
+        .any(|n| n.id == owner.node && n.instance == owner.instance && n.live)
+}
+
+/// Whether `me` may claim the session of `manifest`, given its claim.
+pub fn claimable(
+    manifest: &ManifestView,
+    claim: Option<&ClaimView>,
+    nodes: &[NodeView],
+    me: &Owner,
+) -> Option<Claimable> {
+    if manifest.paused {
+        return None;
+    }
+    let Some(c) = claim else {
+        return Some(Claimable::Fresh);
+    };
+    if c.owner == *me {
+        return None;
+    }
+    if c.state == ClaimState::Released {
+        return Some(Claimable::Orphaned);
+    }
+    let live = owner_live(&c.owner, nodes);
+    if c.state.is_terminal() && c.digest == manifest.digest {
+        return None; // done; runs again only if the manifest changes
+    }
+    if live {
+        return None;
+    }
+    if c.owner.node == me.node {
+        return Some(Claimable::Predecessor);
+    }
+    Some(Claimable::Orphaned)
+}
+
+fn mix(mut x: u64) -> u64 {
+    // splitmix64 finaliser over FNV-1a: cheap, and well spread.
+    x ^= x >> 30;
+    x = x.wrapping_mul(0xbf58476d1ce4e5b9);
+    x ^= x >> 27;
+    x = x.wrapping_mul(0x94d049bb133111eb);
+    x ^ (x >> 31)
+}
+
+fn pair_hash(session: &str, node: &str) -> u64 {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for b in session
+        .bytes()
+        .chain(std::iter::once(0))
+        .chain(node.bytes())
+    {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    mix(h)
+}
+
+/// Weighted rendezvous score: higher is better. `weight` is free capacity.
+pub fn score(session: &str, node: &str, weight: f64) -> f64 {
+    // u in (0, 1): never 0 or 1, so ln is finite and non-zero.
+    let u = ((pair_hash(session, node) >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+    weight / -u.ln()
+}
+
+/// The eligible nodes for `manifest`, best first: live, matching the
+/// selector, with free capacity; preferred nodes ahead of the rest.
+pub fn rank<'a>(manifest: &ManifestView, nodes: &'a [NodeView]) -> Vec<&'a NodeView> {
+    let mut eligible: Vec<(&NodeView, bool, f64)> = nodes
+        .iter()
+        .filter(|n| n.live && n.load < n.capacity)
+        .filter(|n| {
+            manifest
+                .selector
+                .iter()
+                .all(|(k, v)| n.labels.get(k) == Some(v))
+        })
+        .map(|n| {
+            let free = (n.capacity - n.load) as f64;
+            let preferred = manifest.preferred.contains(&n.id);
+            (n, preferred, score(&manifest.name, &n.id, free))
+        })
+        .collect();
+    eligible.sort_by(|a, b| {
+        b.1.cmp(&a.1)
+            .then(b.2.partial_cmp(&a.2).unwrap_or(std::cmp::Ordering::Equal))
+            .then(a.0.id.cmp(&b.0.id))
+    });
+    eligible.into_iter().map(|(n, _, _)| n).collect()
+}
+
+/// This node's rank for the session (0 = claim at once), or None if it is
+/// not eligible.
+pub fn my_rank(manifest: &ManifestView, nodes: &[NodeView], me: &str) -> Option<usize> {
+    rank(manifest, nodes).iter().position(|n| n.id == me)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(id: &str, cap: u32, load: u32) -> NodeView {
+        NodeView {
+            id: id.into(),
+            instance: format!("{id}-i"),
+            capacity: cap,
+            load,
+            labels: Default::default(),
+            live: true,
+        }
+    }
+
+    fn manifest(name: &str) -> ManifestView {
+        ManifestView {
+            name: name.into(),
+            digest: "d".into(),
+            selector: Default::default(),
+            preferred: vec![],
+            paused: false,
+        }
+    }
+
+    fn owner(n: &str, i: &str) -> Owner {
+        Owner {
+            node: n.into(),
+            instance: i.into(),
+        }
+    }
+
+    fn claim(n: &str, i: &str, state: ClaimState) -> ClaimView {
+        ClaimView {
+            owner: owner(n, i),
+            epoch: 3,
+            state,
+            digest: "d".into(),
+        }
+    }
+
+    #[test]
+    fn every_node_computes_the_same_ranking() {
+        let nodes: Vec<_> = (0..5).map(|i| node(&format!("n{i}"), 10, 0)).collect();
+        let mut reversed = nodes.clone();
+        reversed.reverse();
+        for s in 0..100 {
+            let m = manifest(&format!("s{s}"));
+            let a: Vec<_> = rank(&m, &nodes).iter().map(|n| n.id.clone()).collect();
+            let b: Vec<_> = rank(&m, &reversed).iter().map(|n| n.id.clone()).collect();
+            assert_eq!(a, b);
+            assert_eq!(a.len(), 5);
+        }
+    }
+
+    #[test]
+    fn spreads_and_weights_by_free_capacity() {
+        let nodes = vec![
+            node("a", 10, 0),
+            node("b", 10, 0),
+            node("c", 10, 0),
+            node("d", 40, 10),
+        ];
+        let mut firsts = BTreeMap::new();
+        for s in 0..6000 {
+            let m = manifest(&format!("session-{s}"));
+            *firsts.entry(rank(&m, &nodes)[0].id.clone()).or_insert(0) += 1;
+        }
+        // Free capacity 10:10:10:30 -> expected shares 1/6,1/6,1/6,1/2.
+        for id in ["a", "b", "c"] {
+            let n = firsts[id];
+            assert!((800..1200).contains(&n), "{id}: {n} of 6000 ({firsts:?})");
+        }
+        assert!((2700..3300).contains(&firsts["d"]), "{firsts:?}");
+    }
+
+    #[test]
+    fn filters_selector_capacity_liveness_and_prefers() {
+        let mut nodes = vec![
+            node("a", 1, 1),
+            node("b", 5, 0),
+            node("c", 5, 0),
+            node("d", 5, 0),
+        ];
+        nodes[1].labels.insert("zone".into(), "x".into());
+        nodes[2].labels.insert("zone".into(), "x".into());
+        nodes[3].live = false;
+        let mut m = manifest("s");
+        m.selector.insert("zone".into(), "x".into());
+        let r: Vec<_> = rank(&m, &nodes).iter().map(|n| n.id.as_str()).collect();
+        assert_eq!(r.len(), 2);
+        assert!(r.contains(&"b") && r.contains(&"c"));
+        m.preferred = vec![r[1].to_string()];
+        let r2: Vec<_> = rank(&m, &nodes).iter().map(|n| n.id.as_str()).collect();
+        assert_eq!(r2[0], r[1], "preferred first");
+        assert_eq!(my_rank(&m, &nodes, "a"), None, "full");
+        assert_eq!(my_rank(&m, &nodes, "d"), None, "dead");
+    }
+
+    #[test]
+    fn claimability() {
+        let me = owner("n2", "i2");
+        let nodes = vec![node("n1", 5, 1), node("n2", 5, 0)];
+        let m = manifest("s");
+        assert_eq!(claimable(&m, None, &nodes, &me), Some(Claimable::Fresh));
+        // Owned by a live node (instance matches): not claimable.
+        let live = claim("n1", "n1-i", ClaimState::Running);
+        assert_eq!(claimable(&m, Some(&live), &nodes, &me), None);
+        // Superseded instance: orphaned.
+        let old = claim("n1", "old", ClaimState::Running);
+        assert_eq!(
+            claimable(&m, Some(&old), &nodes, &me),
+            Some(Claimable::Orphaned)
+        );
+        // Owner's lease expired by observation.
+        let mut dead = nodes.clone();
+        dead[0].live = false;
+        assert_eq!(
+            claimable(&m, Some(&live), &dead, &me),
+            Some(Claimable::Orphaned)
+        );
+        // Released: at once.
+        let rel = claim("n1", "n1-i", ClaimState::Released);
+        assert_eq!(
+            claimable(&m, Some(&rel), &nodes, &me),
+            Some(Claimable::Orphaned)
+        );
+        // Our predecessor instance.
+        let pred = claim("n2", "i1", ClaimState::Running);
+        assert_eq!(
+            claimable(&m, Some(&pred), &nodes, &me),
+            Some(Claimable::Predecessor)
+        );
+        // Completed with this spec: never re-run; with a new spec: re-run
+        // (by the owner while it lives, by anyone once it is dead).
+        let done = claim("n1", "old", ClaimState::Succeeded);
+        assert_eq!(claimable(&m, Some(&done), &nodes, &me), None);
+        let mut changed = m.clone();
+        changed.digest = "d2".into();
+        assert_eq!(
+            claimable(&changed, Some(&done), &nodes, &me),
+            Some(Claimable::Orphaned)
+        );
+        let done_live = claim("n1", "n1-i", ClaimState::Failed);
+        assert_eq!(claimable(&changed, Some(&done_live), &nodes, &me), None);
+        // Paused manifests are not claimed.
+        let mut paused = m.clone();
+        paused.paused = true;
+        assert_eq!(claimable(&paused, None, &nodes, &me), None);
+        // Our own claim is not "claimable".
+        let mine = claim("n2", "i2", ClaimState::Running);
+        assert_eq!(claimable(&m, Some(&mine), &nodes, &me), None);
+    }
+}

@@ -1,0 +1,398 @@
+//! Several nodes in one process, on memory and on the local directory store:
+//! manifests materialise on exactly one node, move when that node dies, and
+//! never run twice at once. All nodes share one clock so that their runners'
+//! histories can be compared; each node has its own recording runner, which
+//! enforces deadlines as the exec runner's watchdog does.
+
+use leasehold::clock::{Clock, OsEntropy, SystemClock};
+use leasehold::fleet::claim::{ClaimRecord, ClaimState};
+use leasehold::fleet::journal::Journal;
+use leasehold::fleet::manifest::{self, Applied, RestartPolicy, Spec};
+use leasehold::fleet::node::{self, NodeConfig, NodeDeps};
+use leasehold::fleet::runner::RecordingRunner;
+use leasehold::store::{LocalDirStore, ObjectStoreBackend, Store};
+use leasehold::{ErrorKind, Name};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+const TTL: Duration = Duration::from_millis(600);
+
+struct TestNode {
+    id: String,
+    runner: Arc<RecordingRunner>,
+    journal: Arc<Journal>,
+    shutdown: CancellationToken,
+    task: tokio::task::JoinHandle<leasehold::Result<()>>,
+}
+
+struct Fleet {
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    nodes: Vec<TestNode>,
+    dead: Vec<TestNode>,
+}
+
+fn spec(cmd: &str) -> Spec {
+    Spec {
+        command: cmd.into(),
+        args: vec![],
+        env: BTreeMap::new(),
+        selector: BTreeMap::new(),
+        preferred_nodes: vec![],
+        restart: RestartPolicy::OnFailure,
+        paused: false,
+    }
+}
+
+impl Fleet {
+    fn new(store: Arc<dyn Store>) -> Self {
+        Fleet {
+            store,
+            clock: Arc::new(SystemClock::new()),
+            nodes: Vec::new(),
+            dead: Vec::new(),
+        }
+    }
+
+    fn start(&mut self, id: &str, capacity: u32, labels: &[(&str, &str)]) {
+        let mut cfg = NodeConfig::new(Name::new(id).unwrap(), TTL);
+        cfg.capacity = capacity;
+        cfg.poll = Duration::from_millis(50);
+        cfg.max_poll = Duration::from_millis(100);
+        cfg.grace = Duration::from_millis(100);
+        cfg.labels = labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let runner = Arc::new(RecordingRunner::new(self.clock.clone()));
+        let journal = Arc::new(Journal::new(10_000, 1 << 20));
+        let deps = NodeDeps {
+            store: self.store.clone(),
+            clock: self.clock.clone(),
+            entropy: Arc::new(OsEntropy::new()),
+            runner: runner.clone(),
+            host_lock: None,
+            journal: journal.clone(),
+        };
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(node::run(cfg, deps, shutdown.clone()));
+        self.nodes.push(TestNode {
+            id: id.into(),
+            runner,
+            journal,
+            shutdown,
+            task,
+        });
+    }
+
+    /// Where each session runs now: name -> [(node, epoch)].
+    fn placement(&self) -> BTreeMap<String, Vec<(String, u64)>> {
+        let mut m: BTreeMap<String, Vec<(String, u64)>> = BTreeMap::new();
+        for n in self.nodes.iter().chain(self.dead.iter()) {
+            for (s, e) in leasehold::fleet::runner::Runner::running(n.runner.as_ref()) {
+                m.entry(s).or_default().push((n.id.clone(), e));
+            }
+        }
+        m
+    }
+
+    async fn wait_for(
+        &self,
+        what: &str,
+        mut ok: impl FnMut(&BTreeMap<String, Vec<(String, u64)>>) -> bool,
+    ) {
+        for _ in 0..200 {
+            if ok(&self.placement()) {
+                return;
+            }
+            self.clock.sleep(Duration::from_millis(25)).await;
+        }
+        panic!("timed out waiting for {what}: {:?}", self.placement());
+    }
+
+    /// No session ever ran on two nodes at overlapping times.
+    fn assert_never_twice(&self) {
+        let mut runs: Vec<(String, u64, String, Duration, Duration)> = Vec::new();
+        for n in self.nodes.iter().chain(self.dead.iter()) {
+            for (s, e, a, b) in n.runner.history() {
+                runs.push((s, e, n.id.clone(), a.since_origin(), b.since_origin()));
+            }
+        }
+        for (i, x) in runs.iter().enumerate() {
+            for y in &runs[i + 1..] {
+                if x.0 == y.0 && x.2 != y.2 {
+                    assert!(
+                        x.4 <= y.3 || y.4 <= x.3,
+                        "{} ran on {} and {} at once: {x:?} {y:?}",
+                        x.0,
+                        x.2,
+                        y.2
+                    );
+                }
+                if x.0 == y.0 && x.1 == y.1 {
+                    assert_eq!(x.2, y.2, "two nodes ran {} at the same epoch", x.0);
+                }
+            }
+        }
+    }
+
+    async fn claim(&self, name: &str) -> ClaimRecord {
+        let o = self
+            .store
+            .get(&format!("sessions/{name}"))
+            .await
+            .unwrap()
+            .unwrap();
+        ClaimRecord::decode(name, &o.bytes).unwrap()
+    }
+}
+
+async fn apply(store: &Arc<dyn Store>, name: &str, s: &Spec) -> Applied {
+    manifest::apply(store, &OsEntropy::new(), &Name::new(name).unwrap(), s, None)
+        .await
+        .unwrap()
+}
+
+async fn scenario(store: Arc<dyn Store>) {
+    let mut f = Fleet::new(store.clone());
+    for id in ["n1", "n2", "n3"] {
+        f.start(id, 8, &[("zone", if id == "n3" { "b" } else { "a" })]);
+    }
+    for i in 0..6 {
+        assert!(matches!(
+            apply(&store, &format!("s{i}"), &spec("sleep")).await,
+            Applied::Created(_)
+        ));
+    }
+    let mut zoned = spec("sleep");
+    zoned.selector.insert("zone".into(), "b".into());
+    apply(&store, "zoned", &zoned).await;
+
+    // Every session runs on exactly one node, at epoch 1.
+    f.wait_for("7 sessions placed", |p| {
+        p.len() == 7 && p.values().all(|v| v.len() == 1)
+    })
+    .await;
+    let p = f.placement();
+    assert!(p.values().all(|v| v[0].1 == 1), "{p:?}");
+    assert_eq!(p["zoned"][0].0, "n3", "the selector is honoured");
+    let spread: std::collections::BTreeSet<_> = p.values().map(|v| v[0].0.clone()).collect();
+    assert!(spread.len() >= 2, "placement spreads: {p:?}");
+
+    // Idempotent admission: same digest answers Unchanged; another digest is
+    // a Conflict and changes nothing.
+    assert!(matches!(
+        apply(&store, "s0", &spec("sleep")).await,
+        Applied::Unchanged(_)
+    ));
+    let before = store.get("manifests/s0").await.unwrap().unwrap();
+    let e = manifest::apply(
+        &store,
+        &OsEntropy::new(),
+        &Name::new("s0").unwrap(),
+        &spec("other"),
+        None,
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Conflict);
+    assert_eq!(store.get("manifests/s0").await.unwrap().unwrap(), before);
+
+    // Crash a node (no graceful shutdown): its sessions move to the others
+    // after its node lease is observed unchanged for ttl + margin, at epoch 2.
+    let victim = f
+        .nodes
+        .iter()
+        .position(|n| p.values().any(|v| v[0].0 == n.id) && n.id != "n3")
+        .unwrap();
+    let dead = f.nodes.remove(victim);
+    dead.task.abort();
+    let dead_id = dead.id.clone();
+    let moved: Vec<String> = p
+        .iter()
+        .filter(|(_, v)| v[0].0 == dead_id)
+        .map(|(k, _)| k.clone())
+        .collect();
+    f.dead.push(dead);
+    f.wait_for("failover", |p| {
+        moved.iter().all(|s| {
+            p.get(s)
+                .is_some_and(|v| v.len() == 1 && v[0].0 != dead_id && v[0].1 == 2)
+        })
+    })
+    .await;
+    for s in &moved {
+        let c = f.claim(s).await;
+        assert_eq!(c.epoch, 2);
+        assert_ne!(c.owner.node, dead_id);
+    }
+
+    // Graceful shutdown of another node: its claims are released and move
+    // at once (no TTL wait), epoch + 1.
+    let p = f.placement();
+    let leaving = f
+        .nodes
+        .iter()
+        .position(|n| n.id != "n3" && p.values().any(|v| v[0].0 == n.id));
+    if let Some(i) = leaving {
+        let mut n = f.nodes.remove(i);
+        let gone = n.id.clone();
+        n.shutdown.cancel();
+        (&mut n.task).await.unwrap().unwrap();
+        assert!(
+            n.journal
+                .after(0, 10_000)
+                .unwrap()
+                .events
+                .iter()
+                .any(|e| e.kind == "released")
+        );
+        let was: Vec<String> = p
+            .iter()
+            .filter(|(_, v)| v[0].0 == gone)
+            .map(|(k, _)| k.clone())
+            .collect();
+        f.dead.push(n);
+        f.wait_for("hand-over after release", |p| {
+            was.iter()
+                .all(|s| p.get(s).is_some_and(|v| v.len() == 1 && v[0].0 != gone))
+        })
+        .await;
+    }
+
+    // Deleting a manifest stops its session and releases the claim; the
+    // tombstone keeps the epoch.
+    manifest::delete(&store, &Name::new("s1").unwrap())
+        .await
+        .unwrap();
+    f.wait_for("s1 stopped", |p| !p.contains_key("s1")).await;
+    for _ in 0..100 {
+        if f.claim("s1").await.state == ClaimState::Released {
+            break;
+        }
+        f.clock.sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(f.claim("s1").await.state, ClaimState::Released);
+
+    f.assert_never_twice();
+    for n in f.nodes.drain(..) {
+        n.shutdown.cancel();
+        n.task.await.unwrap().unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fleet_on_memory() {
+    scenario(Arc::new(ObjectStoreBackend::memory())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fleet_on_local_directory() {
+    let d = tempfile::tempdir().unwrap();
+    scenario(Arc::new(LocalDirStore::open(d.path()).unwrap())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn restart_policies_and_pause() {
+    let store: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());
+    let mut f = Fleet::new(store.clone());
+    f.start("solo", 8, &[]);
+    let mut once = spec("true");
+    once.restart = RestartPolicy::OnFailure;
+    apply(&store, "once", &once).await;
+    let mut svc = spec("daemon");
+    svc.restart = RestartPolicy::Always;
+    apply(&store, "svc", &svc).await;
+    f.wait_for("both running", |p| p.len() == 2).await;
+    let runner = f.nodes[0].runner.clone();
+    // on-failure, exit 0: succeeded, not restarted.
+    runner.exit("once", 0);
+    f.wait_for("once done", |p| !p.contains_key("once")).await;
+    for _ in 0..100 {
+        if f.claim("once").await.state == ClaimState::Succeeded {
+            break;
+        }
+        f.clock.sleep(Duration::from_millis(20)).await;
+    }
+    let c = f.claim("once").await;
+    assert_eq!((c.state, c.exit_code), (ClaimState::Succeeded, Some(0)));
+    // always: restarted on the same claim.
+    runner.exit("svc", 0);
+    f.clock.sleep(Duration::from_millis(300)).await;
+    assert!(f.placement().contains_key("svc"), "restarted");
+    // Pause: stopped, claim paused; unpause: runs again.
+    let (_, v) = manifest::get(&store, &Name::new("svc").unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    let mut paused = svc.clone();
+    paused.paused = true;
+    let r = manifest::apply(
+        &store,
+        &OsEntropy::new(),
+        &Name::new("svc").unwrap(),
+        &paused,
+        Some(&v),
+    )
+    .await
+    .unwrap();
+    assert!(matches!(r, Applied::Replaced(_)));
+    f.wait_for("svc paused", |p| !p.contains_key("svc")).await;
+    for _ in 0..100 {
+        if f.claim("svc").await.state == ClaimState::Paused {
+            break;
+        }
+        f.clock.sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(f.claim("svc").await.state, ClaimState::Paused);
+    let (_, v) = manifest::get(&store, &Name::new("svc").unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    manifest::apply(
+        &store,
+        &OsEntropy::new(),
+        &Name::new("svc").unwrap(),
+        &svc,
+        Some(&v),
+    )
+    .await
+    .unwrap();
+    f.wait_for("svc resumed", |p| p.contains_key("svc")).await;
+    // A stale replace (old version) is a Conflict and changes nothing.
+    let e = manifest::apply(
+        &store,
+        &OsEntropy::new(),
+        &Name::new("svc").unwrap(),
+        &paused,
+        Some(&v),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Conflict);
+    f.assert_never_twice();
+    for n in f.nodes.drain(..) {
+        n.shutdown.cancel();
+        n.task.await.unwrap().unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fleet_on_moto() {
+    let Ok(base) = std::env::var("LEASEHOLD_TEST_S3") else {
+        assert!(
+            std::env::var("LEASEHOLD_REQUIRE_SERVERS").is_err(),
+            "LEASEHOLD_TEST_S3 missing"
+        );
+        eprintln!("SKIPPED: LEASEHOLD_TEST_S3 not set; run scripts/test");
+        return;
+    };
+    use leasehold::clock::Entropy;
+    let url = format!("{base}/fleet-{}", OsEntropy::new().hex_id());
+    let store = leasehold::store::open_store(&url, &Default::default())
+        .await
+        .unwrap();
+    scenario(store).await;
+}
