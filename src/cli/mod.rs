@@ -66,6 +66,32 @@ enum Command {
         #[command(subcommand)]
         op: LeaseOp,
     },
+    /// Run a fleet node: register nodes/<ID>, claim sessions from manifests,
+    /// run them under a dead-man switch, until SIGTERM or SIGINT.
+    Node {
+        #[command(subcommand)]
+        op: NodeOp,
+    },
+    /// Create or update a manifest from a JSON file (or - for stdin):
+    /// {"name": "...", "spec": {"command": "...", "args": [...], ...}}.
+    /// The same spec again is a no-op; a different spec needs --replace.
+    Apply {
+        file: String,
+        #[command(flatten)]
+        store: StoreArgs,
+        /// Replace an existing manifest with a different spec (If-Match on
+        /// the version read just before).
+        #[arg(long)]
+        replace: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete a manifest; its owner stops the session and releases the claim.
+    Delete {
+        name: String,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
     /// Three contenders elect a leader on a local directory store; the leader
     /// is killed and then released, and the others take over. No server, no
     /// credentials.
@@ -77,6 +103,58 @@ enum Command {
         #[arg(long, default_value = "1s", value_parser = parse_duration)]
         ttl: Duration,
     },
+}
+
+#[derive(Debug, Subcommand)]
+enum NodeOp {
+    /// Run the node in the foreground.
+    Run {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// Node id (unique in the fleet).
+        #[arg(long, env = "LEASEHOLD_NODE")]
+        id: String,
+        /// Most sessions at once.
+        #[arg(long, default_value_t = 16)]
+        capacity: u32,
+        /// Labels for manifest selectors: k=v,k2=v2.
+        #[arg(long, value_parser = parse_labels, default_value = "")]
+        labels: std::collections::BTreeMap<String, String>,
+        /// Address published in the node lease and claims.
+        #[arg(long)]
+        address: Option<String>,
+        /// Node lease TTL; sessions move about ttl + ttl/10 + one poll after
+        /// this node dies.
+        #[arg(long, default_value = "10s", value_parser = parse_duration)]
+        ttl: Duration,
+        /// A launcher prefixed to every session command, split on spaces
+        /// (e.g. 'nice -n 10'). Default: run the spec's command directly.
+        #[arg(long)]
+        exec: Option<String>,
+        /// SIGTERM-to-SIGKILL grace when stopping a session.
+        #[arg(long, default_value = "5s", value_parser = parse_duration)]
+        stop_grace: Duration,
+    },
+}
+
+fn parse_labels(s: &str) -> Result<std::collections::BTreeMap<String, String>, String> {
+    let mut m = std::collections::BTreeMap::new();
+    for pair in s.split(',').filter(|p| !p.is_empty()) {
+        let (k, v) = pair
+            .split_once('=')
+            .ok_or_else(|| format!("{pair:?} is not k=v"))?;
+        let ok = |x: &str| {
+            !x.is_empty()
+                && x.len() <= 63
+                && x.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '/'))
+        };
+        if !ok(k) || !ok(v) {
+            return Err(format!("{pair:?}: labels are 1-63 of [A-Za-z0-9._/-]"));
+        }
+        m.insert(k.to_string(), v.to_string());
+    }
+    Ok(m)
 }
 
 #[derive(Debug, Subcommand)]
@@ -169,6 +247,11 @@ pub fn exit_code(kind: ErrorKind) -> u8 {
 /// Parses arguments, runs the command, prints errors as `error: ...` with
 /// `Caused by:` lines, and returns the documented exit code.
 pub fn main() -> ExitCode {
+    // The dead-man switch re-executes this binary; it needs no runtime.
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("__watchdog") {
+        return crate::fleet::watchdog::main(&args[2..]);
+    }
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
@@ -176,7 +259,12 @@ pub fn main() -> ExitCode {
             return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
         }
     };
-    init_tracing();
+    // A node reports its journal events at info; one-shot commands stay quiet.
+    init_tracing(if matches!(cli.command, Command::Node { .. }) {
+        "info"
+    } else {
+        "warn"
+    });
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -206,11 +294,12 @@ pub fn main() -> ExitCode {
     }
 }
 
-fn init_tracing() {
+fn init_tracing(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("LEASEHOLD_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .try_init();
 }
@@ -255,6 +344,26 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Doctor { store, json } => doctor(&store, json).await,
         Command::Lease { op } => lease(op).await,
         Command::Demo { store, ttl } => demo::run(store, ttl).await.map_err(Failure::Error),
+        Command::Node { op } => node(op).await,
+        Command::Apply {
+            file,
+            store,
+            replace,
+            json,
+        } => apply(&file, &store, replace, json).await,
+        Command::Delete { name, store } => {
+            let name = Name::new(name)?;
+            let store = open(&store).await?;
+            if crate::fleet::manifest::delete(&store, &name).await? {
+                println!("deleted manifests/{name}");
+                Ok(())
+            } else {
+                Err(Error::NotFound {
+                    key: format!("manifests/{name}"),
+                }
+                .into())
+            }
+        }
     }
 }
 
@@ -458,4 +567,115 @@ async fn resumed_client(store: &StoreArgs) -> Result<LeaseClient, Error> {
     // `resume` takes the holder identity from the record, checked against the
     // token; this client's own identity is not used.
     LeaseClient::builder(open(store).await?, Name::new("cli")?).build()
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ManifestFile {
+    name: String,
+    spec: serde_json::Value,
+}
+
+async fn apply(file: &str, store: &StoreArgs, replace: bool, json: bool) -> Result<(), Failure> {
+    use crate::fleet::manifest::{self, Applied, Spec};
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    let limit = manifest::MAX_MANIFEST_BYTES as u64 + 1;
+    let read = if file == "-" {
+        std::io::stdin().take(limit).read_to_end(&mut bytes)
+    } else {
+        std::fs::File::open(file).and_then(|f| f.take(limit).read_to_end(&mut bytes))
+    };
+    read.map_err(|e| Error::invalid("manifest file", format!("{file}: {e}")))?;
+    let parsed: ManifestFile = serde_json::from_slice(&bytes)
+        .map_err(|e| Error::invalid("manifest file", format!("{file}: {e}")))?;
+    let name = Name::new(parsed.name)?;
+    let spec = Spec::parse(&serde_json::to_vec(&parsed.spec).expect("json"))?;
+    let store = open(store).await?;
+    let current = if replace {
+        manifest::get(&store, &name).await?.map(|(_, v)| v)
+    } else {
+        None
+    };
+    let entropy = OsEntropy::new();
+    let r = manifest::apply(&store, &entropy, &name, &spec, current.as_ref()).await?;
+    let (what, version) = match &r {
+        Applied::Created(v) => ("created", v),
+        Applied::Unchanged(v) => ("unchanged", v),
+        Applied::Replaced(v) => ("replaced", v),
+    };
+    if json {
+        print_json(
+            &serde_json::json!({"key": format!("manifests/{name}"), "result": what, "digest": spec.digest(), "version": version}),
+        );
+    } else {
+        println!("manifests/{name} {what} (digest {})", &spec.digest()[..12]);
+    }
+    Ok(())
+}
+
+async fn node(op: NodeOp) -> Result<(), Failure> {
+    use crate::fleet::{journal::Journal, node as fleet_node, runner::ExecRunner};
+    let NodeOp::Run {
+        store,
+        id,
+        capacity,
+        labels,
+        address,
+        ttl,
+        exec,
+        stop_grace,
+    } = op;
+    let id = Name::new(id)?;
+    if ttl < Duration::from_millis(100) {
+        return Err(Error::invalid("ttl", "at least 100ms for a node").into());
+    }
+    let store = open(&store).await?;
+    let host = crate::hostlock::hostname();
+    let lock = crate::hostlock::HostLock::acquire(
+        &crate::hostlock::default_lock_dir(),
+        &store.to_string(),
+        id.as_str(),
+        &host,
+    )?;
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+    let exe = std::env::current_exe()
+        .map_err(|e| Error::Internal(format!("cannot find this executable: {e}")))?;
+    let runner = Arc::new(
+        ExecRunner::new(exe, clock.clone(), stop_grace).with_launcher(
+            exec.map(|e| e.split_whitespace().map(str::to_string).collect())
+                .unwrap_or_default(),
+        ),
+    );
+    let mut cfg = fleet_node::NodeConfig::new(id, ttl);
+    cfg.capacity = capacity;
+    cfg.labels = labels;
+    cfg.address = address;
+    let deps = fleet_node::NodeDeps {
+        store,
+        clock,
+        entropy: Arc::new(OsEntropy::new()),
+        runner,
+        host_lock: Some(Arc::new(lock)),
+        journal: Arc::new(Journal::new(10_000, 4 << 20)),
+    };
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let trigger = shutdown.clone();
+    tokio::spawn(async move {
+        use tokio::signal::unix::{SignalKind, signal};
+        let (Ok(mut term), Ok(mut int)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        ) else {
+            return;
+        };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        tracing::info!("signal received; stopping sessions and releasing");
+        trigger.cancel();
+    });
+    fleet_node::run(cfg, deps, shutdown).await?;
+    Ok(())
 }

@@ -196,6 +196,7 @@ pub struct ExecRunner {
     grace: Duration,
     children: Mutex<HashMap<String, Proc>>,
     exits: Mutex<Vec<Exit>>,
+    launcher: Vec<String>,
 }
 
 #[derive(Debug)]
@@ -215,7 +216,14 @@ impl ExecRunner {
             grace,
             children: Mutex::new(HashMap::new()),
             exits: Mutex::new(Vec::new()),
+            launcher: Vec::new(),
         }
+    }
+
+    /// A launcher prefixed to every session command (e.g. `nice -n 10`).
+    pub fn with_launcher(mut self, launcher: Vec<String>) -> Self {
+        self.launcher = launcher;
+        self
     }
 
     /// A deadline on our clock as absolute CLOCK_MONOTONIC nanoseconds.
@@ -265,6 +273,7 @@ impl Runner for ExecRunner {
         cmd.arg("__watchdog")
             .arg(self.grace.as_millis().to_string())
             .arg(abs.to_string())
+            .args(&self.launcher)
             .arg(&s.spec.command)
             .args(&s.spec.args)
             .envs(&s.spec.env)

@@ -1,0 +1,275 @@
+//! Nodes as separate OS processes (the built binary), with real session
+//! processes under the dead-man switch: kill -9 of a node, SIGSTOP of a node
+//! past its TTL followed by SIGCONT, and SIGTERM. On the local directory store
+//! always, and on moto when scripts/test provides it.
+//!
+//! Each session writes its pid to `pid.<epoch>` so the test can see which
+//! process runs at which epoch and whether it is still alive.
+
+use leasehold::fleet::claim::{ClaimRecord, ClaimState};
+use leasehold::store::{OpenOptions, Store, open_store};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+struct Node {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        // SAFETY: signalling our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGCONT) };
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct Env {
+    dir: tempfile::TempDir,
+    url: String,
+}
+
+fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_leasehold"));
+    c.env_remove("LEASEHOLD_STORE");
+    c
+}
+
+impl Env {
+    fn local() -> Env {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("file://{}/bucket", dir.path().display());
+        Env { dir, url }
+    }
+
+    fn moto() -> Option<Env> {
+        let Ok(base) = std::env::var("LEASEHOLD_TEST_S3") else {
+            assert!(
+                std::env::var("LEASEHOLD_REQUIRE_SERVERS").is_err(),
+                "LEASEHOLD_TEST_S3 missing"
+            );
+            eprintln!("SKIPPED: LEASEHOLD_TEST_S3 not set; run scripts/test");
+            return None;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!(
+            "{base}/proc-{}",
+            dir.path()
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .replace('.', "")
+        );
+        Some(Env { dir, url })
+    }
+
+    fn path(&self, f: &str) -> PathBuf {
+        self.dir.path().join(f)
+    }
+
+    fn node(&self, id: &str) -> Node {
+        let log = self.path(&format!("{id}.log"));
+        let child = bin()
+            .args([
+                "node",
+                "run",
+                "--store",
+                &self.url,
+                "--id",
+                id,
+                "--ttl",
+                "1s",
+                "--stop-grace",
+                "500ms",
+            ])
+            .env("LEASEHOLD_LOCK_DIR", self.path("locks"))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        Node { child, log }
+    }
+
+    fn apply_sleeper(&self) {
+        let m = serde_json::json!({
+            "name": "sleeper",
+            "spec": {
+                "command": "sh",
+                "args": ["-c", format!("echo $$ > {}/pid.$LEASEHOLD_EPOCH; exec sleep 1000", self.dir.path().display())],
+                "restart": "always",
+            }
+        });
+        let f = self.path("m.json");
+        std::fs::write(&f, m.to_string()).unwrap();
+        let o = bin()
+            .args(["apply", f.to_str().unwrap(), "--store", &self.url])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+
+    fn pid(&self, epoch: u64) -> Option<i32> {
+        std::fs::read_to_string(self.path(&format!("pid.{epoch}")))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+
+    async fn claim(&self, store: &Arc<dyn Store>) -> Option<ClaimRecord> {
+        let o = store.get("sessions/sleeper").await.ok()??;
+        ClaimRecord::decode("sessions/sleeper", &o.bytes).ok()
+    }
+}
+
+fn alive(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks for existence.
+    unsafe { libc::kill(pid, 0) == 0 }
+}
+
+#[allow(clippy::disallowed_methods)] // waiting in tests is on the real clock; nothing here is timed
+async fn wait_until(what: &str, secs: u64, mut f: impl AsyncFnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+    while std::time::Instant::now() < deadline {
+        if f().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+#[allow(clippy::disallowed_methods)]
+async fn pause(ms: u64) {
+    tokio::time::sleep(Duration::from_millis(ms)).await;
+}
+
+fn log_of(n: &Node) -> String {
+    std::fs::read_to_string(&n.log).unwrap_or_default()
+}
+
+async fn store(env: &Env) -> Arc<dyn Store> {
+    open_store(&env.url, &OpenOptions::default()).await.unwrap()
+}
+
+/// Starts n1, places the session there, then starts n2.
+async fn two_nodes_session_on_n1(env: &Env) -> (Node, Node, Arc<dyn Store>, i32) {
+    let s = store(env).await;
+    let n1 = env.node("n1");
+    env.apply_sleeper();
+    wait_until("epoch 1 running", 20, async || env.pid(1).is_some()).await;
+    let n2 = env.node("n2");
+    let c = env.claim(&s).await.unwrap();
+    assert_eq!((c.owner.node.as_str(), c.epoch), ("n1", 1));
+    let pid1 = env.pid(1).unwrap();
+    assert!(alive(pid1));
+    (n1, n2, s, pid1)
+}
+
+async fn kill_9(env: Env) {
+    let (mut n1, n2, s, pid1) = two_nodes_session_on_n1(&env).await;
+    n1.child.kill().unwrap(); // SIGKILL
+    n1.child.wait().unwrap();
+    // The watchdog sees its node vanish and kills the session at once.
+    wait_until("epoch 1 killed", 5, async || !alive(pid1)).await;
+    // After the node lease is observed unchanged for ttl + margin, n2 claims.
+    wait_until("epoch 2 on n2", 20, async || env.pid(2).is_some_and(alive)).await;
+    let c = env.claim(&s).await.unwrap();
+    assert_eq!(
+        (c.owner.node.as_str(), c.epoch, c.state),
+        ("n2", 2, ClaimState::Running)
+    );
+    assert!(log_of(&n2).contains("claimed"), "{}", log_of(&n2));
+    drop(n2);
+    wait_until("no sessions left", 5, async || {
+        !env.pid(2).is_some_and(alive)
+    })
+    .await;
+}
+
+async fn sigstop(env: Env) {
+    let (n1, n2, s, pid1) = two_nodes_session_on_n1(&env).await;
+    let p1 = n1.child.id() as i32;
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(p1, libc::SIGSTOP) };
+    // Frozen, n1 cannot stop its session; its watchdog kills it when the last
+    // announced deadline passes, before any peer can take over.
+    wait_until("epoch 2 started", 20, async || env.pid(2).is_some()).await;
+    assert!(!alive(pid1), "epoch 1 must be dead before epoch 2 starts");
+    let c = env.claim(&s).await.unwrap();
+    assert_eq!((c.owner.node.as_str(), c.epoch), ("n2", 2));
+    // SAFETY: as above.
+    unsafe { libc::kill(p1, libc::SIGCONT) };
+    // Awake, n1 finds its lease lost, drops the session and re-registers; it
+    // does not run epoch 1 again and does not take the session back.
+    wait_until("n1 re-registers", 20, async || {
+        log_of(&n1).contains("re-registering")
+    })
+    .await;
+    pause(1500).await;
+    assert!(!alive(pid1));
+    let c = env.claim(&s).await.unwrap();
+    assert_eq!(
+        (c.owner.node.as_str(), c.epoch),
+        ("n2", 2),
+        "n1 log:\n{}",
+        log_of(&n1)
+    );
+    assert!(env.pid(2).is_some_and(alive));
+    assert!(env.pid(3).is_none());
+    drop((n1, n2));
+}
+
+async fn sigterm(env: Env) {
+    let (n1, n2, s, pid1) = two_nodes_session_on_n1(&env).await;
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(n1.child.id() as i32, libc::SIGTERM) };
+    let mut n1 = n1;
+    let status = n1.child.wait().unwrap();
+    assert!(
+        status.success(),
+        "graceful exit: {status:?}\n{}",
+        log_of(&n1)
+    );
+    assert!(!alive(pid1), "session stopped");
+    let c = env.claim(&s).await.unwrap();
+    assert!(
+        c.state == ClaimState::Released || (c.owner.node == "n2" && c.epoch == 2),
+        "released on shutdown: {c:?}"
+    );
+    // Released claims move without waiting for a TTL.
+    wait_until("epoch 2 on n2", 10, async || env.pid(2).is_some_and(alive)).await;
+    drop(n2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_moves_sessions_local() {
+    kill_9(Env::local()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigstop_past_ttl_local() {
+    sigstop(Env::local()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_releases_local() {
+    sigterm(Env::local()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_moves_sessions_moto() {
+    if let Some(env) = Env::moto() {
+        kill_9(env).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigstop_past_ttl_moto() {
+    if let Some(env) = Env::moto() {
+        sigstop(env).await;
+    }
+}
