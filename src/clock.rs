@@ -159,6 +159,74 @@ impl Clock for MockClock {
     }
 }
 
+/// A clock that moves only when told to, with sleeps that really wait: a
+/// sleeping task stays pending (its waker registered) until [`advance`]
+/// passes its deadline. Unlike [`MockClock`], concurrent tasks interleave as
+/// they would in real time, so a whole node can run for virtual hours in a
+/// test and its requests be counted exactly.
+///
+/// [`advance`]: ManualClock::advance
+#[derive(Debug, Clone, Default)]
+pub struct ManualClock {
+    inner: Arc<Mutex<ManualState>>,
+}
+
+#[derive(Debug, Default)]
+struct ManualState {
+    now: Duration,
+    timers: Vec<(Duration, std::task::Waker)>,
+}
+
+impl ManualClock {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Moves time forward by `d`, waking every sleep that is now due.
+    pub fn advance(&self, d: Duration) {
+        let due: Vec<std::task::Waker> = {
+            let mut s = self.inner.lock().unwrap();
+            s.now += d;
+            let now = s.now;
+            let (due, rest): (Vec<_>, Vec<_>) = s.timers.drain(..).partition(|(t, _)| *t <= now);
+            s.timers = rest;
+            due.into_iter().map(|(_, w)| w).collect()
+        };
+        for w in due {
+            w.wake();
+        }
+    }
+
+    /// Sleeps currently pending.
+    pub fn pending(&self) -> usize {
+        self.inner.lock().unwrap().timers.len()
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> MonoTime {
+        MonoTime(self.inner.lock().unwrap().now)
+    }
+
+    fn wall_ms(&self) -> u64 {
+        MOCK_WALL_EPOCH_MS + self.inner.lock().unwrap().now.as_millis() as u64
+    }
+
+    fn sleep(&self, d: Duration) -> BoxFuture<'static, ()> {
+        let inner = self.inner.clone();
+        let deadline = inner.lock().unwrap().now + d;
+        Box::pin(futures::future::poll_fn(move |cx| {
+            let mut s = inner.lock().unwrap();
+            if s.now >= deadline {
+                std::task::Poll::Ready(())
+            } else {
+                s.timers.push((deadline, cx.waker().clone()));
+                std::task::Poll::Pending
+            }
+        }))
+    }
+}
+
 /// A source of random 64-bit values for instance ids and write nonces.
 pub trait Entropy: Send + Sync + Debug {
     fn next_u64(&self) -> u64;

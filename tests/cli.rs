@@ -307,7 +307,35 @@ fn concurrent_processes_elect_exactly_one() {
 
 #[test]
 fn demo_runs_on_the_embedded_default() {
-    let o = run(&["demo", "--ttl", "300ms"]);
+    let o = run(&["demo", "--ttl", "500ms", "--sessions", "4"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("applied 4 manifests"), "{out}");
+    assert!(out.contains("killed"), "{out}");
+    let moved: usize = out
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("sessions moved"))
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(moved >= 1, "{out}");
+    // After the kill, every session runs, and the moved ones at epoch 2.
+    let last_table = out.rsplit("session    node").next().unwrap();
+    let rows: Vec<&str> = last_table
+        .lines()
+        .filter(|l| l.contains("Running"))
+        .collect();
+    assert_eq!(rows.len(), 4, "{out}");
+    let epoch2 = rows
+        .iter()
+        .filter(|l| l.split_whitespace().nth(2) == Some("2"))
+        .count();
+    assert_eq!(epoch2, moved, "{out}");
+}
+
+#[test]
+fn lease_demo_runs_on_the_embedded_default() {
+    let o = run(&["demo", "--lease", "--ttl", "300ms"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let out = stdout(&o);
     assert!(out.contains("took over leases/leader, epoch 2"), "{out}");

@@ -396,3 +396,78 @@ async fn fleet_on_moto() {
         .unwrap();
     scenario(store).await;
 }
+
+/// Steady-state cost, counted exactly on a manual clock: an idle node (no
+/// manifests) and a busy one (10 sessions) over one virtual hour. The
+/// pull loop must sleep between listings (a hot loop once made thousands of
+/// requests a second), and sessions must cost ~nothing at steady state: only
+/// the node lease is renewed.
+#[tokio::test(flavor = "current_thread")]
+async fn steady_state_requests_per_node_hour() {
+    use leasehold::clock::ManualClock;
+    use leasehold::store::CountingStore;
+    async fn hour(sessions: u32) -> leasehold::store::RequestCounts {
+        let clock = ManualClock::new();
+        let counting = Arc::new(CountingStore::new(Arc::new(ObjectStoreBackend::memory())));
+        let store: Arc<dyn Store> = counting.clone();
+        for i in 0..sessions {
+            apply(&store, &format!("s{i}"), &spec("sleep")).await;
+        }
+        let mut cfg = NodeConfig::new(Name::new("n1").unwrap(), Duration::from_secs(10));
+        cfg.probe = false;
+        let runner = Arc::new(RecordingRunner::new(Arc::new(clock.clone())));
+        let deps = NodeDeps {
+            store: store.clone(),
+            clock: Arc::new(clock.clone()),
+            entropy: Arc::new(OsEntropy::new()),
+            runner: runner.clone(),
+            host_lock: None,
+            journal: Arc::new(Journal::new(1000, 1 << 20)),
+        };
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(node::run(cfg, deps, shutdown.clone()));
+        // Warm up: register and place everything (virtual 30 s).
+        let step = Duration::from_millis(100);
+        let settle = async |n: u32| {
+            for _ in 0..n {
+                clock.advance(step);
+                for _ in 0..20 {
+                    tokio::task::yield_now().await;
+                }
+            }
+        };
+        settle(300).await;
+        assert_eq!(
+            leasehold::fleet::runner::Runner::running(runner.as_ref()).len(),
+            sessions as usize
+        );
+        let before = counting.counts();
+        settle(36_000).await; // one virtual hour
+        let used = counting.counts().since(&before);
+        assert_eq!(
+            leasehold::fleet::runner::Runner::running(runner.as_ref()).len(),
+            sessions as usize
+        );
+        shutdown.cancel();
+        clock.advance(step);
+        task.await.unwrap().unwrap();
+        used
+    }
+    let idle = hour(0).await;
+    let busy = hour(10).await;
+    eprintln!(
+        "per node-hour: idle {idle:?} total {}; with 10 sessions {busy:?} total {}",
+        idle.total(),
+        busy.total()
+    );
+    // Renewals: one every ttl/3 = 3.3 s, i.e. about 1,080 an hour.
+    assert!((1000..=1100).contains(&idle.put_match), "{idle:?}");
+    // Listings back off to one round (3 lists) per max_poll = ttl = 10 s when
+    // idle: about 1,080 an hour; far fewer than one a second.
+    assert!(idle.list_pages <= 3 * 360 + 60, "{idle:?}");
+    // Sessions add nothing at steady state but their share of renew-time
+    // node-record reads: no per-session writes or reads.
+    assert_eq!(busy.put_match, idle.put_match, "{busy:?} vs {idle:?}");
+    assert_eq!(busy.put_create, 0);
+    assert!(busy.total() <= idle.total() + 20, "{busy:?} vs {idle:?}");
+}

@@ -1,5 +1,8 @@
-//! `leasehold demo`: leader election among three contenders on a local
-//! directory store, with no server and no credentials. The leader is killed
+//! `leasehold demo`: a fleet of three nodes in one process on a local
+//! directory store (the default), and `leasehold demo --lease`: leader
+//! election among three contenders. No server and no credentials.
+//!
+//! The lease demo: The leader is killed
 //! (its process state dropped without a release) and a follower takes over
 //! once the lease has been seen unchanged for ttl + margin; then the new
 //! leader releases gracefully and the next takes over at once.
@@ -12,14 +15,18 @@ use crate::store::{CountingStore, OpenOptions, Store, open_store};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub async fn run(store_url: Option<String>, ttl: Duration) -> Result<(), Error> {
-    let (url, _tmp) = match store_url {
+fn default_store(store_url: Option<String>) -> (String, Option<TempDir>) {
+    match store_url {
         Some(u) => (u, None),
         None => {
             let dir = std::env::temp_dir().join(format!("leasehold-demo-{}", std::process::id()));
             (format!("file://{}", dir.display()), Some(TempDir(dir)))
         }
-    };
+    }
+}
+
+pub async fn run(store_url: Option<String>, ttl: Duration) -> Result<(), Error> {
+    let (url, _tmp) = default_store(store_url);
     let store = open_store(&url, &OpenOptions::default()).await?;
     let counting = Arc::new(CountingStore::new(store));
     let store: Arc<dyn Store> = counting.clone();
@@ -172,5 +179,209 @@ struct TempDir(std::path::PathBuf);
 impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// One in-process node of the fleet demo.
+struct DemoNode {
+    id: String,
+    shutdown: tokio_util::sync::CancellationToken,
+    task: tokio::task::JoinHandle<Result<(), Error>>,
+}
+
+/// Current claims: session -> (owner node, epoch, state).
+async fn claims(
+    store: &Arc<dyn Store>,
+) -> Result<std::collections::BTreeMap<String, (String, u64, crate::fleet::claim::ClaimState)>, Error>
+{
+    use futures::StreamExt;
+    let mut out = std::collections::BTreeMap::new();
+    let mut list = store.list("sessions/");
+    while let Some(e) = list.next().await {
+        let e = e.map_err(|e| Error::from_store("list", "sessions/", e))?;
+        if let Some(o) = store
+            .get(&e.key)
+            .await
+            .map_err(|err| Error::from_store("get", &e.key, err))?
+        {
+            let c = crate::fleet::claim::ClaimRecord::decode(&e.key, &o.bytes)?;
+            out.insert(
+                e.key["sessions/".len()..].to_string(),
+                (c.owner.node, c.epoch, c.state),
+            );
+        }
+    }
+    Ok(out)
+}
+
+pub async fn fleet(store_url: Option<String>, ttl: Duration, sessions: u32) -> Result<(), Error> {
+    use crate::fleet::claim::ClaimState;
+    use crate::fleet::manifest::{self, RestartPolicy, Spec};
+    use crate::fleet::node::{self, NodeConfig, NodeDeps};
+    use crate::fleet::runner::ExecRunner;
+    if ttl < Duration::from_millis(100) {
+        return Err(Error::invalid("ttl", "at least 100ms for the fleet demo"));
+    }
+    let (url, _tmp) = default_store(store_url);
+    // The nodes' requests are counted; the demo's own watching is not.
+    let observer_store = open_store(&url, &OpenOptions::default()).await?;
+    let counting = Arc::new(CountingStore::new(observer_store.clone()));
+    let store: Arc<dyn Store> = counting.clone();
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+    let entropy = Arc::new(crate::clock::OsEntropy::new());
+    println!("store   {url}");
+    crate::probe::probe(&store, entropy.as_ref()).await?;
+    println!("probe   conditional writes honoured");
+    let exe = std::env::current_exe().map_err(|e| Error::Internal(e.to_string()))?;
+    let lock_dir =
+        std::env::temp_dir().join(format!("leasehold-demo-locks-{}", std::process::id()));
+    let _locks = TempDir(lock_dir.clone());
+    let start = |id: &str| -> Result<DemoNode, Error> {
+        let mut cfg = NodeConfig::new(Name::new(id)?, ttl);
+        cfg.capacity = sessions.max(1);
+        cfg.probe = false; // probed once above
+        let lock =
+            crate::hostlock::HostLock::acquire(&lock_dir, &url, id, &crate::hostlock::hostname())?;
+        let deps = NodeDeps {
+            store: store.clone(),
+            clock: clock.clone(),
+            entropy: entropy.clone(),
+            runner: Arc::new(ExecRunner::new(
+                exe.clone(),
+                clock.clone(),
+                Duration::from_millis(500),
+            )),
+            host_lock: Some(Arc::new(lock)),
+            journal: Arc::new(crate::fleet::journal::Journal::new(1000, 1 << 20)),
+        };
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let task = tokio::spawn(node::run(cfg, deps, shutdown.clone()));
+        Ok(DemoNode {
+            id: id.to_string(),
+            shutdown,
+            task,
+        })
+    };
+    let mut nodes = vec![start("alpha")?, start("bravo")?, start("charlie")?];
+    println!(
+        "nodes   alpha, bravo, charlie (ttl {}ms, each session is `sleep 3600` under a dead-man switch)",
+        ttl.as_millis()
+    );
+    let before = counting.counts();
+    let t0 = clock.now();
+    for i in 0..sessions {
+        let spec = Spec {
+            command: "sleep".into(),
+            args: vec!["3600".into()],
+            env: Default::default(),
+            selector: Default::default(),
+            preferred_nodes: vec![],
+            restart: RestartPolicy::Always,
+            paused: false,
+        };
+        manifest::apply(
+            &store,
+            entropy.as_ref(),
+            &Name::new(format!("job-{i}"))?,
+            &spec,
+            None,
+        )
+        .await?;
+    }
+    println!("applied {sessions} manifests");
+    let deadline = clock.now() + Duration::from_secs(30) + ttl * 5;
+    let placed = loop {
+        let c = claims(&observer_store).await?;
+        if c.len() == sessions as usize && c.values().all(|v| v.2 == ClaimState::Running) {
+            break c;
+        }
+        if clock.now() >= deadline {
+            return Err(Error::Internal(format!(
+                "sessions were not placed in time: {c:?}"
+            )));
+        }
+        clock.sleep(Duration::from_millis(20)).await;
+    };
+    let time_to_place = clock.now().saturating_since(t0);
+    println!();
+    print_placement(&placed);
+    // Kill the busiest node abruptly: no release, no goodbye. Its watchdogs
+    // see it vanish and kill its sessions at once.
+    let mut load: std::collections::BTreeMap<&str, usize> = Default::default();
+    for (n, _, _) in placed.values() {
+        *load.entry(n.as_str()).or_default() += 1;
+    }
+    let victim_id = load
+        .iter()
+        .max_by_key(|(_, c)| **c)
+        .map(|(n, _)| n.to_string())
+        .unwrap_or_default();
+    let victim = nodes
+        .iter()
+        .position(|n| n.id == victim_id)
+        .expect("a node runs sessions");
+    let v = nodes.remove(victim);
+    v.task.abort();
+    let _ = v.task.await;
+    let killed_at = clock.now();
+    println!();
+    println!(
+        "{:>7}  killed {victim_id} abruptly; its sessions wait for its node lease to be seen unchanged for ttl + margin",
+        ms(t0, &clock)
+    );
+    let moved = loop {
+        let c = claims(&observer_store).await?;
+        let done = c
+            .values()
+            .all(|(n, _, s)| *n != victim_id && *s == ClaimState::Running);
+        if done {
+            break c;
+        }
+        if clock.now() >= deadline + ttl * 10 {
+            return Err(Error::Internal(format!(
+                "sessions did not move in time: {c:?}"
+            )));
+        }
+        clock.sleep(Duration::from_millis(20)).await;
+    };
+    let failover = clock.now().saturating_since(killed_at);
+    println!();
+    print_placement(&moved);
+    let used = counting.counts().since(&before);
+    for n in nodes.drain(..) {
+        n.shutdown.cancel();
+        n.task.await.map_err(|e| Error::Internal(e.to_string()))??;
+    }
+    println!();
+    println!("summary");
+    println!(
+        "  time to place {sessions} sessions   {}",
+        fmt_d(time_to_place)
+    );
+    println!(
+        "  failover after kill -9      {} (ttl {} + margin {} + polling)",
+        fmt_d(failover),
+        fmt_d(ttl),
+        fmt_d(crate::lease::default_margin(ttl))
+    );
+    let moved_count = placed.values().filter(|(n, _, _)| *n == victim_id).count();
+    println!("  sessions moved              {moved_count} (epoch 1 -> 2)");
+    println!(
+        "  bucket requests by nodes    {} ({} list pages, {} reads, {} creates, {} conditional updates)",
+        used.total(),
+        used.list_pages,
+        used.get,
+        used.put_create,
+        used.put_match
+    );
+    Ok(())
+}
+
+fn print_placement(
+    c: &std::collections::BTreeMap<String, (String, u64, crate::fleet::claim::ClaimState)>,
+) {
+    println!("  {:<10} {:<8} {:<6} state", "session", "node", "epoch");
+    for (s, (n, e, st)) in c {
+        println!("  {s:<10} {n:<8} {e:<6} {st:?}");
     }
 }

@@ -92,16 +92,22 @@ enum Command {
         #[command(flatten)]
         store: StoreArgs,
     },
-    /// Three contenders elect a leader on a local directory store; the leader
-    /// is killed and then released, and the others take over. No server, no
-    /// credentials.
+    /// Three nodes in this process on a local directory store: manifests are
+    /// placed, one node is killed abruptly, its sessions move. No server, no
+    /// credentials. With --lease: a leader election instead.
     Demo {
         /// Store to use (default: a fresh local directory under the temp dir).
         #[arg(long)]
         store: Option<String>,
-        /// Lease TTL for the demo.
+        /// Node (or lease) TTL for the demo.
         #[arg(long, default_value = "1s", value_parser = parse_duration)]
         ttl: Duration,
+        /// How many manifests to apply.
+        #[arg(long, default_value_t = 6)]
+        sessions: u32,
+        /// Run the leader-election demo instead.
+        #[arg(long)]
+        lease: bool,
     },
 }
 
@@ -343,7 +349,20 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     match cli.command {
         Command::Doctor { store, json } => doctor(&store, json).await,
         Command::Lease { op } => lease(op).await,
-        Command::Demo { store, ttl } => demo::run(store, ttl).await.map_err(Failure::Error),
+        Command::Demo {
+            store,
+            ttl,
+            lease: true,
+            ..
+        } => demo::run(store, ttl).await.map_err(Failure::Error),
+        Command::Demo {
+            store,
+            ttl,
+            sessions,
+            ..
+        } => demo::fleet(store, ttl, sessions)
+            .await
+            .map_err(Failure::Error),
         Command::Node { op } => node(op).await,
         Command::Apply {
             file,

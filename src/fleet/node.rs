@@ -54,6 +54,10 @@ pub struct NodeConfig {
     pub grace: Duration,
     /// Run the conditional-write probe before serving.
     pub probe: bool,
+    /// How stale a peer's node record (capacity, load, labels, instance) may
+    /// get before it is read again. Liveness never waits for this: it comes
+    /// from the listed version, by observation.
+    pub node_refresh: Duration,
 }
 
 impl NodeConfig {
@@ -68,6 +72,7 @@ impl NodeConfig {
             max_poll: ttl,
             grace: ttl / 3,
             probe: true,
+            node_refresh: ttl * 3,
         }
     }
 }
@@ -90,6 +95,15 @@ pub struct NodeDeps {
 struct Validity {
     until: MonoTime,
     lost: bool,
+}
+
+/// A peer's node record as last read, and the version last listed.
+#[derive(Debug, Clone)]
+struct PeerNode {
+    listed: Version,
+    fetched: Version,
+    fetched_at: MonoTime,
+    record: LeaseRecord,
 }
 
 /// A session this node holds the claim for.
@@ -204,7 +218,11 @@ struct Node {
     client: LeaseClient,
     me: Owner,
     owned: HashMap<String, Owned>,
-    nodes: HashMap<String, (Version, LeaseRecord)>,
+    /// Peers' node records (never our own: we know it).
+    nodes: HashMap<String, PeerNode>,
+    /// Listed node keys whose record is corrupt: their owners' claims are
+    /// never taken over (corruption is not absence).
+    corrupt_nodes: std::collections::HashSet<String>,
     manifests: HashMap<String, (Version, ManifestRecord)>,
     claims: HashMap<String, (Version, ClaimRecord)>,
     /// When each session was first seen claimable (for rank × grace).
@@ -231,6 +249,7 @@ impl Node {
             me,
             owned: HashMap::new(),
             nodes: HashMap::new(),
+            corrupt_nodes: Default::default(),
             manifests: HashMap::new(),
             claims: HashMap::new(),
             first_claimable: HashMap::new(),
@@ -268,8 +287,10 @@ impl Node {
             load_rx,
             stop_renew.clone(),
         )));
+        let mut valid_rx = valid_rx;
         let ended = loop {
-            let v = *valid_rx.borrow();
+            // Marks the value seen, so `changed()` below waits for the next one.
+            let v = *valid_rx.borrow_and_update();
             if v.lost || self.deps.clock.now() >= v.until {
                 self.stop_all("node lease lost").await;
                 break Ended::LeaseLost;
@@ -292,11 +313,20 @@ impl Node {
             };
             let pause = (self.cfg.poll * 2u32.saturating_pow(self.idle_ticks.min(6)))
                 .min(self.cfg.max_poll);
-            let mut valid_rx2 = valid_rx.clone();
-            tokio::select! {
-                _ = self.deps.clock.sleep(pause) => {}
-                _ = shutdown.cancelled() => {}
-                _ = valid_rx2.changed() => {}
+            // Wait for the next tick; wake early only for shutdown or a lost
+            // lease (a renewal is not a reason to list again).
+            let sleep = self.deps.clock.sleep(pause);
+            tokio::pin!(sleep);
+            loop {
+                tokio::select! {
+                    _ = &mut sleep => break,
+                    _ = shutdown.cancelled() => break,
+                    r = valid_rx.changed() => {
+                        if r.is_err() || valid_rx.borrow().lost {
+                            break;
+                        }
+                    }
+                }
             }
         };
         stop_renew.cancel();
@@ -353,10 +383,9 @@ impl Node {
         let node_entries = self.client.observe_listing("nodes/").await?;
         let manifest_entries = self.client.observe_listing("manifests/").await?;
         let claim_entries = self.client.observe_listing("sessions/").await?;
-        changed |= refresh(&self.deps.store, &node_entries, &mut self.nodes, |k, b| {
-            LeaseRecord::decode(k, b, Kind::Node)
-        })
-        .await?;
+        // Peers renew every ttl/3, so their versions always change: that is
+        // not news (it does not reset pacing) and needs no read.
+        self.refresh_nodes(&node_entries).await?;
         changed |= refresh(
             &self.deps.store,
             &manifest_entries,
@@ -374,7 +403,8 @@ impl Node {
 
         self.last_valid_until = valid_until;
         let now = self.deps.clock.now();
-        let views = self.node_views(now);
+        let mut views = self.node_views(now);
+        let mut refetched = std::collections::HashSet::new();
         changed |= self.handle_exits().await;
         changed |= self.reconcile_owned(valid_until).await;
 
@@ -392,14 +422,42 @@ impl Node {
             if self.owned.contains_key(&name) {
                 continue;
             }
-            let (_, m) = &self.manifests[&format!("manifests/{name}")];
-            let mv = manifest_view(m);
-            let claim = self.claims.get(&format!("sessions/{name}"));
-            let cv = claim.map(|(_, c)| claim_view(c));
+            let m = self.manifests[&format!("manifests/{name}")].1.clone();
+            let mv = manifest_view(&m);
+            let claim = self.claims.get(&format!("sessions/{name}")).cloned();
+            let cv = claim.as_ref().map(|(_, c)| claim_view(c));
+            if let Some(c) = &cv
+                && self
+                    .corrupt_nodes
+                    .contains(&format!("nodes/{}", c.owner.node))
+            {
+                continue; // cannot judge the owner: never take over
+            }
             let Some(why) = plan::claimable(&mv, cv.as_ref(), &views, &self.me) else {
                 self.first_claimable.remove(&name);
                 continue;
             };
+            // A cached peer record may be stale. If it names an instance other
+            // than the claim's owner, read it again before believing the owner
+            // superseded: records only move to newer instances, so a fresh
+            // read that still differs proves it.
+            if let (Claimable::Orphaned, Some(c)) = (why, &cv)
+                && c.state != ClaimState::Released
+            {
+                let key = format!("nodes/{}", c.owner.node);
+                let stale = self
+                    .nodes
+                    .get(&key)
+                    .is_some_and(|n| n.record.holder.instance != c.owner.instance);
+                if stale && !refetched.contains(&key) {
+                    refetched.insert(key.clone());
+                    self.fetch_node(&key, None).await?;
+                    views = self.node_views(now);
+                    if plan::claimable(&mv, cv.as_ref(), &views, &self.me).is_none() {
+                        continue;
+                    }
+                }
+            }
             let first = *self.first_claimable.entry(name.clone()).or_insert(now);
             let wait = match why {
                 Claimable::Predecessor => Duration::ZERO,
@@ -412,51 +470,108 @@ impl Node {
                 changed = true; // keep polling briskly while a claim is pending
                 continue;
             }
-            changed |= self
-                .claim(&name, m.clone(), claim.cloned(), valid_until)
-                .await?;
+            changed |= self.claim(&name, m, claim, valid_until).await?;
         }
         Ok(changed)
     }
 
     fn node_views(&self, now: MonoTime) -> Vec<NodeView> {
-        let mut out = Vec::new();
-        for (key, (version, rec)) in &self.nodes {
+        let mut out = vec![NodeView {
+            id: self.me.node.clone(),
+            instance: self.me.instance.clone(),
+            capacity: self.cfg.capacity,
+            load: self.owned.len() as u32,
+            labels: self.cfg.labels.clone(),
+            live: true,
+        }];
+        for (key, n) in &self.nodes {
+            let rec = &n.record;
             let ttl = Duration::from_millis(rec.ttl_ms);
+            // Expiry by observation of the *listed* version: fresh every tick.
             let expired = self
                 .client
                 .observer()
-                .unchanged_for(key, version, now)
+                .unchanged_for(key, &n.listed, now)
                 .is_some_and(|d| d >= ttl + default_margin(ttl));
-            let attrs = &rec.attrs;
-            let get = |k: &str| attrs.get(k).and_then(|v| v.as_u64()).unwrap_or(0) as u32;
-            let labels = attrs
-                .get("labels")
-                .and_then(|l| serde_json::from_value(l.clone()).ok())
-                .unwrap_or_default();
-            let mine = rec.holder.node == self.me.node && rec.holder.instance == self.me.instance;
+            let released = rec.released && n.listed == n.fetched;
+            let get = |k: &str| rec.attrs.get(k).and_then(|v| v.as_u64()).unwrap_or(0) as u32;
             out.push(NodeView {
                 id: rec.holder.node.clone(),
                 instance: rec.holder.instance.clone(),
-                capacity: if mine {
-                    self.cfg.capacity
-                } else {
-                    get("capacity")
-                },
-                load: if mine {
-                    self.owned.len() as u32
-                } else {
-                    get("load")
-                },
-                labels: if mine {
-                    self.cfg.labels.clone()
-                } else {
-                    labels
-                },
-                live: mine || (!rec.released && !expired),
+                capacity: get("capacity"),
+                load: get("load"),
+                labels: rec
+                    .attrs
+                    .get("labels")
+                    .and_then(|l| serde_json::from_value(l.clone()).ok())
+                    .unwrap_or_default(),
+                live: !released && !expired,
             });
         }
         out
+    }
+
+    /// Reads a peer's node record now. `listed` is the version the listing
+    /// showed (None: keep the one we had).
+    async fn fetch_node(&mut self, key: &str, listed: Option<Version>) -> Result<()> {
+        let now = self.deps.clock.now();
+        match self.deps.store.get(key).await {
+            Ok(Some(o)) => match LeaseRecord::decode(key, &o.bytes, Kind::Node) {
+                Ok(record) => {
+                    self.corrupt_nodes.remove(key);
+                    let listed = listed
+                        .or_else(|| self.nodes.get(key).map(|n| n.listed.clone()))
+                        .unwrap_or_else(|| o.version.clone());
+                    self.nodes.insert(
+                        key.to_string(),
+                        PeerNode {
+                            listed,
+                            fetched: o.version,
+                            fetched_at: now,
+                            record,
+                        },
+                    );
+                }
+                Err(e) => {
+                    tracing::warn!(key, error = %e, "corrupt node record; its sessions are left alone");
+                    self.corrupt_nodes.insert(key.to_string());
+                    self.nodes.remove(key);
+                }
+            },
+            Ok(None) => {
+                self.nodes.remove(key);
+            }
+            Err(e) => return Err(Error::from_store("get", key, e)),
+        }
+        Ok(())
+    }
+
+    /// Brings peers' node records in line with a listing: new peers are read,
+    /// known ones only every `node_refresh`.
+    async fn refresh_nodes(&mut self, entries: &[Entry]) -> Result<()> {
+        let mine = format!("nodes/{}", self.me.node);
+        let listed: std::collections::HashSet<&str> =
+            entries.iter().map(|e| e.key.as_str()).collect();
+        self.nodes.retain(|k, _| listed.contains(k.as_str()));
+        self.corrupt_nodes.retain(|k| listed.contains(k.as_str()));
+        let now = self.deps.clock.now();
+        for e in entries {
+            if e.key == mine {
+                continue;
+            }
+            let due = match self.nodes.get_mut(&e.key) {
+                Some(n) => {
+                    n.listed = e.version.clone();
+                    n.fetched != e.version
+                        && now.saturating_since(n.fetched_at) >= self.cfg.node_refresh
+                }
+                None => true,
+            };
+            if due {
+                self.fetch_node(&e.key, Some(e.version.clone())).await?;
+            }
+        }
+        Ok(())
     }
 
     async fn claim(

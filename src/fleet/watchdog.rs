@@ -36,6 +36,13 @@ pub fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// Reports a line to the node. The node may be gone (that is often why we
+/// are finishing), so a closed pipe is ignored, never a panic.
+fn say(line: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}").and_then(|_| out.flush());
+}
+
 enum Msg {
     Deadline(u64),
     Stop,
@@ -51,20 +58,24 @@ fn kill_group(pgid: i32, sig: i32) {
 pub fn main(args: &[String]) -> ExitCode {
     let (Some(grace), Some(deadline), Some(program)) = (args.first(), args.get(1), args.get(2))
     else {
-        eprintln!(
+        let _ = writeln!(
+            std::io::stderr(),
             "error: usage: leasehold __watchdog <grace_ms> <deadline_ns> <program> [args...]"
         );
         return ExitCode::from(2);
     };
     let (Ok(grace_ms), Ok(mut deadline)) = (grace.parse::<u64>(), deadline.parse::<u64>()) else {
-        eprintln!("error: __watchdog: grace and deadline must be integers");
+        let _ = writeln!(
+            std::io::stderr(),
+            "error: __watchdog: grace and deadline must be integers"
+        );
         return ExitCode::from(2);
     };
     // SAFETY: setsid has no memory-safety preconditions; failure (already a
     // group leader) is harmless.
     unsafe { libc::setsid() };
     if monotonic_ns() >= deadline {
-        println!("end deadline -1");
+        say("end deadline -1");
         return ExitCode::from(137);
     }
     use std::os::unix::process::CommandExt;
@@ -75,14 +86,13 @@ pub fn main(args: &[String]) -> ExitCode {
     {
         Ok(c) => c,
         Err(e) => {
-            println!("end spawn-failed 127");
-            eprintln!("error: cannot start {program:?}: {e}");
+            say("end spawn-failed 127");
+            let _ = writeln!(std::io::stderr(), "error: cannot start {program:?}: {e}");
             return ExitCode::from(127);
         }
     };
     let pgid = child.id() as i32;
-    println!("pid {pgid}");
-    let _ = std::io::stdout().flush();
+    say(&format!("pid {pgid}"));
 
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
@@ -104,8 +114,7 @@ pub fn main(args: &[String]) -> ExitCode {
     });
 
     let finish = |reason: &str, code: i32| {
-        println!("end {reason} {code}");
-        let _ = std::io::stdout().flush();
+        say(&format!("end {reason} {code}"));
         ExitCode::from(code.clamp(0, 255) as u8)
     };
     let code_of = |s: std::process::ExitStatus| {
