@@ -21,6 +21,8 @@ use object_store::{GetOptions, ObjectStore, PutMode, PutOptions, PutPayload, Upd
 use std::sync::Arc;
 use std::time::Duration;
 
+mod fleet;
+
 #[derive(Parser)]
 #[command(name = "spike", about = "Bucket-lease measurements against any store")]
 struct Cli {
@@ -34,6 +36,38 @@ enum Cmd {
     Matrix {
         #[arg(long, required = true)]
         store: Vec<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Fleet placement and failover: N nodes in this process (recording
+    /// runners), M manifests; time to place all, conflicts per claim, then
+    /// kill nodes one at a time and time how long their sessions take to run
+    /// elsewhere.
+    Fleet {
+        #[arg(long)]
+        store: String,
+        #[arg(long, default_value_t = 10)]
+        nodes: usize,
+        #[arg(long, default_value_t = 1000)]
+        manifests: usize,
+        #[arg(long, default_value = "2000")]
+        ttl_ms: u64,
+        /// Nodes to kill, one after another.
+        #[arg(long, default_value_t = 5)]
+        kills: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Steady-state bucket requests per node-hour and per session-hour,
+    /// counted exactly over one virtual hour on a manual clock, with dollar
+    /// figures at list prices.
+    Cost {
+        #[arg(long, default_value_t = 3)]
+        nodes: usize,
+        #[arg(long, default_value_t = 30)]
+        sessions: usize,
+        #[arg(long, default_value = "10000")]
+        ttl_ms: u64,
         #[arg(long)]
         json: bool,
     },
@@ -59,6 +93,30 @@ async fn main() {
             iterations,
             json,
         } => latency(&store, iterations, json).await,
+        Cmd::Fleet {
+            store,
+            nodes,
+            manifests,
+            ttl_ms,
+            kills,
+            json,
+        } => {
+            fleet::placement(
+                &store,
+                nodes,
+                manifests,
+                Duration::from_millis(ttl_ms),
+                kills,
+                json,
+            )
+            .await
+        }
+        Cmd::Cost {
+            nodes,
+            sessions,
+            ttl_ms,
+            json,
+        } => fleet::cost(nodes, sessions, Duration::from_millis(ttl_ms), json).await,
     };
     if let Err(e) = r {
         eprintln!("error: {e}");

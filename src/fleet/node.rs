@@ -639,7 +639,8 @@ impl Node {
                 Ok(true)
             }
             Put::Rejected(_) => {
-                tracing::debug!(session = name, "lost the claim race");
+                // Another node claimed first: placement should make this rare.
+                self.event("conflict", Some(name), Some(epoch), "lost the claim race");
                 Ok(true)
             }
         }

@@ -1,0 +1,394 @@
+//! Fleet measurements: placement, conflicts, failover, steady-state cost.
+
+use leasehold::clock::{Clock, Entropy, ManualClock, OsEntropy, SystemClock};
+use leasehold::fleet::claim::{ClaimRecord, ClaimState};
+use leasehold::fleet::journal::Journal;
+use leasehold::fleet::manifest::{self, RestartPolicy, Spec};
+use leasehold::fleet::node::{self, NodeConfig, NodeDeps};
+use leasehold::fleet::runner::RecordingRunner;
+use leasehold::store::{
+    CountingStore, ObjectStoreBackend, OpenOptions, RequestCounts, Store, open_store,
+};
+use leasehold::{Name, Result};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+fn spec() -> Spec {
+    Spec {
+        command: "sleep".into(),
+        args: vec!["3600".into()],
+        env: Default::default(),
+        selector: Default::default(),
+        preferred_nodes: vec![],
+        restart: RestartPolicy::Always,
+        paused: false,
+    }
+}
+
+struct SpikeNode {
+    id: String,
+    journal: Arc<Journal>,
+    shutdown: CancellationToken,
+    task: tokio::task::JoinHandle<Result<()>>,
+}
+
+fn start(
+    id: &str,
+    store: &Arc<dyn Store>,
+    clock: &Arc<dyn Clock>,
+    ttl: Duration,
+    capacity: u32,
+    poll: Option<Duration>,
+) -> SpikeNode {
+    let mut cfg = NodeConfig::new(Name::new(id).unwrap(), ttl);
+    cfg.capacity = capacity;
+    cfg.probe = false;
+    if let Some(p) = poll {
+        cfg.poll = p;
+        cfg.grace = p;
+        cfg.max_poll = p * 4;
+    }
+    let journal = Arc::new(Journal::new(1_000_000, 256 << 20));
+    let deps = NodeDeps {
+        store: store.clone(),
+        clock: clock.clone(),
+        entropy: Arc::new(OsEntropy::new()),
+        runner: Arc::new(RecordingRunner::new(clock.clone())),
+        host_lock: None,
+        journal: journal.clone(),
+    };
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(node::run(cfg, deps, shutdown.clone()));
+    SpikeNode {
+        id: id.into(),
+        journal,
+        shutdown,
+        task,
+    }
+}
+
+/// session -> (owner, epoch) for running claims.
+async fn owners(store: &Arc<dyn Store>) -> Result<BTreeMap<String, (String, u64)>> {
+    use futures::StreamExt;
+    let mut out = BTreeMap::new();
+    let keys: Vec<String> = store
+        .list("sessions/")
+        .filter_map(|e| async move { e.ok().map(|e| e.key) })
+        .collect()
+        .await;
+    for k in keys {
+        if let Ok(Some(o)) = store.get(&k).await
+            && let Ok(c) = ClaimRecord::decode(&k, &o.bytes)
+            && c.state == ClaimState::Running
+        {
+            out.insert(k["sessions/".len()..].to_string(), (c.owner.node, c.epoch));
+        }
+    }
+    Ok(out)
+}
+
+fn pct(v: &[Duration], p: f64) -> Duration {
+    let mut v = v.to_vec();
+    v.sort();
+    v[((v.len() as f64 - 1.0) * p).round() as usize]
+}
+
+pub async fn placement(
+    url: &str,
+    n: usize,
+    m: usize,
+    ttl: Duration,
+    kills: usize,
+    json: bool,
+) -> Result<()> {
+    let base = open_store(url, &OpenOptions::default()).await?;
+    let run = OsEntropy::new().hex_id();
+    // Fresh namespace per run on shared stores.
+    let store: Arc<dyn Store> = match url {
+        u if u.starts_with("memory") => base,
+        u => {
+            open_store(
+                &format!("{}/spike-fleet-{run}", u.trim_end_matches('/')),
+                &OpenOptions::default(),
+            )
+            .await?
+        }
+    };
+    let counting = Arc::new(CountingStore::new(store.clone()));
+    let node_store: Arc<dyn Store> = counting.clone();
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+    let capacity = (m / n * 3).max(8) as u32;
+    let poll = ttl / 10;
+    let mut nodes: Vec<SpikeNode> = (0..n)
+        .map(|i| {
+            start(
+                &format!("n{i:02}"),
+                &node_store,
+                &clock,
+                ttl,
+                capacity,
+                Some(poll),
+            )
+        })
+        .collect();
+    clock.sleep(ttl / 2).await; // let every node register
+    eprintln!("applying {m} manifests to {n} nodes (ttl {ttl:?}, poll {poll:?})");
+    let entropy = OsEntropy::new();
+    let t0 = clock.now();
+    for i in 0..m {
+        manifest::apply(
+            &store,
+            &entropy,
+            &Name::new(format!("s{i:05}")).unwrap(),
+            &spec(),
+            None,
+        )
+        .await?;
+    }
+    let applied = clock.now().saturating_since(t0);
+    let placed_at;
+    loop {
+        let o = owners(&store).await?;
+        if o.len() == m {
+            placed_at = clock.now().saturating_since(t0);
+            break;
+        }
+        eprint!("\rplaced {}/{m}", o.len());
+        clock.sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!("\rplaced {m}/{m}     ");
+    let claims: usize = nodes.iter().map(|n| count(&n.journal, "claimed")).sum();
+    let conflicts: usize = nodes.iter().map(|n| count(&n.journal, "conflict")).sum();
+    let spread: BTreeMap<String, usize> =
+        owners(&store)
+            .await?
+            .values()
+            .fold(BTreeMap::new(), |mut a, (n, _)| {
+                *a.entry(n.clone()).or_default() += 1;
+                a
+            });
+    // Failover: kill nodes one at a time (abort: no release), time until all
+    // of the victim's sessions run elsewhere.
+    let mut failovers = Vec::new();
+    for k in 0..kills.min(n.saturating_sub(1)) {
+        let o = owners(&store).await?;
+        let victim = nodes.remove(0);
+        let theirs: Vec<String> = o
+            .iter()
+            .filter(|(_, (n, _))| *n == victim.id)
+            .map(|(s, _)| s.clone())
+            .collect();
+        victim.task.abort();
+        let _ = victim.task.await;
+        let t = clock.now();
+        loop {
+            let o = owners(&store).await?;
+            if theirs
+                .iter()
+                .all(|s| o.get(s).is_some_and(|(n, _)| *n != victim.id))
+            {
+                break;
+            }
+            clock.sleep(Duration::from_millis(20)).await;
+        }
+        let d = clock.now().saturating_since(t);
+        eprintln!(
+            "kill {}: {} sessions of {} moved in {d:?}",
+            k + 1,
+            theirs.len(),
+            victim.id
+        );
+        failovers.push(d);
+    }
+    let used = counting.counts();
+    for n in nodes.drain(..) {
+        n.shutdown.cancel();
+        let _ = n.task.await;
+    }
+    let row = serde_json::json!({
+        "store": url, "nodes": n, "manifests": m, "ttl_ms": ttl.as_millis() as u64, "poll_ms": poll.as_millis() as u64,
+        "apply_ms": applied.as_millis() as u64,
+        "place_all_ms": placed_at.as_millis() as u64,
+        "claims": claims, "conflicts": conflicts,
+        "conflicts_per_claim": conflicts as f64 / claims.max(1) as f64,
+        "spread": spread,
+        "failover_ms": failovers.iter().map(|d| d.as_millis() as u64).collect::<Vec<_>>(),
+        "failover_p50_ms": if failovers.is_empty() { 0 } else { pct(&failovers, 0.5).as_millis() as u64 },
+        "failover_max_ms": failovers.iter().max().map_or(0, |d| d.as_millis() as u64),
+        "requests": used,
+    });
+    if json {
+        println!("{}", serde_json::to_string_pretty(&row).unwrap());
+        return Ok(());
+    }
+    println!(
+        "| store | nodes | manifests | ttl | poll | time to place all (from first apply) | claims | conflicts | conflicts per claim |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
+    println!(
+        "| {url} | {n} | {m} | {}ms | {}ms | {}ms (applying took {}ms) | {claims} | {conflicts} | {:.4} |",
+        ttl.as_millis(),
+        poll.as_millis(),
+        placed_at.as_millis(),
+        applied.as_millis(),
+        conflicts as f64 / claims.max(1) as f64
+    );
+    println!();
+    println!("spread: {spread:?}");
+    if !failovers.is_empty() {
+        println!();
+        println!("| kills | failover times (ms) | max | bound ttl + margin + max_poll + grace |");
+        println!("|---|---|---|---|");
+        let bound = ttl + ttl / 10 + poll * 4 + poll;
+        println!(
+            "| {} | {:?} | {}ms | {}ms |",
+            failovers.len(),
+            failovers.iter().map(|d| d.as_millis()).collect::<Vec<_>>(),
+            failovers.iter().max().unwrap().as_millis(),
+            bound.as_millis()
+        );
+    }
+    Ok(())
+}
+
+fn count(j: &Journal, kind: &str) -> usize {
+    j.after(0, usize::MAX)
+        .map(|p| p.events.iter().filter(|e| e.kind == kind).count())
+        .unwrap_or(0)
+}
+
+/// One virtual hour of steady state with `n` nodes and `s` sessions.
+async fn virtual_hour(n: usize, s: usize, ttl: Duration) -> Result<(RequestCounts, usize)> {
+    let clock = ManualClock::new();
+    let dyn_clock: Arc<dyn Clock> = Arc::new(clock.clone());
+    let counting = Arc::new(CountingStore::new(Arc::new(ObjectStoreBackend::memory())));
+    let store: Arc<dyn Store> = counting.clone();
+    let entropy = OsEntropy::new();
+    for i in 0..s {
+        manifest::apply(
+            &store,
+            &entropy,
+            &Name::new(format!("s{i:05}")).unwrap(),
+            &spec(),
+            None,
+        )
+        .await?;
+    }
+    let nodes: Vec<SpikeNode> = (0..n)
+        .map(|i| {
+            start(
+                &format!("n{i:02}"),
+                &store,
+                &dyn_clock,
+                ttl,
+                s.max(1) as u32,
+                None,
+            )
+        })
+        .collect();
+    let step = Duration::from_millis(100);
+    let advance = async |steps: u64| {
+        for _ in 0..steps {
+            clock.advance(step);
+            for _ in 0..50 {
+                tokio::task::yield_now().await;
+            }
+        }
+    };
+    advance(ttl.as_millis() as u64 * 10 / 100).await; // settle: ten TTLs
+    let placed = owners(&store).await?.len();
+    let before = counting.counts();
+    advance(36_000).await;
+    let used = counting.counts().since(&before);
+    for nd in nodes {
+        nd.shutdown.cancel();
+        clock.advance(step);
+        tokio::task::yield_now().await;
+        nd.task.abort();
+    }
+    Ok((used, placed))
+}
+
+/// Runs a virtual hour on a current-thread runtime of its own: there, each
+/// `yield_now` hands every ready node task its turn, so the manual clock never
+/// outruns the nodes (on a multi-threaded runtime it would).
+fn virtual_hour_blocking(n: usize, s: usize, ttl: Duration) -> Result<(RequestCounts, usize)> {
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime")
+            .block_on(virtual_hour(n, s, ttl))
+    })
+    .join()
+    .expect("virtual hour thread")
+}
+
+pub async fn cost(n: usize, s: usize, ttl: Duration, json: bool) -> Result<()> {
+    let (idle, _) = virtual_hour_blocking(n, 0, ttl)?;
+    let (busy, placed) = virtual_hour_blocking(n, s, ttl)?;
+    if placed != s {
+        return Err(leasehold::Error::Internal(format!(
+            "only {placed} of {s} sessions placed before measuring"
+        )));
+    }
+    let per_node = idle.total() as f64 / n as f64;
+    let per_session = (busy.total() as f64 - idle.total() as f64) / s.max(1) as f64;
+    // List prices (USD): S3 Standard PUT/LIST $0.005 per 1,000, GET $0.0004
+    // per 1,000; R2 class A (PUT, LIST) $4.50 per million, class B (GET)
+    // $0.36 per million.
+    let dollars = |c: &RequestCounts, a: f64, b: f64| {
+        (c.put_create + c.put_match + c.list_pages) as f64 * a
+            + (c.get + c.get_if_changed) as f64 * b
+    };
+    let s3 = |c: &RequestCounts| dollars(c, 0.005 / 1000.0, 0.0004 / 1000.0);
+    let r2 = |c: &RequestCounts| dollars(c, 4.5 / 1e6, 0.36 / 1e6);
+    // The alternative design: one object per session renewed every ttl/3.
+    let per_session_alt = 3600.0 / (ttl.as_secs_f64() / 3.0);
+    let row = serde_json::json!({
+        "nodes": n, "sessions": s, "placed": placed, "ttl_ms": ttl.as_millis() as u64,
+        "idle_fleet_hour": idle, "busy_fleet_hour": busy,
+        "requests_per_node_hour": per_node, "requests_per_session_hour": per_session,
+        "usd_per_node_hour_s3": s3(&idle) / n as f64, "usd_per_node_hour_r2": r2(&idle) / n as f64,
+        "one_object_per_session_requests_per_session_hour": per_session_alt,
+    });
+    if json {
+        println!("{}", serde_json::to_string_pretty(&row).unwrap());
+        return Ok(());
+    }
+    println!(
+        "one virtual hour at steady state, ttl {}ms, {n} nodes, {s} sessions ({placed} placed)",
+        ttl.as_millis()
+    );
+    println!();
+    println!("| fleet | renew PUTs | list pages | GETs | creates | total |");
+    println!("|---|---|---|---|---|---|");
+    for (label, c) in [("idle", &idle), ("busy", &busy)] {
+        println!(
+            "| {label} | {} | {} | {} | {} | {} |",
+            c.put_match,
+            c.list_pages,
+            c.get + c.get_if_changed,
+            c.put_create,
+            c.total()
+        );
+    }
+    println!();
+    println!("| figure | leasehold | one object per session, renewed every ttl/3 |");
+    println!("|---|---|---|");
+    println!("| requests per node-hour | {per_node:.0} | {per_node:.0} + sessions' renewals |");
+    println!("| requests per session-hour | {per_session:.1} | {per_session_alt:.0} |");
+    println!(
+        "| USD per node-hour, S3 Standard | {:.5} | |",
+        s3(&idle) / n as f64
+    );
+    println!("| USD per node-hour, R2 | {:.5} | |", r2(&idle) / n as f64);
+    println!(
+        "| USD per session-hour, S3 Standard | {:.6} | {:.6} |",
+        per_session * 0.005 / 1000.0,
+        per_session_alt * 0.005 / 1000.0
+    );
+    Ok(())
+}
