@@ -4,6 +4,7 @@ pub mod clock;
 pub mod error;
 pub mod fleet;
 pub mod hostlock;
+pub mod http;
 pub mod lease;
 pub mod name;
 pub mod probe;

@@ -344,3 +344,146 @@ fn lease_demo_runs_on_the_embedded_default() {
         "{out}"
     );
 }
+
+#[test]
+fn node_run_refuses_bad_http_flags_before_starting() {
+    let (d, s) = store();
+    let short = d.path().join("short");
+    std::fs::write(&short, "tooshort").unwrap();
+    for (args, needle) in [
+        (
+            vec![
+                "node", "run", "--store", &s, "--id", "n1", "--listen", "7401",
+            ],
+            "needs --token-file",
+        ),
+        (
+            vec![
+                "node",
+                "run",
+                "--store",
+                &s,
+                "--id",
+                "n1",
+                "--token-file",
+                "/nonexistent",
+            ],
+            "needs --listen",
+        ),
+        (
+            vec![
+                "node",
+                "run",
+                "--store",
+                &s,
+                "--id",
+                "n1",
+                "--listen",
+                "7401",
+                "--token-file",
+                short.to_str().unwrap(),
+            ],
+            "at least 16 bytes",
+        ),
+        (
+            vec![
+                "node",
+                "run",
+                "--store",
+                &s,
+                "--id",
+                "n1",
+                "--listen",
+                "nowhere",
+                "--token-file",
+                short.to_str().unwrap(),
+            ],
+            "16 bytes",
+        ),
+        (
+            vec!["node", "run", "--store", &s, "--id", "bad/id"],
+            "invalid name",
+        ),
+        (
+            vec![
+                "node", "run", "--store", &s, "--id", "n1", "--labels", "novalue",
+            ],
+            "is not k=v",
+        ),
+        (
+            vec!["node", "run", "--store", &s, "--id", "n1", "--ttl", "1ms"],
+            "at least 100ms",
+        ),
+    ] {
+        let o = run(&args);
+        assert_eq!(code(&o), 2, "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(needle), "{args:?}: {}", stderr(&o));
+        assert!(!stderr(&o).contains("tooshort"), "the token never appears");
+    }
+    assert!(!d.path().join("nodes").exists(), "nothing registered");
+}
+
+#[test]
+fn apply_and_delete_manifests() {
+    let (d, s) = store();
+    let f = d.path().join("m.json");
+    std::fs::write(
+        &f,
+        r#"{"name": "web", "spec": {"command": "sleep", "args": ["1"]}}"#,
+    )
+    .unwrap();
+    let o = run(&["apply", f.to_str().unwrap(), "--store", &s, "--json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(json(&o)["result"], "created");
+    let o = run(&["apply", f.to_str().unwrap(), "--store", &s, "--json"]);
+    assert_eq!(json(&o)["result"], "unchanged");
+    std::fs::write(
+        &f,
+        r#"{"name": "web", "spec": {"command": "sleep", "args": ["2"]}}"#,
+    )
+    .unwrap();
+    let o = run(&["apply", f.to_str().unwrap(), "--store", &s]);
+    assert_eq!(
+        code(&o),
+        3,
+        "a different spec is a conflict: {}",
+        stderr(&o)
+    );
+    let o = run(&[
+        "apply",
+        f.to_str().unwrap(),
+        "--store",
+        &s,
+        "--replace",
+        "--json",
+    ]);
+    assert_eq!(json(&o)["result"], "replaced");
+    for (body, needle) in [
+        (
+            r#"{"name": "web", "spec": {"command": ""}}"#,
+            "spec.command",
+        ),
+        (
+            r#"{"name": "w/b", "spec": {"command": "x"}}"#,
+            "invalid name",
+        ),
+        (
+            r#"{"name": "web", "spec": {"command": "x", "restart": "sometimes"}}"#,
+            "spec.restart",
+        ),
+        (
+            r#"{"name": "web", "spec": {"command": "x"}, "extra": 1}"#,
+            "unknown field",
+        ),
+        (r#"not json"#, "manifest file"),
+    ] {
+        std::fs::write(&f, body).unwrap();
+        let o = run(&["apply", f.to_str().unwrap(), "--store", &s]);
+        assert_eq!(code(&o), 2, "{body}: {}", stderr(&o));
+        assert!(stderr(&o).contains(needle), "{body}: {}", stderr(&o));
+    }
+    let o = run(&["delete", "web", "--store", &s]);
+    assert_eq!(code(&o), 0);
+    let o = run(&["delete", "web", "--store", &s]);
+    assert_eq!(code(&o), 7, "not found");
+}

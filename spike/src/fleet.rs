@@ -58,6 +58,7 @@ fn start(
         runner: Arc::new(RecordingRunner::new(clock.clone())),
         host_lock: None,
         journal: journal.clone(),
+        status: Default::default(),
     };
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(node::run(cfg, deps, shutdown.clone()));

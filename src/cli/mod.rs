@@ -140,6 +140,13 @@ enum NodeOp {
         /// SIGTERM-to-SIGKILL grace when stopping a session.
         #[arg(long, default_value = "5s", value_parser = parse_duration)]
         stop_grace: Duration,
+        /// Serve the node's HTTP API (events, sessions, health, metrics) on
+        /// this address. A bare port (7400 or :7400) binds loopback.
+        #[arg(long)]
+        listen: Option<String>,
+        /// File holding the bearer token for /v1/* (required with --listen).
+        #[arg(long)]
+        token_file: Option<std::path::PathBuf>,
     },
 }
 
@@ -644,12 +651,40 @@ async fn node(op: NodeOp) -> Result<(), Failure> {
         ttl,
         exec,
         stop_grace,
+        listen,
+        token_file,
     } = op;
     let id = Name::new(id)?;
+    // HTTP first: a bad address or token fails before anything is written.
+    let http = match (&listen, &token_file) {
+        (None, None) => None,
+        (None, Some(_)) => return Err(Error::invalid("--token-file", "needs --listen").into()),
+        (Some(_), None) => {
+            return Err(Error::invalid(
+                "--listen",
+                "needs --token-file (reads require a bearer token)",
+            )
+            .into());
+        }
+        (Some(l), Some(f)) => {
+            let token = crate::http::read_token(f)?;
+            let addr = listen_addr(l)?;
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| Error::invalid("--listen", format!("{addr}: {e}")))?;
+            let bound = listener
+                .local_addr()
+                .map_err(|e| Error::Internal(e.to_string()))?;
+            Some((listener, token, bound))
+        }
+    };
+    let address = address.or_else(|| http.as_ref().map(|(_, _, a)| format!("http://{a}")));
     if ttl < Duration::from_millis(100) {
         return Err(Error::invalid("ttl", "at least 100ms for a node").into());
     }
     let store = open(&store).await?;
+    let counting = Arc::new(crate::store::CountingStore::new(store));
+    let store: Arc<dyn Store> = counting.clone();
     let host = crate::hostlock::hostname();
     let lock = crate::hostlock::HostLock::acquire(
         &crate::hostlock::default_lock_dir(),
@@ -670,15 +705,30 @@ async fn node(op: NodeOp) -> Result<(), Failure> {
     cfg.capacity = capacity;
     cfg.labels = labels;
     cfg.address = address;
+    let journal = Arc::new(Journal::new(10_000, 4 << 20));
+    let status: Arc<fleet_node::NodeStatus> = Default::default();
     let deps = fleet_node::NodeDeps {
         store,
         clock,
         entropy: Arc::new(OsEntropy::new()),
         runner,
         host_lock: Some(Arc::new(lock)),
-        journal: Arc::new(Journal::new(10_000, 4 << 20)),
+        journal: journal.clone(),
+        status: status.clone(),
     };
     let shutdown = tokio_util::sync::CancellationToken::new();
+    let server = match http {
+        Some((listener, token, bound)) => {
+            let state = crate::http::HttpState::new(journal, status, Some(counting), token)?;
+            tracing::info!(%bound, "serving the node API");
+            Some(tokio::spawn(crate::http::serve(
+                listener,
+                state,
+                shutdown.clone(),
+            )))
+        }
+        None => None,
+    };
     let trigger = shutdown.clone();
     tokio::spawn(async move {
         use tokio::signal::unix::{SignalKind, signal};
@@ -695,6 +745,26 @@ async fn node(op: NodeOp) -> Result<(), Failure> {
         tracing::info!("signal received; stopping sessions and releasing");
         trigger.cancel();
     });
-    fleet_node::run(cfg, deps, shutdown).await?;
+    let r = fleet_node::run(cfg, deps, shutdown.clone()).await;
+    shutdown.cancel();
+    if let Some(server) = server {
+        let _ = server.await;
+    }
+    r?;
     Ok(())
+}
+
+/// `7400`, `:7400` -> 127.0.0.1:7400 (loopback by default); otherwise an
+/// explicit `host:port`.
+fn listen_addr(s: &str) -> Result<std::net::SocketAddr, Error> {
+    let s = s.trim();
+    let full = if s.bytes().all(|b| b.is_ascii_digit()) {
+        format!("127.0.0.1:{s}")
+    } else if let Some(port) = s.strip_prefix(':') {
+        format!("127.0.0.1:{port}")
+    } else {
+        s.to_string()
+    };
+    full.parse()
+        .map_err(|_| Error::invalid("--listen", format!("{s:?} is not host:port or a port")))
 }

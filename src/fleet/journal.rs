@@ -52,6 +52,8 @@ struct Inner {
     events: VecDeque<Event>,
     next: u64,
     bytes: usize,
+    /// Events recorded so far by kind, never evicted (for metrics).
+    totals: std::collections::BTreeMap<&'static str, u64>,
 }
 
 /// A bounded, sequenced journal.
@@ -60,6 +62,8 @@ pub struct Journal {
     inner: Mutex<Inner>,
     max_events: usize,
     max_bytes: usize,
+    /// Wakes followers (SSE streams) when an event is appended.
+    appended: tokio::sync::Notify,
 }
 
 impl Journal {
@@ -71,6 +75,7 @@ impl Journal {
             }),
             max_events: max_events.max(1),
             max_bytes: max_bytes.max(1),
+            appended: tokio::sync::Notify::new(),
         }
     }
 
@@ -94,13 +99,33 @@ impl Journal {
         };
         i.next += 1;
         i.bytes += e.size();
+        *i.totals.entry(kind).or_default() += 1;
         tracing::info!(seq = e.seq, kind, session = ?e.session, epoch = ?e.epoch, detail = %e.detail, "event");
         i.events.push_back(e);
         while i.events.len() > self.max_events || (i.bytes > self.max_bytes && i.events.len() > 1) {
             let old = i.events.pop_front().expect("non-empty");
             i.bytes -= old.size();
         }
-        i.next - 1
+        let seq = i.next - 1;
+        drop(i);
+        self.appended.notify_waiters();
+        seq
+    }
+
+    /// Completes when an event is appended after this call. Followers call it
+    /// only after reading up to the latest, and re-check after waking.
+    pub fn appended(&self) -> tokio::sync::futures::Notified<'_> {
+        self.appended.notified()
+    }
+
+    /// How many events of each kind were ever recorded.
+    pub fn totals(&self) -> std::collections::BTreeMap<&'static str, u64> {
+        self.inner.lock().unwrap().totals.clone()
+    }
+
+    /// The latest sequence number (0: none yet).
+    pub fn latest(&self) -> u64 {
+        self.inner.lock().unwrap().next - 1
     }
 
     /// Events after `cursor` (0 = from the beginning), at most `limit`.

@@ -28,6 +28,7 @@ use crate::name::Name;
 use crate::record::{Kind, LeaseRecord, SCHEMA};
 use crate::store::{Cond, Entry, Store, Version};
 use bytes::Bytes;
+use futures::StreamExt;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
@@ -77,6 +78,47 @@ impl NodeConfig {
     }
 }
 
+/// What the node publishes about itself for its HTTP API and tests: a
+/// snapshot replaced at the end of every tick, so readers never touch the
+/// pull loop's state.
+#[derive(Debug, Default)]
+pub struct NodeStatus {
+    inner: std::sync::RwLock<StatusSnapshot>,
+}
+
+/// See [`NodeStatus`].
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct StatusSnapshot {
+    pub node: String,
+    /// Empty until registered.
+    pub instance: String,
+    /// Registered and within the node lease's validity at the last tick.
+    pub ready: bool,
+    pub sessions: Vec<SessionStatus>,
+}
+
+/// One owned session as the node sees it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SessionStatus {
+    pub name: String,
+    pub epoch: u64,
+    pub state: ClaimState,
+    pub running: bool,
+    pub restarts: u32,
+}
+
+impl NodeStatus {
+    pub fn snapshot(&self) -> StatusSnapshot {
+        self.inner.read().unwrap().clone()
+    }
+
+    /// Replaces the snapshot. The node loop calls it every tick; embedders
+    /// that drive their own loop (and tests) may too.
+    pub fn set(&self, s: StatusSnapshot) {
+        *self.inner.write().unwrap() = s;
+    }
+}
+
 /// What a node needs from outside: the store, time, randomness, a runner,
 /// an optional host lock (for immediate reclaim after a restart), and the
 /// journal it records into.
@@ -88,6 +130,7 @@ pub struct NodeDeps {
     pub runner: Arc<dyn Runner>,
     pub host_lock: Option<Arc<HostLock>>,
     pub journal: Arc<Journal>,
+    pub status: Arc<NodeStatus>,
 }
 
 /// The node lease's state as the renew task publishes it.
@@ -228,8 +271,8 @@ struct Node {
     /// When each session was first seen claimable (for rank × grace).
     first_claimable: HashMap<String, MonoTime>,
     idle_ticks: u32,
-    /// The validity deadline as of the current tick, for restarts.
-    last_valid_until: MonoTime,
+    /// The node lease's validity as the renew task last published it.
+    validity: Option<watch::Receiver<Validity>>,
 }
 
 fn name_of(key: &str) -> &str {
@@ -254,7 +297,7 @@ impl Node {
             claims: HashMap::new(),
             first_claimable: HashMap::new(),
             idle_ticks: 0,
-            last_valid_until: MonoTime::ZERO,
+            validity: None,
         }
     }
 
@@ -287,6 +330,7 @@ impl Node {
             load_rx,
             stop_renew.clone(),
         )));
+        self.validity = Some(valid_rx.clone());
         let mut valid_rx = valid_rx;
         let ended = loop {
             // Marks the value seen, so `changed()` below waits for the next one.
@@ -298,7 +342,7 @@ impl Node {
             if shutdown.is_cancelled() {
                 break Ended::Shutdown;
             }
-            let changed = match self.tick(v.until).await {
+            let changed = match self.tick().await {
                 Ok(changed) => changed,
                 Err(e) => {
                     tracing::warn!(error = %e, "pull loop tick failed");
@@ -306,6 +350,7 @@ impl Node {
                 }
             };
             let _ = load_tx.send(self.owned.len() as u32);
+            self.publish_status(self.deps.clock.now() < valid_rx.borrow().until);
             self.idle_ticks = if changed {
                 0
             } else {
@@ -329,6 +374,7 @@ impl Node {
                 }
             }
         };
+        self.publish_status(false);
         stop_renew.cancel();
         let lease = (&mut renew.0)
             .await
@@ -345,6 +391,27 @@ impl Node {
             }
         }
         Ok(ended)
+    }
+
+    fn publish_status(&self, ready: bool) {
+        let mut sessions: Vec<SessionStatus> = self
+            .owned
+            .iter()
+            .map(|(name, o)| SessionStatus {
+                name: name.clone(),
+                epoch: o.record.epoch,
+                state: o.record.state,
+                running: o.running,
+                restarts: o.record.restarts,
+            })
+            .collect();
+        sessions.sort_by(|a, b| a.name.cmp(&b.name));
+        self.deps.status.set(StatusSnapshot {
+            node: self.me.node.clone(),
+            instance: self.me.instance.clone(),
+            ready,
+            sessions,
+        });
     }
 
     async fn stop_all(&mut self, why: &str) {
@@ -378,7 +445,20 @@ impl Node {
 
     /// Lists, refreshes changed records, and acts. Returns whether anything
     /// changed (for pacing).
-    async fn tick(&mut self, valid_until: MonoTime) -> Result<bool> {
+    /// The end of this node's validity now: the latest the renew task
+    /// published, or zero once lost. Sessions are started with it, so they
+    /// never get a deadline older than the lease's.
+    fn valid_until(&self) -> MonoTime {
+        match &self.validity {
+            Some(rx) => {
+                let v = *rx.borrow();
+                if v.lost { MonoTime::ZERO } else { v.until }
+            }
+            None => MonoTime::ZERO,
+        }
+    }
+
+    async fn tick(&mut self) -> Result<bool> {
         let mut changed = false;
         let node_entries = self.client.observe_listing("nodes/").await?;
         let manifest_entries = self.client.observe_listing("manifests/").await?;
@@ -401,12 +481,11 @@ impl Node {
         )
         .await?;
 
-        self.last_valid_until = valid_until;
         let now = self.deps.clock.now();
         let mut views = self.node_views(now);
         let mut refetched = std::collections::HashSet::new();
         changed |= self.handle_exits().await;
-        changed |= self.reconcile_owned(valid_until).await;
+        changed |= self.reconcile_owned().await;
 
         // Claim what is claimable, within capacity, in rank order.
         let mut names: Vec<String> = self
@@ -470,7 +549,7 @@ impl Node {
                 changed = true; // keep polling briskly while a claim is pending
                 continue;
             }
-            changed |= self.claim(&name, m, claim, valid_until).await?;
+            changed |= self.claim(&name, m, claim).await?;
         }
         Ok(changed)
     }
@@ -579,9 +658,8 @@ impl Node {
         name: &str,
         manifest: ManifestRecord,
         existing: Option<(Version, ClaimRecord)>,
-        valid_until: MonoTime,
     ) -> Result<bool> {
-        if self.deps.clock.now() >= valid_until {
+        if self.deps.clock.now() >= self.valid_until() {
             return Ok(false);
         }
         let key = format!("sessions/{name}");
@@ -635,7 +713,7 @@ impl Node {
                         running: false,
                     },
                 );
-                self.start(name, &manifest, valid_until).await;
+                self.start(name, &manifest).await;
                 Ok(true)
             }
             Put::Rejected(_) => {
@@ -646,11 +724,18 @@ impl Node {
         }
     }
 
-    async fn start(&mut self, name: &str, manifest: &ManifestRecord, valid_until: MonoTime) {
+    async fn start(&mut self, name: &str, manifest: &ManifestRecord) {
         let Some(o) = self.owned.get(name) else {
             return;
         };
         let epoch = o.record.epoch;
+        let valid_until = self.valid_until();
+        if self.deps.clock.now() >= valid_until {
+            // Our validity ended: not the session's failure. It stays
+            // unstarted; the lease-loss path stops everything and the next
+            // instance reclaims it.
+            return;
+        }
         let start = SessionStart {
             name: name.to_string(),
             epoch,
@@ -663,6 +748,9 @@ impl Node {
                     o.running = true;
                 }
                 self.event("started", Some(name), Some(epoch), "");
+            }
+            Err(e) if e.kind() == crate::ErrorKind::Fenced => {
+                tracing::warn!(session = name, error = %e, "not started: the node's deadline passed");
             }
             Err(e) => {
                 self.event(
@@ -793,8 +881,7 @@ impl Node {
                 if let Some(o) = self.owned.get_mut(&x.name) {
                     o.record.restarts += 1;
                 }
-                let until = self.last_valid_until;
-                self.start(&x.name, &m, until).await;
+                self.start(&x.name, &m).await;
             } else {
                 let state = if x.code == 0 {
                     ClaimState::Succeeded
@@ -808,7 +895,7 @@ impl Node {
     }
 
     /// Keeps owned sessions in line with their manifests and claims.
-    async fn reconcile_owned(&mut self, valid_until: MonoTime) -> bool {
+    async fn reconcile_owned(&mut self) -> bool {
         let mut changed = false;
         let names: Vec<String> = self.owned.keys().cloned().collect();
         for name in names {
@@ -881,7 +968,7 @@ impl Node {
                                 continue;
                             }
                         }
-                        self.start(&name, &m, valid_until).await;
+                        self.start(&name, &m).await;
                         changed = true;
                     }
                 }
@@ -910,6 +997,9 @@ fn claim_view(c: &ClaimRecord) -> plan::ClaimView {
     }
 }
 
+/// Concurrent reads when refreshing changed manifests and claims.
+const REFRESH_CONCURRENCY: usize = 16;
+
 /// Brings `cache` in line with a listing: drops keys no longer listed and
 /// GETs only keys whose version changed. A corrupt object is logged and left
 /// out (never overwritten); it stays out until its version changes.
@@ -924,12 +1014,27 @@ async fn refresh<T>(
     let before = cache.len();
     cache.retain(|k, _| listed.contains(k.as_str()));
     changed |= cache.len() != before;
-    for e in entries {
-        if cache.get(&e.key).is_some_and(|(v, _)| *v == e.version) {
-            continue;
-        }
+    // Read what changed, a few at a time: on a real store a tick after a
+    // burst of manifests would otherwise take one round trip per object.
+    let stale: Vec<Entry> = entries
+        .iter()
+        .filter(|e| !cache.get(&e.key).is_some_and(|(v, _)| *v == e.version))
+        .cloned()
+        .collect();
+    let fetched: Vec<(Entry, _)> = futures::stream::iter(stale)
+        .map(|e| {
+            let store = store.clone();
+            async move {
+                let got = store.get(&e.key).await;
+                (e, got)
+            }
+        })
+        .buffer_unordered(REFRESH_CONCURRENCY)
+        .collect()
+        .await;
+    for (e, got) in fetched {
         changed = true;
-        match store.get(&e.key).await {
+        match got {
             Ok(Some(o)) => match decode(&e.key, &o.bytes) {
                 Ok(rec) => {
                     cache.insert(e.key.clone(), (o.version, rec));

@@ -24,6 +24,16 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+/// The error `start` returns when the deadline has already passed: the
+/// node's lease lapsed, which is not the session's failure.
+pub fn deadline_passed(name: &str, epoch: u64) -> Error {
+    Error::Lost {
+        key: format!("sessions/{name}"),
+        epoch,
+        reason: "the node's validity deadline passed before the session could start".into(),
+    }
+}
+
 /// What `start` is given.
 #[derive(Debug, Clone)]
 pub struct SessionStart {
@@ -130,7 +140,7 @@ impl Runner for RecordingRunner {
         let mut st = self.state.lock().unwrap();
         Self::expire(&mut st, now);
         if now >= s.deadline {
-            return Err(Error::invalid("session deadline", "already passed"));
+            return Err(deadline_passed(&s.name, s.epoch));
         }
         st.running.insert(s.name, (s.epoch, now, s.deadline));
         Ok(())
@@ -268,6 +278,9 @@ impl ExecRunner {
 #[async_trait]
 impl Runner for ExecRunner {
     async fn start(&self, s: SessionStart) -> Result<()> {
+        if self.clock.now() >= s.deadline {
+            return Err(deadline_passed(&s.name, s.epoch));
+        }
         let abs = self.absolute(s.deadline);
         let mut cmd = Command::new(&self.watchdog);
         cmd.arg("__watchdog")

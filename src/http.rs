@@ -1,0 +1,402 @@
+//! The node's HTTP API (axum).
+//!
+//! | route | auth | what |
+//! |---|---|---|
+//! | `GET /healthz` | no | 200 while the process serves |
+//! | `GET /readyz` | no | 200 while registered and within the node lease's validity, else 503 |
+//! | `GET /metrics` | no | Prometheus text: events by kind, bucket requests by kind |
+//! | `GET /v1/sessions` | bearer | this node's view of its sessions |
+//! | `GET /v1/events?after=N&limit=M` | bearer | a JSON page of the journal |
+//! | `GET /v1/events` + `Accept: text/event-stream` | bearer | SSE, resumable with `Last-Event-ID` |
+//!
+//! A cursor older than retention gets an explicit gap (`"gap": [from, to]`
+//! in a page, an `event: gap` in a stream); a cursor beyond the latest event
+//! is a typed 416. An SSE stream reads the journal at its subscriber's pace:
+//! a slow subscriber holds no queue of its own and meets a gap, never
+//! unbounded memory. Malformed requests get a typed 4xx
+//! (`{"error": code, "message": ...}`), never a panic.
+//!
+//! The bearer token is read from a file, compared in constant time, and never
+//! logged. The default bind is loopback.
+
+use crate::fleet::journal::Journal;
+use crate::fleet::node::NodeStatus;
+use crate::store::CountingStore;
+use axum::Router;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Largest page of events.
+pub const MAX_LIMIT: usize = 1000;
+const DEFAULT_LIMIT: usize = 100;
+
+/// What the handlers read.
+#[derive(Clone)]
+pub struct HttpState {
+    pub journal: Arc<Journal>,
+    pub status: Arc<NodeStatus>,
+    pub requests: Option<Arc<CountingStore>>,
+    token: Arc<Vec<u8>>,
+}
+
+impl std::fmt::Debug for HttpState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HttpState { token: <redacted>, .. }")
+    }
+}
+
+impl HttpState {
+    /// `token` must be at least 16 bytes.
+    pub fn new(
+        journal: Arc<Journal>,
+        status: Arc<NodeStatus>,
+        requests: Option<Arc<CountingStore>>,
+        token: Vec<u8>,
+    ) -> crate::Result<Self> {
+        if token.len() < 16 {
+            return Err(crate::Error::invalid("bearer token", "at least 16 bytes"));
+        }
+        Ok(HttpState {
+            journal,
+            status,
+            requests,
+            token: Arc::new(token),
+        })
+    }
+}
+
+/// Reads a bearer token from a file (surrounding whitespace trimmed). The
+/// error names the file, never its contents.
+pub fn read_token(path: &std::path::Path) -> crate::Result<Vec<u8>> {
+    let raw = std::fs::read(path)
+        .map_err(|e| crate::Error::invalid("token file", format!("{}: {e}", path.display())))?;
+    let t = String::from_utf8_lossy(&raw).trim().as_bytes().to_vec();
+    if t.len() < 16 {
+        return Err(crate::Error::invalid(
+            "token file",
+            format!("{}: the token must be at least 16 bytes", path.display()),
+        ));
+    }
+    Ok(t)
+}
+
+fn error(status: StatusCode, code: &str, message: impl Into<String>) -> Response {
+    let body = serde_json::json!({"error": code, "message": message.into()});
+    (status, axum::Json(body)).into_response()
+}
+
+/// The 401 to answer with, if the request lacks the right bearer token.
+fn unauthorised(state: &HttpState, headers: &HeaderMap) -> Option<Response> {
+    use subtle::ConstantTimeEq;
+    let presented = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::as_bytes);
+    let ok = presented
+        .is_some_and(|p| p.len() == state.token.len() && bool::from(p.ct_eq(&state.token)));
+    if ok {
+        None
+    } else {
+        let mut r = error(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "a valid bearer token is required",
+        );
+        r.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            header::HeaderValue::from_static("Bearer"),
+        );
+        Some(r)
+    }
+}
+
+/// The router for a node.
+pub fn router(state: HttpState) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route("/v1/sessions", get(sessions))
+        .route("/v1/events", get(events))
+        .fallback(|| async { error(StatusCode::NOT_FOUND, "not_found", "no such route") })
+        .with_state(state)
+}
+
+/// Serves `router` on `listener` until `shutdown`.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: HttpState,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(async move { shutdown.cancelled().await })
+        .await
+}
+
+async fn readyz(State(s): State<HttpState>) -> Response {
+    let snap = s.status.snapshot();
+    let body =
+        serde_json::json!({"ready": snap.ready, "node": snap.node, "instance": snap.instance});
+    let code = if snap.ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (code, axum::Json(body)).into_response()
+}
+
+async fn sessions(State(s): State<HttpState>, headers: HeaderMap) -> Response {
+    if let Some(r) = unauthorised(&s, &headers) {
+        return r;
+    }
+    axum::Json(s.status.snapshot()).into_response()
+}
+
+async fn metrics(State(s): State<HttpState>) -> Response {
+    let mut out = String::new();
+    out.push_str("# HELP leasehold_events_total Journal events recorded, by kind (claimed, conflict, lost, ...).\n");
+    out.push_str("# TYPE leasehold_events_total counter\n");
+    for (k, v) in s.journal.totals() {
+        out.push_str(&format!("leasehold_events_total{{kind=\"{k}\"}} {v}\n"));
+    }
+    if let Some(c) = &s.requests {
+        let c = c.counts();
+        out.push_str("# HELP leasehold_bucket_requests_total Bucket requests, by kind.\n");
+        out.push_str("# TYPE leasehold_bucket_requests_total counter\n");
+        for (k, v) in [
+            ("get", c.get),
+            ("get_if_changed", c.get_if_changed),
+            ("put_create", c.put_create),
+            ("put_match", c.put_match),
+            ("delete", c.delete),
+            ("list_page", c.list_pages),
+        ] {
+            out.push_str(&format!(
+                "leasehold_bucket_requests_total{{kind=\"{k}\"}} {v}\n"
+            ));
+        }
+    }
+    let snap = s.status.snapshot();
+    out.push_str("# TYPE leasehold_ready gauge\n");
+    out.push_str(&format!("leasehold_ready {}\n", u8::from(snap.ready)));
+    out.push_str("# TYPE leasehold_sessions gauge\n");
+    out.push_str(&format!("leasehold_sessions {}\n", snap.sessions.len()));
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
+}
+
+/// A parsed `/v1/events` request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EventsQuery {
+    pub after: u64,
+    pub limit: usize,
+}
+
+/// Parses the query and the `Last-Event-ID` header (which wins, as a browser
+/// reconnecting sends it). Unknown parameters are refused, so a typo is not
+/// silently ignored.
+pub fn parse_events_query(
+    params: &HashMap<String, String>,
+    last_event_id: Option<&str>,
+) -> Result<EventsQuery, (&'static str, String)> {
+    if let Some(k) = params
+        .keys()
+        .find(|k| !matches!(k.as_str(), "after" | "limit"))
+    {
+        return Err((
+            "unknown_parameter",
+            format!("unknown query parameter {k:?}"),
+        ));
+    }
+    let num = |name: &str, v: &str| -> Result<u64, (&'static str, String)> {
+        if v.is_empty() || v.len() > 20 || !v.bytes().all(|b| b.is_ascii_digit()) {
+            return Err((
+                "bad_cursor",
+                format!("{name} must be a non-negative integer, got {v:?}"),
+            ));
+        }
+        v.parse()
+            .map_err(|_| ("bad_cursor", format!("{name} is out of range")))
+    };
+    let mut after = match params.get("after") {
+        Some(v) => num("after", v)?,
+        None => 0,
+    };
+    if let Some(id) = last_event_id {
+        after = num("Last-Event-ID", id.trim())?;
+    }
+    let limit = match params.get("limit") {
+        None => DEFAULT_LIMIT,
+        Some(v) => {
+            let n = num("limit", v).map_err(|(_, m)| ("bad_limit", m))?;
+            if n == 0 || n > MAX_LIMIT as u64 {
+                return Err((
+                    "bad_limit",
+                    format!("limit must be 1..={MAX_LIMIT}, got {n}"),
+                ));
+            }
+            n as usize
+        }
+    };
+    Ok(EventsQuery { after, limit })
+}
+
+async fn events(
+    State(s): State<HttpState>,
+    headers: HeaderMap,
+    params: Result<Query<HashMap<String, String>>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    if let Some(r) = unauthorised(&s, &headers) {
+        return r;
+    }
+    let Ok(Query(params)) = params else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "bad_query",
+            "malformed query string",
+        );
+    };
+    let last_event_id = match headers.get("last-event-id").map(|v| v.to_str()) {
+        None => None,
+        Some(Ok(v)) => Some(v),
+        Some(Err(_)) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "bad_cursor",
+                "Last-Event-ID is not text",
+            );
+        }
+    };
+    let q = match parse_events_query(&params, last_event_id) {
+        Ok(q) => q,
+        Err((code, msg)) => return error(StatusCode::BAD_REQUEST, code, msg),
+    };
+    let latest = s.journal.latest();
+    if q.after > latest {
+        let mut r = error(
+            StatusCode::RANGE_NOT_SATISFIABLE,
+            "cursor_beyond_latest",
+            format!("cursor {} is beyond the latest event {latest}", q.after),
+        );
+        if let Ok(v) = header::HeaderValue::from_str(&latest.to_string()) {
+            r.headers_mut().insert("x-latest-event-id", v);
+        }
+        return r;
+    }
+    let wants_sse = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("text/event-stream"));
+    if !wants_sse {
+        return match s.journal.after(q.after, q.limit) {
+            Ok(page) => axum::Json(page).into_response(),
+            Err(e) => error(
+                StatusCode::RANGE_NOT_SATISFIABLE,
+                "cursor_beyond_latest",
+                e.to_string(),
+            ),
+        };
+    }
+    // SSE: pull from the journal at the subscriber's pace.
+    let journal = s.journal.clone();
+    let stream = futures::stream::unfold(
+        (journal, q.after, VecDeque::<SseEvent>::new()),
+        |(j, mut cursor, mut buf)| async move {
+            loop {
+                if let Some(ev) = buf.pop_front() {
+                    return Some((Ok::<_, std::convert::Infallible>(ev), (j, cursor, buf)));
+                }
+                // Registered before reading, so an append in between wakes us.
+                let notified = j.appended();
+                let page = match j.after(cursor, DEFAULT_LIMIT) {
+                    Ok(p) => p,
+                    Err(_) => return None,
+                };
+                if let Some((from, to)) = page.gap {
+                    buf.push_back(
+                        SseEvent::default()
+                            .event("gap")
+                            .id(to.to_string())
+                            .data(serde_json::json!({"from": from, "to": to}).to_string()),
+                    );
+                    cursor = to;
+                }
+                for e in page.events {
+                    cursor = e.seq;
+                    buf.push_back(
+                        SseEvent::default()
+                            .event("journal")
+                            .id(e.seq.to_string())
+                            .data(serde_json::to_string(&e).expect("event serialises")),
+                    );
+                }
+                if buf.is_empty() {
+                    notified.await;
+                }
+            }
+        },
+    );
+    Sse::new(stream)
+        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+        .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q(
+        pairs: &[(&str, &str)],
+        last: Option<&str>,
+    ) -> Result<EventsQuery, (&'static str, String)> {
+        let m: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        parse_events_query(&m, last)
+    }
+
+    #[test]
+    fn events_query_parsing() {
+        assert_eq!(
+            q(&[], None).unwrap(),
+            EventsQuery {
+                after: 0,
+                limit: 100
+            }
+        );
+        assert_eq!(
+            q(&[("after", "7"), ("limit", "5")], None).unwrap(),
+            EventsQuery { after: 7, limit: 5 }
+        );
+        assert_eq!(
+            q(&[("after", "7")], Some("9")).unwrap().after,
+            9,
+            "Last-Event-ID wins"
+        );
+        for (pairs, last, code) in [
+            (vec![("after", "-1")], None, "bad_cursor"),
+            (vec![("after", "1e3")], None, "bad_cursor"),
+            (vec![("after", "")], None, "bad_cursor"),
+            (
+                vec![("after", "99999999999999999999999")],
+                None,
+                "bad_cursor",
+            ),
+            (vec![("limit", "0")], None, "bad_limit"),
+            (vec![("limit", "1001")], None, "bad_limit"),
+            (vec![("limit", "x")], None, "bad_limit"),
+            (vec![("afterr", "1")], None, "unknown_parameter"),
+            (vec![], Some("abc"), "bad_cursor"),
+        ] {
+            let e = q(&pairs, last).unwrap_err();
+            assert_eq!(e.0, code, "{pairs:?} {last:?}: {e:?}");
+        }
+    }
+}
