@@ -487,3 +487,154 @@ fn apply_and_delete_manifests() {
     let o = run(&["delete", "web", "--store", &s]);
     assert_eq!(code(&o), 7, "not found");
 }
+
+#[test]
+fn inventory_ls_resolve_inspect_against_a_live_node() {
+    let (d, s) = store();
+    let tok = d.path().join("tok");
+    std::fs::write(&tok, "test-token-0123456789abcdef\n").unwrap();
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _node = Kill(
+        bin()
+            .args([
+                "node",
+                "run",
+                "--store",
+                &s,
+                "--id",
+                "n1",
+                "--ttl",
+                "2s",
+                "--listen",
+                "127.0.0.1:0",
+            ])
+            .arg("--token-file")
+            .arg(&tok)
+            .env("LEASEHOLD_LOCK_DIR", d.path().join("locks"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let f = d.path().join("m.json");
+    std::fs::write(
+        &f,
+        r#"{"name": "web", "spec": {"command": "sleep", "args": ["100"]}}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        code(&run(&["apply", f.to_str().unwrap(), "--store", &s])),
+        0
+    );
+    std::fs::write(
+        &f,
+        r#"{"name": "later", "spec": {"command": "sleep", "args": ["1"], "paused": true}}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        code(&run(&["apply", f.to_str().unwrap(), "--store", &s])),
+        0
+    );
+    // Wait (bounded) until the node runs web.
+    let mut live = false;
+    for _ in 0..200 {
+        if code(&run(&["resolve", "web", "--store", &s])) == 0 {
+            live = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(live, "web never got a live owner");
+    let r = json(&run(&["resolve", "web", "--store", &s, "--json"]));
+    assert_eq!(
+        (
+            r["owner"]["state"].as_str(),
+            r["owner"]["node"].as_str(),
+            r["live"].as_bool()
+        ),
+        (Some("claimed"), Some("n1"), Some(true))
+    );
+    assert_eq!(r["round_trips"], 1, "resolve is one GET");
+    let w = run(&["resolve", "web", "--store", &s, "--wake", "--json"]);
+    assert_eq!(code(&w), 0, "{}", stderr(&w));
+    assert_eq!(
+        json(&w)["outcome"]["outcome"],
+        "reachable",
+        "the node serves HTTP at its address"
+    );
+    assert_eq!(
+        code(&run(&["resolve", "later", "--store", &s])),
+        1,
+        "queued: no owner"
+    );
+    assert_eq!(code(&run(&["resolve", "nothing", "--store", &s])), 1);
+    assert_eq!(
+        code(&run(&["resolve", "bad/name", "--store", &s])),
+        2,
+        "errors are 2 for resolve"
+    );
+
+    let ls = json(&run(&["ls", "--store", &s, "--json"]));
+    let rows = ls.as_array().unwrap();
+    let web = rows.iter().find(|r| r["name"] == "web").unwrap();
+    assert_eq!(
+        (
+            web["status"].as_str(),
+            web["owner"].as_str(),
+            web["epoch"].as_u64()
+        ),
+        (Some("running"), Some("n1"), Some(1))
+    );
+    let later = rows.iter().find(|r| r["name"] == "later").unwrap();
+    assert_eq!(later["status"], "queued");
+    let nodes = json(&run(&["nodes", "--store", &s, "--json"]));
+    assert_eq!(nodes[0]["node"], "n1");
+    assert!(
+        nodes[0]["address"]
+            .as_str()
+            .unwrap()
+            .starts_with("http://127.0.0.1:")
+    );
+    let m = json(&run(&["ls", "manifests", "--store", &s, "--json"]));
+    assert_eq!(m.as_array().unwrap().len(), 2);
+
+    let i = run(&["inspect", "sessions/web", "--store", &s, "--json"]);
+    assert_eq!(code(&i), 0);
+    assert_eq!(json(&i)["decoded"]["owner"]["node"], "n1");
+    // A foreign object: reported as corrupt by inspect (exit 5) and as a
+    // CORRUPT row by ls, which still lists the rest.
+    std::fs::write(d.path().join("sessions/zzz"), b"garbage").unwrap();
+    let i = run(&["inspect", "sessions/zzz", "--store", &s]);
+    assert_eq!(code(&i), 5, "{}", stderr(&i));
+    let ls = json(&run(&["ls", "--store", &s, "--json"]));
+    let z = ls
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "zzz")
+        .unwrap();
+    assert!(
+        z["corrupt"]
+            .as_str()
+            .unwrap()
+            .contains("not a leasehold object")
+    );
+    assert!(
+        ls.as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["name"] == "web" && r["status"] == "running")
+    );
+    assert_eq!(code(&run(&["inspect", "../etc/passwd", "--store", &s])), 2);
+    assert_eq!(
+        std::fs::read(d.path().join("sessions/zzz")).unwrap(),
+        b"garbage",
+        "left untouched"
+    );
+}

@@ -71,7 +71,11 @@ impl Env {
     }
 
     fn node(&self, id: &str) -> Node {
-        let log = self.path(&format!("{id}.log"));
+        self.node_with_ttl(id, "1s")
+    }
+
+    fn node_with_ttl(&self, id: &str, ttl: &str) -> Node {
+        let log = self.path(&format!("{id}-{ttl}.log"));
         let child = bin()
             .args([
                 "node",
@@ -81,7 +85,7 @@ impl Env {
                 "--id",
                 id,
                 "--ttl",
-                "1s",
+                ttl,
                 "--stop-grace",
                 "500ms",
             ])
@@ -272,4 +276,38 @@ async fn sigstop_past_ttl_moto() {
     if let Some(env) = Env::moto() {
         sigstop(env).await;
     }
+}
+
+/// A restarted node reclaims its previous instance's sessions at once: its
+/// host lock proves the old instance dead. With a 30 s TTL, a reclaim within
+/// 15 s cannot have come from expiry (that takes at least 33 s), so this is a
+/// proof by construction, not a timing assertion.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_reclaims_at_once_with_the_host_lock() {
+    let env = Env::local();
+    let s = store(&env).await;
+    let mut n1 = env.node_with_ttl("n1", "30s");
+    env.apply_sleeper();
+    wait_until("epoch 1 running", 20, async || env.pid(1).is_some()).await;
+    let pid1 = env.pid(1).unwrap();
+    n1.child.kill().unwrap();
+    n1.child.wait().unwrap();
+    wait_until("epoch 1 killed by its watchdog", 5, async || !alive(pid1)).await;
+    let _n1b = env.node_with_ttl("n1", "30s");
+    wait_until("epoch 2 by the new instance", 15, async || {
+        env.pid(2).is_some_and(alive)
+    })
+    .await;
+    let c = env.claim(&s).await.unwrap();
+    assert_eq!((c.owner.node.as_str(), c.epoch), ("n1", 2));
+    // The node lease itself was taken over at once too (epoch 2).
+    let node = s.get("nodes/n1").await.unwrap().unwrap();
+    let rec = leasehold::record::LeaseRecord::decode(
+        "nodes/n1",
+        &node.bytes,
+        leasehold::record::Kind::Node,
+    )
+    .unwrap();
+    assert_eq!(rec.epoch, 2);
+    assert!(rec.host_locked);
 }

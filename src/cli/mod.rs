@@ -15,6 +15,7 @@
 //! | 70 | internal error |
 
 mod demo;
+mod inventory;
 
 use crate::Name;
 use crate::clock::{Clock, OsEntropy, SystemClock};
@@ -39,7 +40,7 @@ pub struct Cli {
 }
 
 #[derive(Debug, Args, Clone)]
-struct StoreArgs {
+pub(crate) struct StoreArgs {
     /// Store URL: s3://bucket[/prefix], az://container[/prefix], gs://bucket[/prefix],
     /// file:///dir or memory://. Credentials come from the environment, never the URL.
     #[arg(long, env = "LEASEHOLD_STORE")]
@@ -86,6 +87,46 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Which node owns a session: exit 0 with a live owner, 1 with none, 2 on
+    /// any error.
+    Resolve {
+        name: String,
+        #[command(flatten)]
+        store: StoreArgs,
+        /// Also dial the owner; if it does not answer, check its node lease.
+        #[arg(long)]
+        wake: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// List sessions (default), nodes or manifests.
+    Ls {
+        #[arg(value_enum, default_value = "sessions")]
+        what: LsWhat,
+        #[command(flatten)]
+        store: StoreArgs,
+        /// Only names starting with this.
+        #[arg(long, default_value = "")]
+        prefix: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The nodes of the fleet (same as `ls nodes`).
+    Nodes {
+        #[command(flatten)]
+        store: StoreArgs,
+        #[arg(long)]
+        json: bool,
+    },
+    /// One object: its raw bytes, version and decoded form; corruption is
+    /// reported as such (exit 5).
+    Inspect {
+        key: String,
+        #[command(flatten)]
+        store: StoreArgs,
+        #[arg(long)]
+        json: bool,
+    },
     /// Delete a manifest; its owner stops the session and releases the claim.
     Delete {
         name: String,
@@ -109,6 +150,13 @@ enum Command {
         #[arg(long)]
         lease: bool,
     },
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum LsWhat {
+    Sessions,
+    Nodes,
+    Manifests,
 }
 
 #[derive(Debug, Subcommand)]
@@ -233,7 +281,7 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
 }
 
 /// What a command failed with: a library error, or a plain negative answer.
-enum Failure {
+pub(crate) enum Failure {
     Error(Error),
     Held,
 }
@@ -289,6 +337,8 @@ pub fn main() -> ExitCode {
             return ExitCode::from(70);
         }
     };
+    // `resolve` answers 0 (live owner), 1 (none), 2 (any error), for scripts.
+    let resolve = matches!(cli.command, Command::Resolve { .. });
     match rt.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure::Held) => ExitCode::from(1),
@@ -302,7 +352,7 @@ pub fn main() -> ExitCode {
                 eprintln!("    {s}");
                 src = s.source();
             }
-            ExitCode::from(exit_code(e.kind()))
+            ExitCode::from(if resolve { 2 } else { exit_code(e.kind()) })
         }
     }
 }
@@ -317,7 +367,7 @@ fn init_tracing(default: &str) {
         .try_init();
 }
 
-async fn open(args: &StoreArgs) -> Result<Arc<dyn Store>, Error> {
+pub(crate) async fn open(args: &StoreArgs) -> Result<Arc<dyn Store>, Error> {
     let opts = OpenOptions {
         endpoint: args.endpoint.clone(),
         request_timeout: args.request_timeout,
@@ -348,7 +398,7 @@ fn node_name(node: Option<String>) -> Result<Name, Error> {
     }
 }
 
-fn print_json(v: &serde_json::Value) {
+pub(crate) fn print_json(v: &serde_json::Value) {
     println!("{}", serde_json::to_string_pretty(v).expect("json"));
 }
 
@@ -377,6 +427,20 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             replace,
             json,
         } => apply(&file, &store, replace, json).await,
+        Command::Resolve {
+            name,
+            store,
+            wake,
+            json,
+        } => inventory::resolve(name, &store, wake, json).await,
+        Command::Ls {
+            what,
+            store,
+            prefix,
+            json,
+        } => inventory::ls(what, &store, &prefix, json).await,
+        Command::Nodes { store, json } => inventory::ls(LsWhat::Nodes, &store, "", json).await,
+        Command::Inspect { key, store, json } => inventory::inspect(&key, &store, json).await,
         Command::Delete { name, store } => {
             let name = Name::new(name)?;
             let store = open(&store).await?;

@@ -65,6 +65,23 @@ pub enum Status {
     Failed,
 }
 
+/// The status a reader shows for a session, from its claim (if any) and
+/// whether the claim's owner is alive (its node lease live with the claim's
+/// instance, judged by observation).
+pub fn status(claim: Option<&ClaimRecord>, owner_live: bool) -> Status {
+    match claim {
+        None => Status::Queued,
+        Some(c) => match c.state {
+            ClaimState::Released => Status::Queued,
+            ClaimState::Succeeded => Status::Succeeded,
+            ClaimState::Failed => Status::Failed,
+            ClaimState::Paused => Status::Paused,
+            ClaimState::Running if owner_live => Status::Running,
+            ClaimState::Running => Status::Interrupted,
+        },
+    }
+}
+
 /// The stored claim.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -131,6 +148,34 @@ impl ClaimRecord {
 #[cfg(test)]
 mod tests {
     use super::ClaimState::*;
+
+    #[test]
+    fn derived_status() {
+        use super::{ClaimRecord, Owner, Status, status};
+        let c = |state| ClaimRecord {
+            schema: crate::record::SCHEMA.into(),
+            kind: "session".into(),
+            owner: Owner {
+                node: "n".into(),
+                instance: "i".into(),
+            },
+            epoch: 1,
+            state,
+            digest: "d".into(),
+            address: None,
+            exit_code: None,
+            restarts: 0,
+            updated_at_ms: 0,
+            nonce: "x".into(),
+        };
+        assert_eq!(status(None, false), Status::Queued);
+        assert_eq!(status(Some(&c(Released)), true), Status::Queued);
+        assert_eq!(status(Some(&c(Running)), true), Status::Running);
+        assert_eq!(status(Some(&c(Running)), false), Status::Interrupted);
+        assert_eq!(status(Some(&c(Paused)), false), Status::Paused);
+        assert_eq!(status(Some(&c(Succeeded)), false), Status::Succeeded);
+        assert_eq!(status(Some(&c(Failed)), true), Status::Failed);
+    }
 
     #[test]
     fn transitions() {

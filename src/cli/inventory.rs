@@ -1,0 +1,415 @@
+//! Inventory commands: `resolve`, `ls`, `nodes`, `inspect`.
+//!
+//! These are one-shot readers. They cannot judge expiry by observation (that
+//! needs watching a record for a TTL), so liveness here is what one read can
+//! prove: a claim's owner is live while its node lease names the claim's
+//! instance and is not released. The age columns use wall clocks and are
+//! labelled advisory.
+
+use super::{Failure, LsWhat, StoreArgs, open, print_json};
+use crate::Name;
+use crate::clock::{Clock, SystemClock};
+use crate::error::Error;
+use crate::fleet::claim::{self, ClaimRecord, Status};
+use crate::fleet::manifest::ManifestRecord;
+use crate::record::{Kind, LeaseRecord};
+use crate::store::{Entry, Store};
+use crate::wake::{Owned, Resolver, WakeOutcome};
+use futures::StreamExt;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Parallel reads for listings.
+const READS: usize = 32;
+
+pub async fn resolve(
+    name: String,
+    store: &StoreArgs,
+    wake: bool,
+    json: bool,
+) -> Result<(), Failure> {
+    let name = Name::new(name)?;
+    let store = open(store).await?;
+    let resolver = Resolver::new(store);
+    if wake {
+        let w = resolver.wake(&name, Duration::from_secs(2)).await?;
+        if json {
+            print_json(&serde_json::to_value(&w).expect("json"));
+        } else {
+            match &w.outcome {
+                WakeOutcome::Reachable {
+                    node,
+                    address,
+                    epoch,
+                } => {
+                    println!("{name}: on {node} at {address}, epoch {epoch} (reachable)")
+                }
+                WakeOutcome::Unreachable { node, reason, .. } => {
+                    println!(
+                        "{name}: on {node}, which is alive by its lease but did not answer: {reason}"
+                    )
+                }
+                WakeOutcome::OwnerGone { node, epoch } => {
+                    println!("{name}: owner {node} is gone (epoch {epoch}); a node will claim it")
+                }
+                WakeOutcome::NoOwner { owner } => println!("{name}: no owner ({owner:?})"),
+            }
+        }
+        return match w.outcome {
+            WakeOutcome::Reachable { .. } | WakeOutcome::Unreachable { .. } => Ok(()),
+            _ => Err(Failure::Held),
+        };
+    }
+    let r = resolver.resolve(&name).await?;
+    let live = match &r.owner {
+        Owned::Claimed { node, instance, .. } => resolver.owner_alive(node, instance).await?,
+        _ => false,
+    };
+    if json {
+        let mut v = serde_json::to_value(&r).expect("json");
+        v["live"] = live.into();
+        print_json(&v);
+    } else {
+        match &r.owner {
+            Owned::Claimed {
+                node,
+                address,
+                epoch,
+                status,
+                ..
+            } => println!(
+                "{name}: {node} epoch {epoch} {status:?}{}{}",
+                address
+                    .as_ref()
+                    .map(|a| format!(" at {a}"))
+                    .unwrap_or_default(),
+                if live {
+                    ""
+                } else {
+                    " (owner gone: interrupted)"
+                }
+            ),
+            Owned::Released { epoch } => println!("{name}: released (epoch {epoch}); queued"),
+            Owned::Unowned => println!("{name}: queued (no claim yet)"),
+            Owned::NoManifest => println!("{name}: no such session (no claim, no manifest)"),
+        }
+    }
+    if live { Ok(()) } else { Err(Failure::Held) }
+}
+
+/// Lists `prefix` and reads every object, `READS` at a time. Listings are
+/// paged by the store (1,000 keys a page), so 100,000 keys work.
+/// A corrupt object becomes a row of its own (`Err(reason)`); anything else
+/// that fails aborts the listing.
+type Read = Result<Option<bytes::Bytes>, String>;
+
+async fn read_all(store: &Arc<dyn Store>, prefix: &str) -> Result<Vec<(Entry, Read)>, Error> {
+    let mut entries = Vec::new();
+    let mut list = store.list(prefix);
+    while let Some(e) = list.next().await {
+        entries.push(e.map_err(|e| Error::from_store("list", prefix, e))?);
+    }
+    let out: Vec<_> = futures::stream::iter(entries)
+        .map(|e| {
+            let store = store.clone();
+            async move {
+                let got = store.get(&e.key).await;
+                (e, got)
+            }
+        })
+        .buffered(READS)
+        .collect()
+        .await;
+    out.into_iter()
+        .map(|(e, got)| match got {
+            Ok(o) => Ok((e, Ok(o.map(|o| o.bytes)))),
+            Err(crate::store::StoreError::Corrupt { reason }) => Ok((e, Err(reason))),
+            Err(err) => {
+                let key = e.key.clone();
+                Err(Error::from_store("get", &key, err))
+            }
+        })
+        .collect()
+}
+
+fn age(wall_ms: u64, now_ms: u64) -> String {
+    let ms = now_ms.saturating_sub(wall_ms);
+    if ms < 10_000 {
+        format!("{:.1}s", ms as f64 / 1000.0)
+    } else if ms < 600_000 {
+        format!("{}s", ms / 1000)
+    } else {
+        format!("{}m", ms / 60_000)
+    }
+}
+
+pub async fn ls(what: LsWhat, store: &StoreArgs, prefix: &str, json: bool) -> Result<(), Failure> {
+    if !prefix.is_empty()
+        && !prefix
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+    {
+        return Err(Error::invalid("--prefix", "names are [A-Za-z0-9._-]").into());
+    }
+    let store = open(store).await?;
+    let now = SystemClock::new().wall_ms();
+    match what {
+        LsWhat::Nodes => {
+            let mut rows = Vec::new();
+            for (e, bytes) in read_all(&store, &format!("nodes/{prefix}")).await? {
+                let decoded = match bytes {
+                    Ok(Some(b)) => {
+                        LeaseRecord::decode(&e.key, &b, Kind::Node).map_err(|e| e.to_string())
+                    }
+                    Ok(None) => continue,
+                    Err(reason) => Err(reason),
+                };
+                let row = match decoded {
+                    Ok(r) => serde_json::json!({
+                        "node": r.holder.node, "instance": r.holder.instance, "host": r.holder.host,
+                        "epoch": r.epoch, "released": r.released, "address": r.address,
+                        "capacity": r.attrs.get("capacity"), "load": r.attrs.get("load"),
+                        "labels": r.attrs.get("labels"), "renewed_ms_ago_wall": now.saturating_sub(r.renewed_at_ms),
+                    }),
+                    Err(err) => {
+                        serde_json::json!({"node": &e.key["nodes/".len()..], "corrupt": err})
+                    }
+                };
+                rows.push(row);
+            }
+            if json {
+                print_json(&serde_json::Value::Array(rows));
+            } else {
+                println!(
+                    "{:<16} {:<17} {:<6} {:<9} {:<10} {:<22} renewed (wall clock)",
+                    "NODE", "INSTANCE", "EPOCH", "LOAD", "STATE", "ADDRESS"
+                );
+                for r in rows {
+                    if let Some(c) = r.get("corrupt") {
+                        println!(
+                            "{:<16} CORRUPT: {}",
+                            r["node"].as_str().unwrap_or(""),
+                            c.as_str().unwrap_or("")
+                        );
+                        continue;
+                    }
+                    println!(
+                        "{:<16} {:<17} {:<6} {:<9} {:<10} {:<22} {} ago",
+                        r["node"].as_str().unwrap_or(""),
+                        r["instance"].as_str().unwrap_or(""),
+                        r["epoch"].to_string(),
+                        format!("{}/{}", r["load"], r["capacity"]),
+                        if r["released"] == true {
+                            "released"
+                        } else {
+                            "held"
+                        },
+                        r["address"].as_str().unwrap_or("-"),
+                        age(
+                            now.saturating_sub(r["renewed_ms_ago_wall"].as_u64().unwrap_or(0)),
+                            now
+                        ),
+                    );
+                }
+            }
+        }
+        LsWhat::Manifests => {
+            let mut rows = Vec::new();
+            for (e, bytes) in read_all(&store, &format!("manifests/{prefix}")).await? {
+                let decoded = match bytes {
+                    Ok(Some(b)) => ManifestRecord::decode(&e.key, &b).map_err(|e| e.to_string()),
+                    Ok(None) => continue,
+                    Err(reason) => Err(reason),
+                };
+                rows.push(match decoded {
+                    Ok(m) => serde_json::json!({
+                        "name": m.name, "digest": m.digest, "command": m.spec.command,
+                        "args": m.spec.args, "restart": m.spec.restart, "paused": m.spec.paused,
+                    }),
+                    Err(err) => {
+                        serde_json::json!({"name": &e.key["manifests/".len()..], "corrupt": err})
+                    }
+                });
+            }
+            if json {
+                print_json(&serde_json::Value::Array(rows));
+            } else {
+                println!(
+                    "{:<24} {:<13} {:<11} {:<7} COMMAND",
+                    "NAME", "DIGEST", "RESTART", "PAUSED"
+                );
+                for r in rows {
+                    if let Some(c) = r.get("corrupt") {
+                        println!(
+                            "{:<24} CORRUPT: {}",
+                            r["name"].as_str().unwrap_or(""),
+                            c.as_str().unwrap_or("")
+                        );
+                        continue;
+                    }
+                    println!(
+                        "{:<24} {:<13} {:<11} {:<7} {} {}",
+                        r["name"].as_str().unwrap_or(""),
+                        &r["digest"].as_str().unwrap_or("")
+                            [..12.min(r["digest"].as_str().unwrap_or("").len())],
+                        r["restart"].as_str().unwrap_or(""),
+                        r["paused"].to_string(),
+                        r["command"].as_str().unwrap_or(""),
+                        r["args"]
+                            .as_array()
+                            .map(|a| a
+                                .iter()
+                                .filter_map(|x| x.as_str())
+                                .collect::<Vec<_>>()
+                                .join(" "))
+                            .unwrap_or_default(),
+                    );
+                }
+            }
+        }
+        LsWhat::Sessions => {
+            // Sessions are the union of manifests and claims; liveness needs
+            // the node leases.
+            let manifests = read_all(&store, &format!("manifests/{prefix}")).await?;
+            let claims = read_all(&store, &format!("sessions/{prefix}")).await?;
+            let nodes = read_all(&store, "nodes/").await?;
+            let mut live: BTreeMap<String, (String, bool)> = BTreeMap::new();
+            for (e, b) in &nodes {
+                if let Ok(Some(b)) = b
+                    && let Ok(r) = LeaseRecord::decode(&e.key, b, Kind::Node)
+                {
+                    live.insert(
+                        r.holder.node.clone(),
+                        (r.holder.instance.clone(), !r.released),
+                    );
+                }
+            }
+            let mut rows: BTreeMap<String, serde_json::Value> = BTreeMap::new();
+            for (e, b) in &manifests {
+                let name = e.key["manifests/".len()..].to_string();
+                let corrupt = match b {
+                    Ok(Some(b)) => ManifestRecord::decode(&e.key, b)
+                        .err()
+                        .map(|e| e.to_string()),
+                    Ok(None) => continue,
+                    Err(reason) => Some(reason.clone()),
+                };
+                rows.insert(name.clone(), serde_json::json!({"name": name, "status": Status::Queued, "manifest": corrupt.is_none()}));
+                if let Some(err) = corrupt {
+                    rows.get_mut(&name).unwrap()["corrupt"] = err.into();
+                }
+            }
+            for (e, b) in &claims {
+                let name = e.key["sessions/".len()..].to_string();
+                let decoded = match b {
+                    Ok(Some(b)) => ClaimRecord::decode(&e.key, b).map_err(|e| e.to_string()),
+                    Ok(None) => continue,
+                    Err(reason) => Err(reason.clone()),
+                };
+                let row = match decoded {
+                    Ok(c) => {
+                        let owner_live = live
+                            .get(&c.owner.node)
+                            .is_some_and(|(i, held)| *held && *i == c.owner.instance);
+                        serde_json::json!({
+                            "name": name, "status": claim::status(Some(&c), owner_live),
+                            "owner": c.owner.node, "instance": c.owner.instance, "epoch": c.epoch,
+                            "address": c.address, "restarts": c.restarts, "exit_code": c.exit_code,
+                            "updated_ms_ago_wall": now.saturating_sub(c.updated_at_ms),
+                            "manifest": rows.get(&name).is_some_and(|r| r["manifest"] == true),
+                        })
+                    }
+                    Err(err) => serde_json::json!({"name": name, "corrupt": err}),
+                };
+                rows.insert(name, row);
+            }
+            if json {
+                print_json(&serde_json::Value::Array(rows.into_values().collect()));
+            } else {
+                println!(
+                    "{:<24} {:<12} {:<16} {:<6} AGE (wall clock)",
+                    "NAME", "STATUS", "OWNER", "EPOCH"
+                );
+                for r in rows.values() {
+                    if let Some(c) = r.get("corrupt") {
+                        println!(
+                            "{:<24} CORRUPT: {}",
+                            r["name"].as_str().unwrap_or(""),
+                            c.as_str().unwrap_or("")
+                        );
+                        continue;
+                    }
+                    let status = serde_json::from_value::<Status>(r["status"].clone())
+                        .map(|s| format!("{s:?}").to_lowercase())
+                        .unwrap_or_default();
+                    println!(
+                        "{:<24} {:<12} {:<16} {:<6} {}",
+                        r["name"].as_str().unwrap_or(""),
+                        status,
+                        r["owner"].as_str().unwrap_or("-"),
+                        r.get("epoch").map(|e| e.to_string()).unwrap_or("-".into()),
+                        r.get("updated_ms_ago_wall")
+                            .and_then(|v| v.as_u64())
+                            .map(|ms| age(now.saturating_sub(ms), now))
+                            .unwrap_or("-".into()),
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+pub async fn inspect(key: &str, store: &StoreArgs, json: bool) -> Result<(), Failure> {
+    crate::store::check_key(key).map_err(|e| Error::invalid("key", e.to_string()))?;
+    let store = open(store).await?;
+    let Some(o) = store
+        .get(key)
+        .await
+        .map_err(|e| Error::from_store("get", key, e))?
+    else {
+        return Err(Error::NotFound {
+            key: key.to_string(),
+        }
+        .into());
+    };
+    let decoded: Result<serde_json::Value, Error> = match key.split('/').next() {
+        Some("leases") => LeaseRecord::decode(key, &o.bytes, Kind::Lease)
+            .map(|r| serde_json::to_value(r).expect("json")),
+        Some("nodes") => LeaseRecord::decode(key, &o.bytes, Kind::Node)
+            .map(|r| serde_json::to_value(r).expect("json")),
+        Some("sessions") => {
+            ClaimRecord::decode(key, &o.bytes).map(|r| serde_json::to_value(r).expect("json"))
+        }
+        Some("manifests") => {
+            ManifestRecord::decode(key, &o.bytes).map(|r| serde_json::to_value(r).expect("json"))
+        }
+        _ => Err(Error::invalid(
+            "key",
+            format!("{key:?} is not under leases/, nodes/, sessions/ or manifests/"),
+        )),
+    };
+    let raw = String::from_utf8_lossy(&o.bytes[..o.bytes.len().min(64 * 1024)]).into_owned();
+    if json {
+        let mut v = serde_json::json!({"key": key, "version": o.version, "size": o.bytes.len(), "raw": raw});
+        match &decoded {
+            Ok(d) => v["decoded"] = d.clone(),
+            Err(e) => v["error"] = e.to_string().into(),
+        }
+        print_json(&v);
+    } else {
+        println!("key      {key}");
+        println!("version  {}", o.version);
+        println!("size     {} bytes", o.bytes.len());
+        println!("raw      {}", raw.escape_debug());
+        match &decoded {
+            Ok(d) => println!(
+                "decoded  {}",
+                serde_json::to_string_pretty(d).expect("json")
+            ),
+            Err(e) => println!("decoded  ({e})"),
+        }
+    }
+    decoded.map(|_| ()).map_err(Failure::Error)
+}

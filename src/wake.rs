@@ -1,0 +1,260 @@
+//! The wake path: find which node owns a session, in one round trip.
+//!
+//! ```no_run
+//! # async fn f() -> leasehold::Result<()> {
+//! use leasehold::store::{open_store, OpenOptions};
+//! use leasehold::wake::{Resolver, Owned};
+//! let store = open_store("s3://my-bucket/fleet-a", &OpenOptions::default()).await?;
+//! let resolver = Resolver::new(store);
+//! // One GET of sessions/<name>. Repeats are conditional (If-None-Match on
+//! // the cached ETag): a 304, no body, when nothing moved.
+//! let r = resolver.resolve(&leasehold::Name::new("web")?).await?;
+//! if let Owned::Claimed { node, address, epoch, .. } = &r.owner {
+//!     println!("web is on {node} at {address:?}, epoch {epoch}");
+//! }
+//! // wake: resolve, dial the owner; only if that fails, read its node lease
+//! // (one more GET) to tell a dead owner from a network problem.
+//! let w = resolver.wake(&leasehold::Name::new("web")?, std::time::Duration::from_secs(1)).await?;
+//! println!("{:?}", w.outcome);
+//! # Ok(()) }
+//! ```
+//!
+//! Round trips: `resolve` 1 (plus 1 to tell "unowned" from "no manifest" when
+//! there is no claim); `wake` 1 plus a TCP dial, plus 1 more only when the
+//! dial fails.
+
+use crate::error::{Error, Result};
+use crate::fleet::claim::{ClaimRecord, ClaimState};
+use crate::name::Name;
+use crate::record::{Kind, LeaseRecord};
+use crate::store::{Conditional, Store, Version};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Who owns a session, as its claim says.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum Owned {
+    /// A claim names an owner (its liveness is not checked by `resolve`).
+    Claimed {
+        node: String,
+        instance: String,
+        address: Option<String>,
+        epoch: u64,
+        status: ClaimState,
+    },
+    /// The claim was released (its tombstone keeps the epoch).
+    Released { epoch: u64 },
+    /// No claim, but a manifest: queued, waiting for a node.
+    Unowned,
+    /// Neither claim nor manifest.
+    NoManifest,
+}
+
+/// The answer to `resolve`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Resolution {
+    pub name: String,
+    pub owner: Owned,
+    /// Bucket requests this answer cost.
+    pub round_trips: u32,
+    /// The claim was unchanged since the last resolve (a 304).
+    pub not_modified: bool,
+}
+
+/// What `wake` found.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum WakeOutcome {
+    /// The owner answered at its address.
+    Reachable {
+        node: String,
+        address: String,
+        epoch: u64,
+    },
+    /// The owner did not answer, but its node lease still names the claim's
+    /// instance: a network problem or a slow node, not a dead one.
+    Unreachable {
+        node: String,
+        address: Option<String>,
+        reason: String,
+    },
+    /// The owner's node lease is released or names a newer instance: the
+    /// session is orphaned and a node will claim it.
+    OwnerGone { node: String, epoch: u64 },
+    /// Nobody owns it (released, unowned, or no manifest).
+    NoOwner { owner: Owned },
+}
+
+/// The answer to `wake`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Wake {
+    pub name: String,
+    pub outcome: WakeOutcome,
+    pub round_trips: u32,
+}
+
+/// Resolves sessions, caching each claim's ETag so repeats are conditional.
+#[derive(Debug)]
+pub struct Resolver {
+    store: Arc<dyn Store>,
+    cache: Mutex<HashMap<String, (Version, ClaimRecord)>>,
+}
+
+impl Resolver {
+    pub fn new(store: Arc<dyn Store>) -> Self {
+        Resolver {
+            store,
+            cache: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// One GET of `sessions/<name>` (conditional when cached).
+    pub async fn resolve(&self, name: &Name) -> Result<Resolution> {
+        let key = format!("sessions/{name}");
+        let cached = self.cache.lock().unwrap().get(&key).cloned();
+        let mut round_trips = 1;
+        let (claim, not_modified) = match &cached {
+            Some((v, c)) => match self
+                .store
+                .get_if_changed(&key, v)
+                .await
+                .map_err(|e| Error::from_store("get", &key, e))?
+            {
+                Conditional::NotModified => (Some(c.clone()), true),
+                Conditional::Changed(o) => {
+                    let c = ClaimRecord::decode(&key, &o.bytes)?;
+                    self.cache
+                        .lock()
+                        .unwrap()
+                        .insert(key.clone(), (o.version, c.clone()));
+                    (Some(c), false)
+                }
+                Conditional::Missing => {
+                    self.cache.lock().unwrap().remove(&key);
+                    (None, false)
+                }
+            },
+            None => match self
+                .store
+                .get(&key)
+                .await
+                .map_err(|e| Error::from_store("get", &key, e))?
+            {
+                Some(o) => {
+                    let c = ClaimRecord::decode(&key, &o.bytes)?;
+                    self.cache
+                        .lock()
+                        .unwrap()
+                        .insert(key.clone(), (o.version, c.clone()));
+                    (Some(c), false)
+                }
+                None => (None, false),
+            },
+        };
+        let owner = match claim {
+            Some(c) if c.state == ClaimState::Released => Owned::Released { epoch: c.epoch },
+            Some(c) => Owned::Claimed {
+                node: c.owner.node,
+                instance: c.owner.instance,
+                address: c.address,
+                epoch: c.epoch,
+                status: c.state,
+            },
+            None => {
+                round_trips += 1;
+                match crate::fleet::manifest::get(&self.store, name).await? {
+                    Some(_) => Owned::Unowned,
+                    None => Owned::NoManifest,
+                }
+            }
+        };
+        Ok(Resolution {
+            name: name.to_string(),
+            owner,
+            round_trips,
+            not_modified,
+        })
+    }
+
+    /// Reads the owner's node lease: is `instance` still the live holder?
+    /// (A one-shot reader cannot judge expiry by observation; it can see a
+    /// release or a newer instance, which both mean the owner is gone.)
+    pub async fn owner_alive(&self, node: &str, instance: &str) -> Result<bool> {
+        let key = format!("nodes/{node}");
+        match self
+            .store
+            .get(&key)
+            .await
+            .map_err(|e| Error::from_store("get", &key, e))?
+        {
+            None => Ok(false),
+            Some(o) => {
+                let r = LeaseRecord::decode(&key, &o.bytes, Kind::Node)?;
+                Ok(!r.released && r.holder.instance == instance)
+            }
+        }
+    }
+
+    /// Resolves, dials the owner's address (a TCP connect with `timeout`),
+    /// and only if that fails reads the owner's node lease.
+    pub async fn wake(&self, name: &Name, timeout: Duration) -> Result<Wake> {
+        let r = self.resolve(name).await?;
+        let mut round_trips = r.round_trips;
+        let outcome = match r.owner {
+            Owned::Claimed {
+                node,
+                instance,
+                address,
+                epoch,
+                ..
+            } => {
+                let dialled = match &address {
+                    Some(a) => dial(a, timeout).await,
+                    None => Err("no address published".to_string()),
+                };
+                match dialled {
+                    Ok(()) => WakeOutcome::Reachable {
+                        node,
+                        address: address.unwrap_or_default(),
+                        epoch,
+                    },
+                    Err(reason) => {
+                        round_trips += 1;
+                        if self.owner_alive(&node, &instance).await? {
+                            WakeOutcome::Unreachable {
+                                node,
+                                address,
+                                reason,
+                            }
+                        } else {
+                            WakeOutcome::OwnerGone { node, epoch }
+                        }
+                    }
+                }
+            }
+            other => WakeOutcome::NoOwner { owner: other },
+        };
+        Ok(Wake {
+            name: name.to_string(),
+            outcome,
+            round_trips,
+        })
+    }
+}
+
+/// A TCP connect to the host:port of `address` (`http://host:port[/...]` or
+/// `host:port`).
+async fn dial(address: &str, timeout: Duration) -> Result<(), String> {
+    let rest = address
+        .strip_prefix("http://")
+        .or_else(|| address.strip_prefix("https://"))
+        .unwrap_or(address);
+    let hostport = rest.split('/').next().unwrap_or(rest);
+    match tokio::time::timeout(timeout, tokio::net::TcpStream::connect(hostport)).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(format!("connect {hostport}: {e}")),
+        Err(_) => Err(format!("connect {hostport}: timed out after {timeout:?}")),
+    }
+}
