@@ -8,7 +8,13 @@ fn bin() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_leasehold"));
     c.env_remove("LEASEHOLD_STORE")
         .env_remove("LEASEHOLD_NODE")
-        .env_remove("LEASEHOLD_LEASE_TOKEN");
+        .env_remove("LEASEHOLD_LEASE_TOKEN")
+        .env_remove("LEASEHOLD_TOKEN_FILE")
+        .env_remove("LEASEHOLD_LOG_FORMAT")
+        .env(
+            "LEASEHOLD_CONFIG",
+            "/nonexistent/leasehold-test-config.json",
+        );
     c
 }
 
@@ -637,4 +643,186 @@ fn inventory_ls_resolve_inspect_against_a_live_node() {
         b"garbage",
         "left untouched"
     );
+}
+
+/// `watch` merges the streams of every live node, tagged by node, and picks
+/// up a node that joins while it runs.
+#[test]
+fn watch_merges_the_fleet_and_follows_joiners() {
+    let (d, s) = store();
+    let tok = d.path().join("tok");
+    std::fs::write(&tok, "test-token-0123456789abcdef\n").unwrap();
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let node = |id: &str| {
+        Kill(
+            bin()
+                .args([
+                    "node",
+                    "run",
+                    "--store",
+                    &s,
+                    "--id",
+                    id,
+                    "--ttl",
+                    "2s",
+                    "--listen",
+                    "127.0.0.1:0",
+                ])
+                .arg("--token-file")
+                .arg(&tok)
+                .env("LEASEHOLD_LOCK_DIR", d.path().join("locks"))
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap(),
+        )
+    };
+    let _n1 = node("n1");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let watch = bin()
+        .args([
+            "watch",
+            "--store",
+            &s,
+            "--from-start",
+            "--duration",
+            "6s",
+            "--json",
+        ])
+        .arg("--token-file")
+        .arg(&tok)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+    let _n2 = node("n2");
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+    let f = d.path().join("m.json");
+    for i in 0..4 {
+        std::fs::write(
+            &f,
+            format!(r#"{{"name": "w{i}", "spec": {{"command": "sleep", "args": ["100"]}}}}"#),
+        )
+        .unwrap();
+        assert_eq!(
+            code(&run(&["apply", f.to_str().unwrap(), "--store", &s])),
+            0
+        );
+    }
+    let out = watch.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let events = |node: &str, kind: &str| {
+        lines
+            .iter()
+            .filter(|l| l["node"] == node && l["event"]["kind"] == kind)
+            .count()
+    };
+    assert_eq!(events("n1", "registered"), 1, "{lines:?}");
+    assert_eq!(
+        events("n2", "registered"),
+        1,
+        "the joiner was followed: {lines:?}"
+    );
+    let started = events("n1", "started") + events("n2", "started");
+    assert_eq!(started, 4, "every session's start was seen once: {lines:?}");
+    // Per node, sequences arrive in order without holes.
+    for n in ["n1", "n2"] {
+        let seqs: Vec<u64> = lines
+            .iter()
+            .filter(|l| l["node"] == n)
+            .filter_map(|l| l["event"]["seq"].as_u64())
+            .collect();
+        assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "{n}: {seqs:?}");
+    }
+}
+
+#[test]
+fn completions_config_file_precedence_json_logs_and_request_spans() {
+    let o = run(&["completions", "bash"]);
+    assert_eq!(code(&o), 0);
+    assert!(
+        stdout(&o).contains("leasehold") && stdout(&o).contains("complete"),
+        "bash completion script"
+    );
+
+    // Config file < environment < flag.
+    let (d1, s1) = store();
+    let (_d2, s2) = store();
+    let (_d3, s3) = store();
+    let cfg = d1.path().join("config.json");
+    std::fs::write(&cfg, format!(r#"{{"store": "{s1}"}}"#)).unwrap();
+    let with_cfg = |env_store: Option<&str>, args: &[&str]| {
+        let mut c = bin();
+        c.env("LEASEHOLD_CONFIG", &cfg).args(args);
+        if let Some(e) = env_store {
+            c.env("LEASEHOLD_STORE", e);
+        }
+        c.output().unwrap()
+    };
+    assert_eq!(
+        code(&with_cfg(None, &["lease", "acquire", "a", "--no-probe"])),
+        0
+    );
+    assert!(
+        d1.path().join("leases/a").exists(),
+        "the file's store was used"
+    );
+    let o = with_cfg(
+        Some(&s2),
+        &["lease", "acquire", "b", "--no-probe", "--json"],
+    );
+    assert_eq!(code(&o), 0);
+    assert_eq!(
+        code(&run(&["lease", "show", "b", "--store", &s2])),
+        0,
+        "the environment beat the file"
+    );
+    let o = with_cfg(
+        Some(&s2),
+        &["lease", "acquire", "c", "--no-probe", "--store", &s3],
+    );
+    assert_eq!(code(&o), 0);
+    assert_eq!(
+        code(&run(&["lease", "show", "c", "--store", &s3])),
+        0,
+        "the flag beat both"
+    );
+    std::fs::write(&cfg, r#"{"stor": "typo"}"#).unwrap();
+    let o = with_cfg(None, &["lease", "show", "x"]);
+    assert_eq!(code(&o), 2);
+    assert!(
+        stderr(&o).contains("config file") && stderr(&o).contains("unknown field"),
+        "{}",
+        stderr(&o)
+    );
+
+    // JSON logs, with a span around every bucket request (op, key, outcome,
+    // latency).
+    let o = bin()
+        .args(["--log-format", "json", "lease", "show", "a", "--store", &s1])
+        .env("LEASEHOLD_LOG", "leasehold::store=debug")
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let lines: Vec<serde_json::Value> = stderr(&o)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let req = lines
+        .iter()
+        .find(|l| l["fields"]["message"] == "bucket request" && l["span"]["op"] == "get")
+        .unwrap_or_else(|| panic!("{lines:?}"));
+    assert_eq!(req["span"]["key"], "leases/a");
+    assert_eq!(req["fields"]["outcome"], "ok");
+    assert!(req["fields"]["latency_ms"].is_number());
 }

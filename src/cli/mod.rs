@@ -16,6 +16,7 @@
 
 mod demo;
 mod inventory;
+mod watch;
 
 use crate::Name;
 use crate::clock::{Clock, OsEntropy, SystemClock};
@@ -35,8 +36,23 @@ use std::time::Duration;
     about = "Fenced leases and fleet coordination in one object-store bucket"
 )]
 pub struct Cli {
+    /// Log format on stderr.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value = "human",
+        env = "LEASEHOLD_LOG_FORMAT"
+    )]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Human,
+    Json,
 }
 
 #[derive(Debug, Args, Clone)]
@@ -126,6 +142,30 @@ enum Command {
         store: StoreArgs,
         #[arg(long)]
         json: bool,
+    },
+    /// Follow the whole fleet's events: every live node's stream, merged and
+    /// tagged by node, following nodes as they join and leave, resuming after
+    /// disconnects, showing gaps.
+    Watch {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// File with the fleet's bearer token.
+        #[arg(long, env = "LEASEHOLD_TOKEN_FILE")]
+        token_file: std::path::PathBuf,
+        /// Replay each node's retained journal first (default: from now).
+        #[arg(long)]
+        from_start: bool,
+        /// Stop after this long (default: until interrupted).
+        #[arg(long, value_parser = parse_duration)]
+        duration: Option<Duration>,
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
     },
     /// Delete a manifest; its owner stops the session and releases the claim.
     Delete {
@@ -313,6 +353,10 @@ pub fn main() -> ExitCode {
     if args.get(1).map(String::as_str) == Some("__watchdog") {
         return crate::fleet::watchdog::main(&args[2..]);
     }
+    if let Err(e) = apply_config_file() {
+        eprintln!("error: {e}");
+        return ExitCode::from(2);
+    }
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
@@ -321,11 +365,14 @@ pub fn main() -> ExitCode {
         }
     };
     // A node reports its journal events at info; one-shot commands stay quiet.
-    init_tracing(if matches!(cli.command, Command::Node { .. }) {
-        "info"
-    } else {
-        "warn"
-    });
+    init_tracing(
+        if matches!(cli.command, Command::Node { .. }) {
+            "info"
+        } else {
+            "warn"
+        },
+        cli.log_format,
+    );
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -357,14 +404,78 @@ pub fn main() -> ExitCode {
     }
 }
 
-fn init_tracing(default: &str) {
+fn init_tracing(default: &str, format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("LEASEHOLD_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
-        .try_init();
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Json => builder.json().try_init(),
+        LogFormat::Human => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .try_init(),
+    };
+}
+
+/// Where the config file lives: `$LEASEHOLD_CONFIG`, else
+/// `$XDG_CONFIG_HOME/leasehold/config.json`, else
+/// `~/.config/leasehold/config.json`.
+fn config_path() -> Option<std::path::PathBuf> {
+    if let Some(p) = std::env::var_os("LEASEHOLD_CONFIG") {
+        return Some(p.into());
+    }
+    let base = std::env::var_os("XDG_CONFIG_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".config"))
+        })?;
+    Some(base.join("leasehold").join("config.json"))
+}
+
+/// Settings from the config file, lowest precedence: flags beat the
+/// environment, which beats the file. Each file setting fills its
+/// environment variable only when that is unset, before any thread starts.
+/// The file holds no secrets (credentials come from the usual providers).
+fn apply_config_file() -> Result<(), Error> {
+    let Some(path) = config_path() else {
+        return Ok(());
+    };
+    let bytes = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => {
+            return Err(Error::invalid(
+                "config file",
+                format!("{}: {e}", path.display()),
+            ));
+        }
+    };
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct File {
+        store: Option<String>,
+        node: Option<String>,
+        token_file: Option<String>,
+        log_format: Option<String>,
+    }
+    let f: File = serde_json::from_slice(&bytes)
+        .map_err(|e| Error::invalid("config file", format!("{}: {e}", path.display())))?;
+    for (var, value) in [
+        ("LEASEHOLD_STORE", f.store),
+        ("LEASEHOLD_NODE", f.node),
+        ("LEASEHOLD_TOKEN_FILE", f.token_file),
+        ("LEASEHOLD_LOG_FORMAT", f.log_format),
+    ] {
+        if let Some(v) = value
+            && std::env::var_os(var).is_none()
+        {
+            // SAFETY: called from main before the runtime or any other
+            // thread exists.
+            unsafe { std::env::set_var(var, v) };
+        }
+    }
+    Ok(())
 }
 
 pub(crate) async fn open(args: &StoreArgs) -> Result<Arc<dyn Store>, Error> {
@@ -441,6 +552,23 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         } => inventory::ls(what, &store, &prefix, json).await,
         Command::Nodes { store, json } => inventory::ls(LsWhat::Nodes, &store, "", json).await,
         Command::Inspect { key, store, json } => inventory::inspect(&key, &store, json).await,
+        Command::Watch {
+            store,
+            token_file,
+            from_start,
+            duration,
+            json,
+        } => watch::run(&store, &token_file, from_start, duration, json).await,
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "leasehold",
+                &mut std::io::stdout(),
+            );
+            Ok(())
+        }
         Command::Delete { name, store } => {
             let name = Name::new(name)?;
             let store = open(&store).await?;

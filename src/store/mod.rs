@@ -37,12 +37,14 @@ pub mod fault;
 pub mod local;
 pub mod objstore;
 pub mod open;
+pub mod traced;
 
 pub use counting::{CountingStore, RequestCounts};
 pub use fault::{Fault, FaultPlan, FaultStore};
 pub use local::LocalDirStore;
 pub use objstore::ObjectStoreBackend;
 pub use open::{OpenOptions, Raw, open_raw, open_store};
+pub use traced::TracedStore;
 
 /// The version of one committed write: the ETag and, where the store has one,
 /// its version or generation (GCS fences on generations). Both are kept and

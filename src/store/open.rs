@@ -39,14 +39,15 @@ impl Default for OpenOptions {
 /// Opens the store named by `url`. The returned store has not been probed:
 /// call [`crate::probe::probe`] before trusting it with leases.
 pub async fn open_store(url: &str, opts: &OpenOptions) -> Result<Arc<dyn Store>, Error> {
-    Ok(match open_raw(url, opts).await? {
+    let store: Arc<dyn Store> = match open_raw(url, opts).await? {
         Raw::Local(s) => Arc::new(s),
         Raw::Object {
             store,
             prefix,
             display,
         } => Arc::new(ObjectStoreBackend::new(store, &prefix, display)),
-    })
+    };
+    Ok(Arc::new(super::TracedStore::new(store)))
 }
 
 /// A store as its backend crate exposes it, for measurements that compare
