@@ -171,13 +171,14 @@ async fn scenario(store: Arc<dyn Store>) {
     zoned.selector.insert("zone".into(), "b".into());
     apply(&store, "zoned", &zoned).await;
 
-    // Every session runs on exactly one node, at epoch 1.
+    // Every session runs on exactly one node. (Usually at epoch 1; on a
+    // starved machine a renewal can miss the 600 ms TTL and a peer rightly
+    // takes over, so the epoch is not asserted here: only that it rises.)
     f.wait_for("7 sessions placed", |p| {
         p.len() == 7 && p.values().all(|v| v.len() == 1)
     })
     .await;
     let p = f.placement();
-    assert!(p.values().all(|v| v[0].1 == 1), "{p:?}");
     assert_eq!(p["zoned"][0].0, "n3", "the selector is honoured");
     let spread: std::collections::BTreeSet<_> = p.values().map(|v| v[0].0.clone()).collect();
     assert!(spread.len() >= 2, "placement spreads: {p:?}");
@@ -202,7 +203,8 @@ async fn scenario(store: Arc<dyn Store>) {
     assert_eq!(store.get("manifests/s0").await.unwrap().unwrap(), before);
 
     // Crash a node (no graceful shutdown): its sessions move to the others
-    // after its node lease is observed unchanged for ttl + margin, at epoch 2.
+    // after its node lease is observed unchanged for ttl + margin, each at a
+    // higher epoch than it had.
     let victim = f
         .nodes
         .iter()
@@ -217,16 +219,22 @@ async fn scenario(store: Arc<dyn Store>) {
         .map(|(k, _)| k.clone())
         .collect();
     f.dead.push(dead);
+    let before: BTreeMap<String, u64> = moved.iter().map(|s| (s.clone(), p[s][0].1)).collect();
     f.wait_for("failover", |p| {
         moved.iter().all(|s| {
             p.get(s)
-                .is_some_and(|v| v.len() == 1 && v[0].0 != dead_id && v[0].1 == 2)
+                .is_some_and(|v| v.len() == 1 && v[0].0 != dead_id && v[0].1 > before[s])
         })
     })
     .await;
     for s in &moved {
         let c = f.claim(s).await;
-        assert_eq!(c.epoch, 2);
+        assert!(
+            c.epoch > before[s],
+            "{s}: epoch {} after {}",
+            c.epoch,
+            before[s]
+        );
         assert_ne!(c.owner.node, dead_id);
     }
 

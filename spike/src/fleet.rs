@@ -120,7 +120,8 @@ pub async fn placement(
     let counting = Arc::new(CountingStore::new(store.clone()));
     let node_store: Arc<dyn Store> = counting.clone();
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
-    let capacity = (m / n * 3).max(8) as u32;
+    // Room for every session on the last node standing.
+    let capacity = m.max(8) as u32;
     let poll = ttl / 10;
     let mut nodes: Vec<SpikeNode> = (0..n)
         .map(|i| {

@@ -482,6 +482,18 @@ impl Node {
         .await?;
 
         let now = self.deps.clock.now();
+        // Keep the brisk pace while a peer's lease is about to expire (its
+        // listed version unchanged for over half its TTL): detecting the
+        // expiry then costs one base poll, not one backed-off poll.
+        changed |= self.nodes.iter().any(|(key, n)| {
+            let ttl = Duration::from_millis(n.record.ttl_ms);
+            !n.record.released
+                && self
+                    .client
+                    .observer()
+                    .unchanged_for(key, &n.listed, now)
+                    .is_some_and(|d| d > ttl / 2)
+        });
         let mut views = self.node_views(now);
         let mut refetched = std::collections::HashSet::new();
         changed |= self.handle_exits().await;
