@@ -129,42 +129,59 @@ impl LeaseRecord {
     /// Decodes the object at `key`, expecting `kind`.
     pub fn decode(key: &str, bytes: &[u8], kind: Kind) -> Result<Self, Error> {
         let corrupt = |reason: String| Error::corrupt(key, reason);
-        if bytes.len() > MAX_RECORD_BYTES {
-            return Err(corrupt(format!(
-                "{} bytes, larger than any lease record ({MAX_RECORD_BYTES})",
-                bytes.len()
-            )));
-        }
-        // Look at schema and kind first, so an object from a newer version or
-        // another tool is reported as such rather than as a parse error.
-        let value: serde_json::Value =
-            serde_json::from_slice(bytes).map_err(|e| corrupt(format!("not valid JSON ({e})")))?;
-        let obj = value
-            .as_object()
-            .ok_or_else(|| corrupt("not a JSON object".into()))?;
-        match obj.get("schema").and_then(|s| s.as_str()) {
-            Some(SCHEMA) => {}
-            Some(other) => {
-                return Err(corrupt(format!(
-                    "unknown schema {other:?} (this build reads {SCHEMA})"
-                )));
-            }
-            None => {
-                return Err(corrupt(
-                    "no \"schema\" field: not a leasehold object".into(),
-                ));
-            }
-        }
         let want = serde_json::to_value(kind).expect("kind serialises");
-        match obj.get("kind") {
-            Some(k) if *k == want => {}
-            Some(k) => return Err(corrupt(format!("kind is {k}, expected {want}"))),
-            None => return Err(corrupt("no \"kind\" field".into())),
-        }
+        let value = envelope(
+            key,
+            bytes,
+            want.as_str().expect("kinds are strings"),
+            MAX_RECORD_BYTES,
+        )?;
         let rec: LeaseRecord =
             serde_json::from_value(value).map_err(|e| corrupt(format!("malformed record: {e}")))?;
         rec.validate().map_err(corrupt)?;
         Ok(rec)
+    }
+}
+
+/// Checks the envelope every leasehold object shares, before its own fields:
+/// a bounded size, a JSON object, `"schema": "leasehold/v1"` and the expected
+/// `kind`. An object from a newer version or another tool is reported as
+/// such, rather than as a parse error, and always as `Corrupt`.
+pub(crate) fn envelope(
+    key: &str,
+    bytes: &[u8],
+    kind: &str,
+    max: usize,
+) -> Result<serde_json::Value, Error> {
+    let corrupt = |reason: String| Error::corrupt(key, reason);
+    if bytes.len() > max {
+        return Err(corrupt(format!(
+            "{} bytes, larger than any {kind} object ({max})",
+            bytes.len()
+        )));
+    }
+    let value: serde_json::Value =
+        serde_json::from_slice(bytes).map_err(|e| corrupt(format!("not valid JSON ({e})")))?;
+    let obj = value
+        .as_object()
+        .ok_or_else(|| corrupt("not a JSON object".into()))?;
+    match obj.get("schema").and_then(|s| s.as_str()) {
+        Some(SCHEMA) => {}
+        Some(other) => {
+            return Err(corrupt(format!(
+                "unknown schema {other:?} (this build reads {SCHEMA})"
+            )));
+        }
+        None => {
+            return Err(corrupt(
+                "no \"schema\" field: not a leasehold object".into(),
+            ));
+        }
+    }
+    match obj.get("kind") {
+        Some(serde_json::Value::String(k)) if k == kind => Ok(value),
+        Some(k) => Err(corrupt(format!("kind is {k}, expected \"{kind}\""))),
+        None => Err(corrupt("no \"kind\" field".into())),
     }
 }
 

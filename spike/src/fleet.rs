@@ -47,7 +47,7 @@ fn start(
     cfg.probe = false;
     if let Some(p) = poll {
         cfg.poll = p;
-        cfg.grace = p;
+        cfg.grace = p * 2;
         cfg.max_poll = p * 4;
     }
     let journal = Arc::new(Journal::new(1_000_000, 256 << 20));
@@ -241,9 +241,9 @@ pub async fn placement(
     println!("spread: {spread:?}");
     if !failovers.is_empty() {
         println!();
-        println!("| kills | failover times (ms) | max | bound ttl + margin + max_poll + grace |");
+        println!("| kills | failover times (ms) | max | goal: ttl + one poll + 1 s |");
         println!("|---|---|---|---|");
-        let bound = ttl + ttl / 10 + poll * 4 + poll;
+        let bound = ttl + poll + Duration::from_secs(1);
         println!(
             "| {} | {:?} | {}ms | {}ms |",
             failovers.len(),

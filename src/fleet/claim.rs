@@ -7,7 +7,6 @@
 //! leaves a tombstone).
 
 use crate::error::{Error, Result};
-use crate::record::SCHEMA;
 use serde::{Deserialize, Serialize};
 
 /// Who runs a session.
@@ -107,30 +106,7 @@ pub struct ClaimRecord {
 impl ClaimRecord {
     pub fn decode(key: &str, bytes: &[u8]) -> Result<Self> {
         let corrupt = |r: String| Error::corrupt(key, r);
-        if bytes.len() > 64 * 1024 {
-            return Err(corrupt(format!(
-                "{} bytes, larger than any claim",
-                bytes.len()
-            )));
-        }
-        let v: serde_json::Value =
-            serde_json::from_slice(bytes).map_err(|e| corrupt(format!("not valid JSON ({e})")))?;
-        match v.get("schema").and_then(|s| s.as_str()) {
-            Some(SCHEMA) => {}
-            Some(o) => {
-                return Err(corrupt(format!(
-                    "unknown schema {o:?} (this build reads {SCHEMA})"
-                )));
-            }
-            None => {
-                return Err(corrupt(
-                    "no \"schema\" field: not a leasehold object".into(),
-                ));
-            }
-        }
-        if v.get("kind").and_then(|k| k.as_str()) != Some("session") {
-            return Err(corrupt("kind is not \"session\"".into()));
-        }
+        let v = crate::record::envelope(key, bytes, "session", 64 * 1024)?;
         let r: ClaimRecord =
             serde_json::from_value(v).map_err(|e| corrupt(format!("malformed claim: {e}")))?;
         if r.epoch == 0 {

@@ -173,30 +173,7 @@ pub struct ManifestRecord {
 impl ManifestRecord {
     pub fn decode(key: &str, bytes: &[u8]) -> Result<Self> {
         let corrupt = |r: String| Error::corrupt(key, r);
-        if bytes.len() > MAX_MANIFEST_BYTES {
-            return Err(corrupt(format!(
-                "{} bytes, larger than any manifest",
-                bytes.len()
-            )));
-        }
-        let v: serde_json::Value =
-            serde_json::from_slice(bytes).map_err(|e| corrupt(format!("not valid JSON ({e})")))?;
-        match v.get("schema").and_then(|s| s.as_str()) {
-            Some(SCHEMA) => {}
-            Some(o) => {
-                return Err(corrupt(format!(
-                    "unknown schema {o:?} (this build reads {SCHEMA})"
-                )));
-            }
-            None => {
-                return Err(corrupt(
-                    "no \"schema\" field: not a leasehold object".into(),
-                ));
-            }
-        }
-        if v.get("kind").and_then(|k| k.as_str()) != Some("manifest") {
-            return Err(corrupt("kind is not \"manifest\"".into()));
-        }
+        let v = crate::record::envelope(key, bytes, "manifest", MAX_MANIFEST_BYTES)?;
         let r: ManifestRecord =
             serde_json::from_value(v).map_err(|e| corrupt(format!("malformed manifest: {e}")))?;
         r.spec.validate().map_err(|e| corrupt(e.to_string()))?;

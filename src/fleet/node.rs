@@ -51,7 +51,8 @@ pub struct NodeConfig {
     /// `max_poll`.
     pub poll: Duration,
     pub max_poll: Duration,
-    /// Placement delay per rank: the node ranked r waits r × grace.
+    /// Placement delay per rank: the node ranked r waits r × grace. Keep it
+    /// above `poll`, or rank 1 races rank 0.
     pub grace: Duration,
     /// Run the conditional-write probe before serving.
     pub probe: bool,
@@ -71,7 +72,10 @@ impl NodeConfig {
             ttl,
             poll: ttl / 3,
             max_poll: ttl,
-            grace: ttl / 3,
+            // More than one poll: the top-ranked node must get a full tick
+            // (listing included) to claim before rank 1 tries. At grace =
+            // poll, 21 nodes measured 0.07 conflicts per claim.
+            grace: ttl * 2 / 3,
             probe: true,
             node_refresh: ttl * 3,
         }
