@@ -44,6 +44,46 @@ fn store() -> (tempfile::TempDir, String) {
     (d, url)
 }
 
+/// A node process (with its HTTP API on a free loopback port) killed on drop.
+struct NodeProc(std::process::Child);
+
+impl Drop for NodeProc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn node_with_api(
+    store: &str,
+    id: &str,
+    token_file: &std::path::Path,
+    lock_dir: &std::path::Path,
+) -> NodeProc {
+    NodeProc(
+        bin()
+            .args([
+                "node",
+                "run",
+                "--store",
+                store,
+                "--id",
+                id,
+                "--ttl",
+                "2s",
+                "--listen",
+                "127.0.0.1:0",
+            ])
+            .arg("--token-file")
+            .arg(token_file)
+            .env("LEASEHOLD_LOCK_DIR", lock_dir)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
+}
+
 #[test]
 fn lease_lifecycle_with_exit_codes_and_json() {
     let (_d, s) = store();
@@ -500,35 +540,7 @@ fn inventory_ls_resolve_inspect_against_a_live_node() {
     let (d, s) = store();
     let tok = d.path().join("tok");
     std::fs::write(&tok, "test-token-0123456789abcdef\n").unwrap();
-    struct Kill(std::process::Child);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let _node = Kill(
-        bin()
-            .args([
-                "node",
-                "run",
-                "--store",
-                &s,
-                "--id",
-                "n1",
-                "--ttl",
-                "2s",
-                "--listen",
-                "127.0.0.1:0",
-            ])
-            .arg("--token-file")
-            .arg(&tok)
-            .env("LEASEHOLD_LOCK_DIR", d.path().join("locks"))
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let _node = node_with_api(&s, "n1", &tok, &d.path().join("locks"));
     let f = d.path().join("m.json");
     std::fs::write(
         &f,
@@ -653,37 +665,7 @@ fn watch_merges_the_fleet_and_follows_joiners() {
     let (d, s) = store();
     let tok = d.path().join("tok");
     std::fs::write(&tok, "test-token-0123456789abcdef\n").unwrap();
-    struct Kill(std::process::Child);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let node = |id: &str| {
-        Kill(
-            bin()
-                .args([
-                    "node",
-                    "run",
-                    "--store",
-                    &s,
-                    "--id",
-                    id,
-                    "--ttl",
-                    "2s",
-                    "--listen",
-                    "127.0.0.1:0",
-                ])
-                .arg("--token-file")
-                .arg(&tok)
-                .env("LEASEHOLD_LOCK_DIR", d.path().join("locks"))
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
-                .spawn()
-                .unwrap(),
-        )
-    };
+    let node = |id: &str| node_with_api(&s, id, &tok, &d.path().join("locks"));
     let _n1 = node("n1");
     std::thread::sleep(std::time::Duration::from_millis(500));
     let watch = bin()
