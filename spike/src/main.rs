@@ -21,6 +21,7 @@ use object_store::{GetOptions, ObjectStore, PutMode, PutOptions, PutPayload, Upd
 use std::sync::Arc;
 use std::time::Duration;
 
+mod fencing;
 mod fleet;
 
 #[derive(Parser)]
@@ -55,6 +56,46 @@ enum Cmd {
         /// Nodes to kill, one after another.
         #[arg(long, default_value_t = 5)]
         kills: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Fencing under clock skew: our protocol beside a naive wall-clock
+    /// design, N contenders with wall clocks offset -3 s..+3 s.
+    Fencing {
+        #[arg(long)]
+        store: String,
+        #[arg(long, default_value_t = 8)]
+        nodes: usize,
+        #[arg(long, default_value = "400")]
+        ttl_ms: u64,
+        #[arg(long, default_value_t = 5)]
+        secs: u64,
+        #[arg(long, default_value_t = 4)]
+        runs: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Contention: N contenders × M acquires on one name (each winner
+    /// releases at once): ownerships, clean conflicts, errors (must be 0),
+    /// final epoch, epochs distinct.
+    Contention {
+        #[arg(long)]
+        store: String,
+        #[arg(long, default_value_t = 10)]
+        nodes: usize,
+        #[arg(long, default_value_t = 50)]
+        attempts: usize,
+        #[arg(long, default_value = "50")]
+        ttl_ms: u64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Inventory: time to list sessions/ at several sizes.
+    Inventory {
+        #[arg(long)]
+        store: String,
+        #[arg(long, value_delimiter = ',', default_value = "503,10000,100000")]
+        sizes: Vec<usize>,
         #[arg(long)]
         json: bool,
     },
@@ -111,6 +152,22 @@ async fn main() {
             )
             .await
         }
+        Cmd::Fencing {
+            store,
+            nodes,
+            ttl_ms,
+            secs,
+            runs,
+            json,
+        } => fencing::fencing(&store, nodes, Duration::from_millis(ttl_ms), secs, runs, json).await,
+        Cmd::Contention {
+            store,
+            nodes,
+            attempts,
+            ttl_ms,
+            json,
+        } => fencing::contention(&store, nodes, attempts, Duration::from_millis(ttl_ms), json).await,
+        Cmd::Inventory { store, sizes, json } => fencing::inventory(&store, &sizes, json).await,
         Cmd::Cost {
             nodes,
             sessions,
