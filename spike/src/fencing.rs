@@ -105,7 +105,14 @@ fn overlap(beliefs: &[(usize, u64, MonoTime, MonoTime)]) -> Duration {
     total
 }
 
-pub async fn run_once(store: Arc<dyn Store>, naive: bool, n: usize, ttl: Duration, secs: u64, seed: u64) -> Result<RunResult> {
+pub async fn run_once(
+    store: Arc<dyn Store>,
+    naive: bool,
+    n: usize,
+    ttl: Duration,
+    secs: u64,
+    seed: u64,
+) -> Result<RunResult> {
     let base = Arc::new(SystemClock::new());
     let shared = Arc::new(Mutex::new(Shared::default()));
     let end = base.now() + Duration::from_secs(secs);
@@ -113,7 +120,10 @@ pub async fn run_once(store: Arc<dyn Store>, naive: bool, n: usize, ttl: Duratio
     let mut tasks = Vec::new();
     for i in 0..n {
         let offset = -3000 + (6000 * i as i64) / (n.max(2) as i64 - 1);
-        let clock: Arc<dyn Clock> = Arc::new(Offset { base: base.clone(), wall_offset_ms: offset });
+        let clock: Arc<dyn Clock> = Arc::new(Offset {
+            base: base.clone(),
+            wall_offset_ms: offset,
+        });
         let client = LeaseClient::builder(store.clone(), Name::new(format!("c{i}")).unwrap())
             .clock(clock.clone())
             .build()?;
@@ -146,7 +156,13 @@ pub async fn run_once(store: Arc<dyn Store>, naive: bool, n: usize, ttl: Duratio
                         let mut start = clock.now();
                         loop {
                             if !lease.is_valid() || clock.now() >= end {
-                                record_belief(&sh, i, epoch, start, lease.valid_until().min(clock.now()));
+                                record_belief(
+                                    &sh,
+                                    i,
+                                    epoch,
+                                    start,
+                                    lease.valid_until().min(clock.now()),
+                                );
                                 break;
                             }
                             fenced_write(&sh, epoch);
@@ -256,7 +272,11 @@ async fn naive_round(
                 let until = sent + ttl;
                 let start = clock.now();
                 fenced_write(sh, epoch);
-                let pause = if rand() < 0.05 { ttl.mul_f64(2.0 * rand()) } else { ttl / 4 };
+                let pause = if rand() < 0.05 {
+                    ttl.mul_f64(2.0 * rand())
+                } else {
+                    ttl / 4
+                };
                 clock.sleep(pause).await;
                 record_belief(sh, i, epoch, start, until.min(clock.now()));
                 if clock.now() >= end {
@@ -268,7 +288,14 @@ async fn naive_round(
     }
 }
 
-pub async fn fencing(url: &str, n: usize, ttl: Duration, secs: u64, runs: usize, json: bool) -> Result<()> {
+pub async fn fencing(
+    url: &str,
+    n: usize,
+    ttl: Duration,
+    secs: u64,
+    runs: usize,
+    json: bool,
+) -> Result<()> {
     let base = url.trim_end_matches('/').to_string();
     let mut rows = Vec::new();
     for design in ["leasehold", "naive wall-clock"] {
@@ -276,10 +303,22 @@ pub async fn fencing(url: &str, n: usize, ttl: Duration, secs: u64, runs: usize,
             let store = if base.starts_with("memory") {
                 open_store(&base, &OpenOptions::default()).await?
             } else {
-                open_store(&format!("{base}/spike-fencing-{}", OsEntropy::new().hex_id()), &OpenOptions::default()).await?
+                open_store(
+                    &format!("{base}/spike-fencing-{}", OsEntropy::new().hex_id()),
+                    &OpenOptions::default(),
+                )
+                .await?
             };
             eprintln!("{design}: run {} of {runs} ({secs} s)", r + 1);
-            let res = run_once(store, design != "leasehold", n, ttl, secs, 0xfe2c_e000 + r as u64).await?;
+            let res = run_once(
+                store,
+                design != "leasehold",
+                n,
+                ttl,
+                secs,
+                0xfe2c_e000 + r as u64,
+            )
+            .await?;
             rows.push(serde_json::json!({
                 "design": design, "run": r + 1, "acquisitions": res.acquisitions,
                 "epochs_with_two_owners": res.two_owner_epochs,
@@ -292,15 +331,25 @@ pub async fn fencing(url: &str, n: usize, ttl: Duration, secs: u64, runs: usize,
         println!("{}", serde_json::to_string_pretty(&rows).unwrap());
         return Ok(());
     }
-    println!("{n} contenders, wall clocks -3 s..+3 s, ttl {}ms, {secs} s runs, store {url}", ttl.as_millis());
+    println!(
+        "{n} contenders, wall clocks -3 s..+3 s, ttl {}ms, {secs} s runs, store {url}",
+        ttl.as_millis()
+    );
     println!();
-    println!("| design | run | acquisitions | epochs with two owners | stale fenced writes accepted / all | time two believed they held it |");
+    println!(
+        "| design | run | acquisitions | epochs with two owners | stale fenced writes accepted / all | time two believed they held it |"
+    );
     println!("|---|---|---|---|---|---|");
     for r in rows {
         println!(
             "| {} | {} | {} | {} | {} / {} | {:.0} ms |",
-            r["design"].as_str().unwrap(), r["run"], r["acquisitions"], r["epochs_with_two_owners"],
-            r["stale_fenced_writes_accepted"], r["fenced_writes"], r["two_believers_ms"].as_f64().unwrap()
+            r["design"].as_str().unwrap(),
+            r["run"],
+            r["acquisitions"],
+            r["epochs_with_two_owners"],
+            r["stale_fenced_writes_accepted"],
+            r["fenced_writes"],
+            r["two_believers_ms"].as_f64().unwrap()
         );
     }
     Ok(())
@@ -308,19 +357,30 @@ pub async fn fencing(url: &str, n: usize, ttl: Duration, secs: u64, runs: usize,
 
 /// Contention: `n` contenders × `attempts` acquires on one name with a short
 /// TTL; every acquired lease is released at once so the next can win.
-pub async fn contention(url: &str, n: usize, attempts: usize, ttl: Duration, json: bool) -> Result<()> {
+pub async fn contention(
+    url: &str,
+    n: usize,
+    attempts: usize,
+    ttl: Duration,
+    json: bool,
+) -> Result<()> {
     let base = url.trim_end_matches('/').to_string();
     let store = if base.starts_with("memory") {
         open_store(&base, &OpenOptions::default()).await?
     } else {
-        open_store(&format!("{base}/spike-contention-{}", OsEntropy::new().hex_id()), &OpenOptions::default()).await?
+        open_store(
+            &format!("{base}/spike-contention-{}", OsEntropy::new().hex_id()),
+            &OpenOptions::default(),
+        )
+        .await?
     };
     let name = Name::new("contended").unwrap();
     let epochs = Arc::new(Mutex::new(Vec::<u64>::new()));
     let counts = Arc::new(Mutex::new((0u64, 0u64, 0u64, 0u64))); // owned, held, conflicts, errors
     let mut tasks = Vec::new();
     for i in 0..n {
-        let client = LeaseClient::builder(store.clone(), Name::new(format!("c{i}")).unwrap()).build()?;
+        let client =
+            LeaseClient::builder(store.clone(), Name::new(format!("c{i}")).unwrap()).build()?;
         let (name, epochs, counts) = (name.clone(), epochs.clone(), counts.clone());
         tasks.push(tokio::spawn(async move {
             let opts = AcquireOptions::ttl(ttl);
@@ -332,7 +392,9 @@ pub async fn contention(url: &str, n: usize, attempts: usize, ttl: Duration, jso
                         let _ = l.release().await;
                     }
                     Ok(Acquire::Held { .. }) => counts.lock().unwrap().1 += 1,
-                    Err(e) if e.kind() == leasehold::ErrorKind::Conflict => counts.lock().unwrap().2 += 1,
+                    Err(e) if e.kind() == leasehold::ErrorKind::Conflict => {
+                        counts.lock().unwrap().2 += 1
+                    }
                     Err(e) => {
                         eprintln!("error: {e}");
                         counts.lock().unwrap().3 += 1;
@@ -357,7 +419,9 @@ pub async fn contention(url: &str, n: usize, attempts: usize, ttl: Duration, jso
     if json {
         println!("{}", serde_json::to_string_pretty(&row).unwrap());
     } else {
-        println!("| store | contenders × attempts | ttl | ownerships | answered held | clean conflicts | errors | final epoch | every ownership a distinct epoch |");
+        println!(
+            "| store | contenders × attempts | ttl | ownerships | answered held | clean conflicts | errors | final epoch | every ownership a distinct epoch |"
+        );
         println!("|---|---|---|---|---|---|---|---|---|");
         println!(
             "| {url} | {n} × {attempts} | {}ms | {owned} | {held} | {conflicts} | {errors} | {final_epoch} | {distinct} |",
@@ -369,7 +433,9 @@ pub async fn contention(url: &str, n: usize, attempts: usize, ttl: Duration, jso
 
 async fn store_epoch(store: &Arc<dyn Store>, name: &Name) -> Result<u64> {
     let c = LeaseClient::builder(store.clone(), Name::new("reader").unwrap()).build()?;
-    Ok(c.read(Kind::Lease, name).await?.map_or(0, |(r, _, _)| r.epoch))
+    Ok(c.read(Kind::Lease, name)
+        .await?
+        .map_or(0, |(r, _, _)| r.epoch))
 }
 
 /// Inventory: time to list `sessions/` holding 503, 10,000 and 100,000 keys
@@ -382,13 +448,28 @@ pub async fn inventory(url: &str, sizes: &[usize], json: bool) -> Result<()> {
         let store = if url.starts_with("memory") {
             open_store(url, &OpenOptions::default()).await?
         } else {
-            open_store(&format!("{}/spike-inventory-{}", url.trim_end_matches('/'), OsEntropy::new().hex_id()), &OpenOptions::default()).await?
+            open_store(
+                &format!(
+                    "{}/spike-inventory-{}",
+                    url.trim_end_matches('/'),
+                    OsEntropy::new().hex_id()
+                ),
+                &OpenOptions::default(),
+            )
+            .await?
         };
         let t0 = clock.now();
         futures::stream::iter(0..size)
             .map(|i| {
                 let s = store.clone();
-                async move { s.put(&format!("sessions/s{i:06}"), bytes::Bytes::from_static(b"{}"), Cond::Create).await }
+                async move {
+                    s.put(
+                        &format!("sessions/s{i:06}"),
+                        bytes::Bytes::from_static(b"{}"),
+                        Cond::Create,
+                    )
+                    .await
+                }
             })
             .buffer_unordered(64)
             .for_each(|_| async {})
@@ -403,8 +484,10 @@ pub async fn inventory(url: &str, sizes: &[usize], json: bool) -> Result<()> {
         }
         let listed = clock.now().saturating_since(t0);
         eprintln!("{size}: created in {created:?}, listed {n} in {listed:?}");
-        rows.push(serde_json::json!({"keys": size, "listed": n, "list_ms": listed.as_secs_f64() * 1000.0,
-            "list_pages": n.div_ceil(1000).max(1), "create_ms": created.as_secs_f64() * 1000.0}));
+        rows.push(
+            serde_json::json!({"keys": size, "listed": n, "list_ms": listed.as_secs_f64() * 1000.0,
+            "list_pages": n.div_ceil(1000).max(1), "create_ms": created.as_secs_f64() * 1000.0}),
+        );
     }
     if json {
         println!("{}", serde_json::to_string_pretty(&rows).unwrap());
@@ -412,7 +495,13 @@ pub async fn inventory(url: &str, sizes: &[usize], json: bool) -> Result<()> {
         println!("| store | keys | listed | list time | pages (1,000 keys each) |");
         println!("|---|---|---|---|---|");
         for r in rows {
-            println!("| {url} | {} | {} | {:.1} ms | {} |", r["keys"], r["listed"], r["list_ms"].as_f64().unwrap(), r["list_pages"]);
+            println!(
+                "| {url} | {} | {} | {:.1} ms | {} |",
+                r["keys"],
+                r["listed"],
+                r["list_ms"].as_f64().unwrap(),
+                r["list_pages"]
+            );
         }
     }
     Ok(())

@@ -159,14 +159,26 @@ async fn main() {
             secs,
             runs,
             json,
-        } => fencing::fencing(&store, nodes, Duration::from_millis(ttl_ms), secs, runs, json).await,
+        } => {
+            fencing::fencing(
+                &store,
+                nodes,
+                Duration::from_millis(ttl_ms),
+                secs,
+                runs,
+                json,
+            )
+            .await
+        }
         Cmd::Contention {
             store,
             nodes,
             attempts,
             ttl_ms,
             json,
-        } => fencing::contention(&store, nodes, attempts, Duration::from_millis(ttl_ms), json).await,
+        } => {
+            fencing::contention(&store, nodes, attempts, Duration::from_millis(ttl_ms), json).await
+        }
         Cmd::Inventory { store, sizes, json } => fencing::inventory(&store, &sizes, json).await,
         Cmd::Cost {
             nodes,

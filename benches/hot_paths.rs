@@ -1,0 +1,135 @@
+//! Hot paths: record encode/decode, rendezvous ranking, and one reconcile
+//! pass of the pure decision core over 100,000 manifests.
+//!
+//!     cargo bench --bench hot_paths
+//!
+//! Goal (issue 5): a reconcile pass over 100,000 manifests under 100 ms on
+//! one core.
+
+use leasehold::fleet::claim::{ClaimState, Owner};
+use leasehold::fleet::plan::{self, ClaimView, ManifestView, NodeView};
+use leasehold::record::{Holder, Kind, LeaseRecord, SCHEMA};
+use std::collections::BTreeMap;
+
+fn main() {
+    divan::main();
+}
+
+fn record() -> LeaseRecord {
+    LeaseRecord {
+        schema: SCHEMA.into(),
+        kind: Kind::Node,
+        holder: Holder {
+            node: "node-17".into(),
+            host: "web-3.example".into(),
+            instance: "9495537d09c645ca".into(),
+        },
+        epoch: 42,
+        ttl_ms: 10_000,
+        renewed_at_ms: 1_767_225_600_000,
+        released: false,
+        host_locked: true,
+        address: Some("http://10.0.0.7:7400".into()),
+        attrs: serde_json::json!({"capacity": 16, "load": 9, "labels": {"zone": "a"}})
+            .as_object()
+            .unwrap()
+            .clone(),
+        nonce: "f88c462fab41b01b".into(),
+    }
+}
+
+#[divan::bench]
+fn encode_record(b: divan::Bencher) {
+    let r = record();
+    b.bench(|| divan::black_box(&r).encode().unwrap());
+}
+
+#[divan::bench]
+fn decode_record(b: divan::Bencher) {
+    let bytes = record().encode().unwrap();
+    b.bench(|| LeaseRecord::decode("nodes/node-17", divan::black_box(&bytes), Kind::Node).unwrap());
+}
+
+fn nodes(n: usize) -> Vec<NodeView> {
+    (0..n)
+        .map(|i| NodeView {
+            id: format!("node-{i:02}"),
+            instance: format!("inst-{i}"),
+            capacity: 16 + (i as u32 % 3) * 8,
+            load: i as u32 % 5,
+            labels: BTreeMap::from([(
+                "zone".to_string(),
+                if i % 2 == 0 { "a" } else { "b" }.to_string(),
+            )]),
+            live: i % 7 != 3,
+        })
+        .collect()
+}
+
+fn manifest(i: usize) -> ManifestView {
+    ManifestView {
+        name: format!("session-{i:06}"),
+        digest: "d".into(),
+        selector: if i % 4 == 0 {
+            BTreeMap::from([("zone".to_string(), "a".to_string())])
+        } else {
+            BTreeMap::new()
+        },
+        preferred: vec![],
+        paused: false,
+    }
+}
+
+#[divan::bench(args = [10, 100])]
+fn rank_one_session(b: divan::Bencher, n: usize) {
+    let ns = nodes(n);
+    let m = manifest(7);
+    b.bench(|| plan::rank(divan::black_box(&m), &ns).len());
+}
+
+/// One pass of the decision core as a node's tick runs it: for every
+/// manifest, is it claimable, and what is this node's rank.
+#[divan::bench(sample_count = 10)]
+fn reconcile_100k_manifests_10_nodes(b: divan::Bencher) {
+    let ns = nodes(10);
+    let me = Owner {
+        node: "node-00".into(),
+        instance: "inst-0".into(),
+    };
+    let manifests: Vec<ManifestView> = (0..100_000).map(manifest).collect();
+    // A third unclaimed, a third owned by live nodes, a third by dead ones.
+    let claims: Vec<Option<ClaimView>> = (0..100_000)
+        .map(|i| match i % 3 {
+            0 => None,
+            1 => Some(ClaimView {
+                owner: Owner {
+                    node: "node-01".into(),
+                    instance: "inst-1".into(),
+                },
+                epoch: 3,
+                state: ClaimState::Running,
+                digest: "d".into(),
+            }),
+            _ => Some(ClaimView {
+                owner: Owner {
+                    node: "node-03".into(),
+                    instance: "inst-3".into(),
+                },
+                epoch: 3,
+                state: ClaimState::Running,
+                digest: "d".into(),
+            }),
+        })
+        .collect();
+    b.bench(|| {
+        let mut claim_now = 0usize;
+        for (m, c) in manifests.iter().zip(&claims) {
+            if plan::claimable(m, c.as_ref(), &ns, &me).is_some()
+                && plan::my_rank(m, &ns, &me.node) == Some(0)
+            {
+                claim_now += 1;
+            }
+        }
+        claim_now
+    });
+}
