@@ -70,7 +70,7 @@ fn manifest(i: usize) -> ManifestView {
     ManifestView {
         name: format!("session-{i:06}"),
         digest: "d".into(),
-        selector: if i % 4 == 0 {
+        selector: if i.is_multiple_of(4) {
             BTreeMap::from([("zone".to_string(), "a".to_string())])
         } else {
             BTreeMap::new()
