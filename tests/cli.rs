@@ -261,6 +261,14 @@ fn doctor_reports_and_refuses() {
     let j = json(&run(&["doctor", "--store", &s, "--json"]));
     assert_eq!(j["ok"], true);
     assert_eq!(j["steps"].as_array().unwrap().len(), 7);
+    // The same machine's clock: the estimate must contain zero.
+    let (off, unc) = (
+        j["clock_offset_ms"].as_i64().unwrap(),
+        j["clock_offset_uncertainty_ms"].as_i64().unwrap(),
+    );
+    assert!(off.abs() <= unc, "offset {off} ± {unc}");
+    assert_eq!(j["config_file_found"], false);
+    assert!(j["lock_dir"].is_string());
 }
 
 #[test]
@@ -306,6 +314,12 @@ fn doctor_on_moto_through_the_binary() {
     let o = run(&["doctor", "--store", &format!("{url}/cli-doctor"), "--json"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert_eq!(json(&o)["ok"], true);
+    // moto runs on this machine, so its clock agrees with ours.
+    let (off, unc) = (
+        json(&o)["clock_offset_ms"].as_i64().unwrap(),
+        json(&o)["clock_offset_uncertainty_ms"].as_i64().unwrap(),
+    );
+    assert!(off.abs() <= unc, "offset {off} ± {unc}");
     let o = run(&[
         "lease",
         "acquire",

@@ -585,15 +585,67 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     }
 }
 
+/// Estimates the store's clock offset from ours: write a scratch object,
+/// note our wall clock before sending and after the answer, and read the
+/// store's last-modified time from a listing. The store stamped the write in
+/// between, so offset = stamp − midpoint, within ± half the round trip plus
+/// the store's timestamp resolution. Advisory: leasehold never uses it.
+async fn clock_offset(store: &Arc<dyn Store>) -> Result<Option<(i64, u64)>, Error> {
+    use futures::StreamExt;
+    let clock = SystemClock::new();
+    let dir = format!(
+        "_probe/{}",
+        crate::clock::Entropy::hex_id(&OsEntropy::new())
+    );
+    let key = format!("{dir}/clock");
+    let w0 = clock.wall_ms();
+    store
+        .put(
+            &key,
+            bytes::Bytes::from_static(b"{}"),
+            crate::store::Cond::Create,
+        )
+        .await
+        .map_err(|e| Error::from_store("put", &key, e))?;
+    let w1 = clock.wall_ms();
+    let mut list = store.list(&format!("{dir}/"));
+    let mut stamp = None;
+    while let Some(e) = list.next().await {
+        if let Ok(e) = e
+            && e.key == key
+        {
+            stamp = e.last_modified_ms;
+        }
+    }
+    let _ = store.delete(&key).await;
+    Ok(stamp.map(|s| {
+        let mid = (w0 + w1) / 2;
+        // Object stores stamp to the second; allow that on top of the RTT.
+        (s as i64 - mid as i64, (w1 - w0) / 2 + 1000)
+    }))
+}
+
 async fn doctor(args: &StoreArgs, json: bool) -> Result<(), Failure> {
     let store = open(args).await?;
     let result = crate::probe::probe(&store, &OsEntropy::new()).await;
     match &result {
         Ok(report) => {
+            let offset = clock_offset(&store).await.ok().flatten();
+            let config = config_path();
+            let config_found = config.as_ref().is_some_and(|p| p.exists());
+            let lock_dir = crate::hostlock::default_lock_dir();
+            let endpoint = args
+                .endpoint
+                .clone()
+                .or_else(|| std::env::var("AWS_ENDPOINT_URL_S3").ok())
+                .or_else(|| std::env::var("AWS_ENDPOINT_URL").ok());
             if json {
-                print_json(
-                    &serde_json::json!({"store": report.store, "ok": true, "steps": report.steps}),
-                );
+                print_json(&serde_json::json!({
+                    "store": report.store, "ok": true, "steps": report.steps,
+                    "clock_offset_ms": offset.map(|o| o.0), "clock_offset_uncertainty_ms": offset.map(|o| o.1),
+                    "config_file": config.map(|p| p.display().to_string()), "config_file_found": config_found,
+                    "lock_dir": lock_dir.display().to_string(), "endpoint": endpoint,
+                }));
             } else {
                 println!("store {}", report.store);
                 for s in &report.steps {
@@ -605,6 +657,27 @@ async fn doctor(args: &StoreArgs, json: bool) -> Result<(), Failure> {
                     );
                 }
                 println!("verdict: conditional writes honoured; safe for leasehold");
+                match offset {
+                    Some((o, u)) => println!(
+                        "clock offset to the store: {:+.1} s (± {:.1} s); advisory, leasehold never relies on it",
+                        o as f64 / 1000.0,
+                        u as f64 / 1000.0
+                    ),
+                    None => println!(
+                        "clock offset to the store: unknown (the store gives no timestamps)"
+                    ),
+                }
+                if let Some(e) = endpoint {
+                    println!("endpoint {}", crate::store::objstore::redact(&e));
+                }
+                println!(
+                    "config file {} ({})",
+                    config
+                        .map(|p| p.display().to_string())
+                        .unwrap_or_else(|| "-".into()),
+                    if config_found { "found" } else { "absent" }
+                );
+                println!("host locks in {}", lock_dir.display());
             }
             Ok(())
         }

@@ -428,6 +428,12 @@ impl Inner {
                 Some((etag, len, _, _)) => (Some(etag), len as u64),
                 None => (None, ent.metadata().map(|m| m.len()).unwrap_or(0)),
             };
+            let last_modified_ms = ent
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map(|d| d.as_millis() as u64);
             out.push(Entry {
                 key,
                 version: Version {
@@ -435,6 +441,7 @@ impl Inner {
                     version: None,
                 },
                 size,
+                last_modified_ms,
             });
         }
         Ok(())

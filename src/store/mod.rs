@@ -90,6 +90,10 @@ pub struct Entry {
     pub key: String,
     pub version: Version,
     pub size: u64,
+    /// The store's own clock at the last write, in ms since the Unix epoch,
+    /// where the store says. For the doctor's clock-offset estimate and for
+    /// humans; never for safety.
+    pub last_modified_ms: Option<u64>,
 }
 
 /// The answer to a conditional read.

@@ -290,6 +290,10 @@ impl Store for ObjectStoreBackend {
                                 key: k.to_string(),
                                 version: version(meta.e_tag, meta.version),
                                 size: meta.size,
+                                last_modified_ms: u64::try_from(
+                                    meta.last_modified.timestamp_millis(),
+                                )
+                                .ok(),
                             })),
                             _ => None,
                         }
