@@ -4,7 +4,7 @@
 //! |---|---|---|
 //! | `GET /healthz` | no | 200 while the process serves |
 //! | `GET /readyz` | no | 200 while registered and within the node lease's validity, else 503 |
-//! | `GET /metrics` | no | Prometheus text: events by kind, bucket requests by kind |
+//! | `GET /metrics` | no | Prometheus text: events by kind, bucket requests by kind, renew latency |
 //! | `GET /v1/sessions` | bearer | this node's view of its sessions |
 //! | `GET /v1/events?after=N&limit=M` | bearer | a JSON page of the journal |
 //! | `GET /v1/events` + `Accept: text/event-stream` | bearer | SSE, resumable with `Last-Event-ID` |
@@ -183,6 +183,24 @@ async fn metrics(State(s): State<HttpState>) -> Response {
             ));
         }
     }
+    let h = s.status.renew_histogram();
+    out.push_str("# HELP leasehold_renew_seconds Node lease renew latency, send to response.\n");
+    out.push_str("# TYPE leasehold_renew_seconds histogram\n");
+    let mut cumulative = 0;
+    for (bound, n) in crate::fleet::node::RENEW_BUCKETS.iter().zip(h.buckets) {
+        cumulative += n;
+        out.push_str(&format!(
+            "leasehold_renew_seconds_bucket{{le=\"{bound}\"}} {cumulative}\n"
+        ));
+    }
+    out.push_str(&format!(
+        "leasehold_renew_seconds_bucket{{le=\"+Inf\"}} {}\n",
+        h.count
+    ));
+    out.push_str(&format!("leasehold_renew_seconds_sum {}\n", h.sum_seconds));
+    out.push_str(&format!("leasehold_renew_seconds_count {}\n", h.count));
+    out.push_str("# TYPE leasehold_renew_failures_total counter\n");
+    out.push_str(&format!("leasehold_renew_failures_total {}\n", h.failures));
     let snap = s.status.snapshot();
     out.push_str("# TYPE leasehold_ready gauge\n");
     out.push_str(&format!("leasehold_ready {}\n", u8::from(snap.ready)));

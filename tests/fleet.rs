@@ -425,6 +425,7 @@ async fn steady_state_requests_per_node_hour() {
         let mut cfg = NodeConfig::new(Name::new("n1").unwrap(), Duration::from_secs(10));
         cfg.probe = false;
         let runner = Arc::new(RecordingRunner::new(Arc::new(clock.clone())));
+        let status: Arc<leasehold::fleet::node::NodeStatus> = Default::default();
         let deps = NodeDeps {
             store: store.clone(),
             clock: Arc::new(clock.clone()),
@@ -432,7 +433,7 @@ async fn steady_state_requests_per_node_hour() {
             runner: runner.clone(),
             host_lock: None,
             journal: Arc::new(Journal::new(1000, 1 << 20)),
-            status: Default::default(),
+            status: status.clone(),
         };
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(node::run(cfg, deps, shutdown.clone()));
@@ -452,8 +453,15 @@ async fn steady_state_requests_per_node_hour() {
             sessions as usize
         );
         let before = counting.counts();
+        let renews_before = status.renew_histogram().count;
         settle(36_000).await; // one virtual hour
         let used = counting.counts().since(&before);
+        // Every renew write was timed for the /metrics histogram.
+        assert_eq!(
+            status.renew_histogram().count - renews_before,
+            used.put_match
+        );
+        assert_eq!(status.renew_histogram().failures, 0);
         assert_eq!(
             leasehold::fleet::runner::Runner::running(runner.as_ref()).len(),
             sessions as usize

@@ -145,11 +145,34 @@ async fn health_ready_and_auth() {
         .await
         .unwrap();
     assert_eq!((c, json(&b)["error"].as_str().unwrap()), (404, "not_found"));
+    s.status.record_renew(Duration::from_millis(3));
+    s.status.record_renew(Duration::from_millis(40));
+    s.status.record_renew(Duration::from_secs(9));
+    s.status.record_renew_failure();
     let (c, _, b) = tokio::task::spawn_blocking(move || get(addr, "/metrics", &[]))
         .await
         .unwrap();
     assert_eq!(c, 200);
     assert!(b.contains("leasehold_ready 1"), "{b}");
+    // Cumulative buckets: 3 ms in le=0.005, 40 ms by le=0.05, 9 s only in +Inf.
+    assert!(
+        b.contains("leasehold_renew_seconds_bucket{le=\"0.005\"} 1"),
+        "{b}"
+    );
+    assert!(
+        b.contains("leasehold_renew_seconds_bucket{le=\"0.05\"} 2"),
+        "{b}"
+    );
+    assert!(
+        b.contains("leasehold_renew_seconds_bucket{le=\"5\"} 2"),
+        "{b}"
+    );
+    assert!(
+        b.contains("leasehold_renew_seconds_bucket{le=\"+Inf\"} 3"),
+        "{b}"
+    );
+    assert!(b.contains("leasehold_renew_seconds_count 3"), "{b}");
+    assert!(b.contains("leasehold_renew_failures_total 1"), "{b}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

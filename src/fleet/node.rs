@@ -84,10 +84,24 @@ impl NodeConfig {
 
 /// What the node publishes about itself for its HTTP API and tests: a
 /// snapshot replaced at the end of every tick, so readers never touch the
-/// pull loop's state.
+/// pull loop's state; and a histogram of renew latencies.
 #[derive(Debug, Default)]
 pub struct NodeStatus {
     inner: std::sync::RwLock<StatusSnapshot>,
+    renew: std::sync::Mutex<RenewHistogram>,
+}
+
+/// Upper bounds of the renew-latency buckets, in seconds (Prometheus style).
+pub const RENEW_BUCKETS: [f64; 10] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0];
+
+/// Cumulative renew-latency histogram.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct RenewHistogram {
+    /// Counts per bucket of [`RENEW_BUCKETS`] (not cumulative).
+    pub buckets: [u64; 10],
+    pub count: u64,
+    pub sum_seconds: f64,
+    pub failures: u64,
 }
 
 /// See [`NodeStatus`].
@@ -114,6 +128,26 @@ pub struct SessionStatus {
 impl NodeStatus {
     pub fn snapshot(&self) -> StatusSnapshot {
         self.inner.read().unwrap().clone()
+    }
+
+    /// Records one successful renew's latency (send to response).
+    pub fn record_renew(&self, latency: Duration) {
+        let secs = latency.as_secs_f64();
+        let mut h = self.renew.lock().unwrap();
+        if let Some(i) = RENEW_BUCKETS.iter().position(|b| secs <= *b) {
+            h.buckets[i] += 1;
+        }
+        h.count += 1;
+        h.sum_seconds += secs;
+    }
+
+    /// Records a renew that failed (transiently or for good).
+    pub fn record_renew_failure(&self) {
+        self.renew.lock().unwrap().failures += 1;
+    }
+
+    pub fn renew_histogram(&self) -> RenewHistogram {
+        self.renew.lock().unwrap().clone()
     }
 
     /// Replaces the snapshot. The node loop calls it every tick; embedders
@@ -1087,10 +1121,20 @@ async fn renew_task(
             _ = stop.cancelled() => return Some(lease),
         }
         let attrs = node_attrs(&cfg, *load.borrow());
+        let t0 = deps.clock.now();
         let r = match lease.set_attrs(attrs).await {
-            Err(e) if e.is_transient() => lease.renew().await,
+            Err(e) if e.is_transient() => {
+                deps.status.record_renew_failure();
+                lease.renew().await
+            }
             other => other,
         };
+        match &r {
+            Ok(()) => deps
+                .status
+                .record_renew(deps.clock.now().saturating_since(t0)),
+            Err(_) => deps.status.record_renew_failure(),
+        }
         match r {
             Ok(()) => {
                 deps.runner.announce(lease.valid_until());
