@@ -389,16 +389,28 @@ async fn latency(url: &str, iterations: usize, json: bool) -> leasehold::Result<
         "renew",
         "resolve (GET record)",
         "release",
+        "resolve + dial (wake)",
     ];
     let raws = [
         "raw PUT create",
         "raw PUT If-Match",
         "raw GET",
         "raw PUT If-Match",
+        "raw GET + TCP connect",
     ];
-    let mut ours: Vec<Series> = (0..4).map(|_| Series(Vec::new())).collect();
-    let mut theirs: Vec<Series> = (0..4).map(|_| Series(Vec::new())).collect();
-    let mut trips = [0u64; 4];
+    // Something to dial: a listener that accepts and drops.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| leasehold::Error::Internal(e.to_string()))?;
+    let dial_addr = listener.local_addr().map_err(|e| leasehold::Error::Internal(e.to_string()))?;
+    tokio::spawn(async move {
+        while let Ok((s, _)) = listener.accept().await {
+            drop(s);
+        }
+    });
+    let mut ours: Vec<Series> = (0..5).map(|_| Series(Vec::new())).collect();
+    let mut theirs: Vec<Series> = (0..5).map(|_| Series(Vec::new())).collect();
+    let mut trips = [0u64; 5];
     let time = |t0: leasehold::clock::MonoTime| clock.now().saturating_since(t0);
     for i in 0..iterations {
         let name = Name::new(format!("{base}-{i}"))?;
@@ -425,7 +437,33 @@ async fn latency(url: &str, iterations: usize, json: bool) -> leasehold::Result<
                 l.release().await?;
                 ours[3].0.push(time(t0));
                 let c4 = counting.counts();
-                for (j, (a, b)) in [(c0, c1), (c1, c2), (c2, c3), (c3, c4)].iter().enumerate() {
+                // The wake path: a claim naming our listener (written
+                // untimed), then resolve + dial with a fresh resolver.
+                let claim = leasehold::fleet::claim::ClaimRecord {
+                    schema: leasehold::record::SCHEMA.into(),
+                    kind: "session".into(),
+                    owner: leasehold::fleet::claim::Owner { node: "spike".into(), instance: "i".into() },
+                    epoch: 1,
+                    state: leasehold::fleet::claim::ClaimState::Running,
+                    digest: "d".into(),
+                    address: Some(format!("http://{dial_addr}")),
+                    exit_code: None,
+                    restarts: 0,
+                    updated_at_ms: 0,
+                    nonce: entropy.hex_id(),
+                };
+                store
+                    .put(&format!("sessions/{name}"), Bytes::from(claim.encode()), Cond::Create)
+                    .await
+                    .map_err(|e| leasehold::Error::Internal(e.to_string()))?;
+                let resolver = leasehold::wake::Resolver::new(store.clone());
+                let c5 = counting.counts();
+                let t0 = clock.now();
+                let w = resolver.wake(&name, Duration::from_secs(2)).await?;
+                ours[4].0.push(time(t0));
+                assert!(matches!(w.outcome, leasehold::wake::WakeOutcome::Reachable { .. }), "{w:?}");
+                let c6 = counting.counts();
+                for (j, (a, b)) in [(c0, c1), (c1, c2), (c2, c3), (c3, c4), (c5, c6)].iter().enumerate() {
                     trips[j] += b.since(a).total();
                 }
             } else {
@@ -441,11 +479,15 @@ async fn latency(url: &str, iterations: usize, json: bool) -> leasehold::Result<
                 let t0 = clock.now();
                 raw.update(&key, body.clone(), v).await;
                 theirs[3].0.push(time(t0));
+                let t0 = clock.now();
+                raw.get(&key).await;
+                let _ = tokio::net::TcpStream::connect(dial_addr).await;
+                theirs[4].0.push(time(t0));
             }
         }
     }
     let mut rows = Vec::new();
-    for j in 0..4 {
+    for j in 0..5 {
         let (a, b) = (&ours[j], &theirs[j]);
         rows.push(serde_json::json!({
             "operation": names[j], "baseline": raws[j],
@@ -471,7 +513,7 @@ async fn latency(url: &str, iterations: usize, json: bool) -> leasehold::Result<
         "| operation | round trips | p50 ms | p99 ms | baseline | raw p50 ms | raw p99 ms | p50 ratio |"
     );
     println!("|---|---|---|---|---|---|---|---|");
-    for j in 0..4 {
+    for j in 0..5 {
         let (a, b) = (&ours[j], &theirs[j]);
         println!(
             "| {} | {:.2} | {} | {} | {} | {} | {} | {:.2} |",
