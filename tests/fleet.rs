@@ -139,6 +139,17 @@ impl Fleet {
         }
     }
 
+    /// Waits (bounded) until the claim of `name` reaches `state`; the caller
+    /// asserts on it afterwards.
+    async fn wait_claim_state(&self, name: &str, state: ClaimState) {
+        for _ in 0..100 {
+            if self.claim(name).await.state == state {
+                return;
+            }
+            self.clock.sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     async fn claim(&self, name: &str) -> ClaimRecord {
         let o = self
             .store
@@ -277,12 +288,7 @@ async fn scenario(store: Arc<dyn Store>) {
         .await
         .unwrap();
     f.wait_for("s1 stopped", |p| !p.contains_key("s1")).await;
-    for _ in 0..100 {
-        if f.claim("s1").await.state == ClaimState::Released {
-            break;
-        }
-        f.clock.sleep(Duration::from_millis(20)).await;
-    }
+    f.wait_claim_state("s1", ClaimState::Released).await;
     assert_eq!(f.claim("s1").await.state, ClaimState::Released);
 
     f.assert_never_twice();
@@ -319,12 +325,7 @@ async fn restart_policies_and_pause() {
     // on-failure, exit 0: succeeded, not restarted.
     runner.exit("once", 0);
     f.wait_for("once done", |p| !p.contains_key("once")).await;
-    for _ in 0..100 {
-        if f.claim("once").await.state == ClaimState::Succeeded {
-            break;
-        }
-        f.clock.sleep(Duration::from_millis(20)).await;
-    }
+    f.wait_claim_state("once", ClaimState::Succeeded).await;
     let c = f.claim("once").await;
     assert_eq!((c.state, c.exit_code), (ClaimState::Succeeded, Some(0)));
     // always: restarted on the same claim.
@@ -349,12 +350,7 @@ async fn restart_policies_and_pause() {
     .unwrap();
     assert!(matches!(r, Applied::Replaced(_)));
     f.wait_for("svc paused", |p| !p.contains_key("svc")).await;
-    for _ in 0..100 {
-        if f.claim("svc").await.state == ClaimState::Paused {
-            break;
-        }
-        f.clock.sleep(Duration::from_millis(20)).await;
-    }
+    f.wait_claim_state("svc", ClaimState::Paused).await;
     assert_eq!(f.claim("svc").await.state, ClaimState::Paused);
     let (_, v) = manifest::get(&store, &Name::new("svc").unwrap())
         .await

@@ -402,7 +402,9 @@ async fn latency(url: &str, iterations: usize, json: bool) -> leasehold::Result<
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .map_err(|e| leasehold::Error::Internal(e.to_string()))?;
-    let dial_addr = listener.local_addr().map_err(|e| leasehold::Error::Internal(e.to_string()))?;
+    let dial_addr = listener
+        .local_addr()
+        .map_err(|e| leasehold::Error::Internal(e.to_string()))?;
     tokio::spawn(async move {
         while let Ok((s, _)) = listener.accept().await {
             drop(s);
@@ -442,7 +444,10 @@ async fn latency(url: &str, iterations: usize, json: bool) -> leasehold::Result<
                 let claim = leasehold::fleet::claim::ClaimRecord {
                     schema: leasehold::record::SCHEMA.into(),
                     kind: "session".into(),
-                    owner: leasehold::fleet::claim::Owner { node: "spike".into(), instance: "i".into() },
+                    owner: leasehold::fleet::claim::Owner {
+                        node: "spike".into(),
+                        instance: "i".into(),
+                    },
                     epoch: 1,
                     state: leasehold::fleet::claim::ClaimState::Running,
                     digest: "d".into(),
@@ -453,7 +458,11 @@ async fn latency(url: &str, iterations: usize, json: bool) -> leasehold::Result<
                     nonce: entropy.hex_id(),
                 };
                 store
-                    .put(&format!("sessions/{name}"), Bytes::from(claim.encode()), Cond::Create)
+                    .put(
+                        &format!("sessions/{name}"),
+                        Bytes::from(claim.encode()),
+                        Cond::Create,
+                    )
                     .await
                     .map_err(|e| leasehold::Error::Internal(e.to_string()))?;
                 let resolver = leasehold::wake::Resolver::new(store.clone());
@@ -461,9 +470,15 @@ async fn latency(url: &str, iterations: usize, json: bool) -> leasehold::Result<
                 let t0 = clock.now();
                 let w = resolver.wake(&name, Duration::from_secs(2)).await?;
                 ours[4].0.push(time(t0));
-                assert!(matches!(w.outcome, leasehold::wake::WakeOutcome::Reachable { .. }), "{w:?}");
+                assert!(
+                    matches!(w.outcome, leasehold::wake::WakeOutcome::Reachable { .. }),
+                    "{w:?}"
+                );
                 let c6 = counting.counts();
-                for (j, (a, b)) in [(c0, c1), (c1, c2), (c2, c3), (c3, c4), (c5, c6)].iter().enumerate() {
+                for (j, (a, b)) in [(c0, c1), (c1, c2), (c2, c3), (c3, c4), (c5, c6)]
+                    .iter()
+                    .enumerate()
+                {
                     trips[j] += b.since(a).total();
                 }
             } else {
