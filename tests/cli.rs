@@ -549,42 +549,43 @@ fn apply_and_delete_manifests() {
     assert_eq!(code(&o), 7, "not found");
 }
 
-#[test]
-fn inventory_ls_resolve_inspect_against_a_live_node() {
-    let (d, s) = store();
-    let tok = d.path().join("tok");
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// The inventory commands against a live node process, on store `s`, with
+/// scratch files in `dir`.
+fn inventory_scenario(s: &str, dir: &std::path::Path) {
+    let tok = dir.join("tok");
     std::fs::write(&tok, "test-token-0123456789abcdef\n").unwrap();
-    let _node = node_with_api(&s, "n1", &tok, &d.path().join("locks"));
-    let f = d.path().join("m.json");
+    let _node = node_with_api(s, "n1", &tok, &dir.join("locks"));
+    let f = dir.join("m.json");
     std::fs::write(
         &f,
         r#"{"name": "web", "spec": {"command": "sleep", "args": ["100"]}}"#,
     )
     .unwrap();
-    assert_eq!(
-        code(&run(&["apply", f.to_str().unwrap(), "--store", &s])),
-        0
-    );
+    assert_eq!(code(&run(&["apply", f.to_str().unwrap(), "--store", s])), 0);
     std::fs::write(
         &f,
         r#"{"name": "later", "spec": {"command": "sleep", "args": ["1"], "paused": true}}"#,
     )
     .unwrap();
-    assert_eq!(
-        code(&run(&["apply", f.to_str().unwrap(), "--store", &s])),
-        0
-    );
+    assert_eq!(code(&run(&["apply", f.to_str().unwrap(), "--store", s])), 0);
     // Wait (bounded) until the node runs web.
     let mut live = false;
     for _ in 0..200 {
-        if code(&run(&["resolve", "web", "--store", &s])) == 0 {
+        if code(&run(&["resolve", "web", "--store", s])) == 0 {
             live = true;
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     assert!(live, "web never got a live owner");
-    let r = json(&run(&["resolve", "web", "--store", &s, "--json"]));
+    let r = json(&run(&["resolve", "web", "--store", s, "--json"]));
     assert_eq!(
         (
             r["owner"]["state"].as_str(),
@@ -594,7 +595,7 @@ fn inventory_ls_resolve_inspect_against_a_live_node() {
         (Some("claimed"), Some("n1"), Some(true))
     );
     assert_eq!(r["round_trips"], 1, "resolve is one GET");
-    let w = run(&["resolve", "web", "--store", &s, "--wake", "--json"]);
+    let w = run(&["resolve", "web", "--store", s, "--wake", "--json"]);
     assert_eq!(code(&w), 0, "{}", stderr(&w));
     assert_eq!(
         json(&w)["outcome"]["outcome"],
@@ -602,18 +603,18 @@ fn inventory_ls_resolve_inspect_against_a_live_node() {
         "the node serves HTTP at its address"
     );
     assert_eq!(
-        code(&run(&["resolve", "later", "--store", &s])),
+        code(&run(&["resolve", "later", "--store", s])),
         1,
         "queued: no owner"
     );
-    assert_eq!(code(&run(&["resolve", "nothing", "--store", &s])), 1);
+    assert_eq!(code(&run(&["resolve", "nothing", "--store", s])), 1);
     assert_eq!(
-        code(&run(&["resolve", "bad/name", "--store", &s])),
+        code(&run(&["resolve", "bad/name", "--store", s])),
         2,
         "errors are 2 for resolve"
     );
 
-    let ls = json(&run(&["ls", "--store", &s, "--json"]));
+    let ls = json(&run(&["ls", "--store", s, "--json"]));
     let rows = ls.as_array().unwrap();
     let web = rows.iter().find(|r| r["name"] == "web").unwrap();
     assert_eq!(
@@ -626,7 +627,7 @@ fn inventory_ls_resolve_inspect_against_a_live_node() {
     );
     let later = rows.iter().find(|r| r["name"] == "later").unwrap();
     assert_eq!(later["status"], "queued");
-    let nodes = json(&run(&["nodes", "--store", &s, "--json"]));
+    let nodes = json(&run(&["nodes", "--store", s, "--json"]));
     assert_eq!(nodes[0]["node"], "n1");
     assert!(
         nodes[0]["address"]
@@ -634,42 +635,68 @@ fn inventory_ls_resolve_inspect_against_a_live_node() {
             .unwrap()
             .starts_with("http://127.0.0.1:")
     );
-    let m = json(&run(&["ls", "manifests", "--store", &s, "--json"]));
+    let m = json(&run(&["ls", "manifests", "--store", s, "--json"]));
     assert_eq!(m.as_array().unwrap().len(), 2);
 
-    let i = run(&["inspect", "sessions/web", "--store", &s, "--json"]);
+    let i = run(&["inspect", "sessions/web", "--store", s, "--json"]);
     assert_eq!(code(&i), 0);
     assert_eq!(json(&i)["decoded"]["owner"]["node"], "n1");
     // A foreign object: reported as corrupt by inspect (exit 5) and as a
     // CORRUPT row by ls, which still lists the rest.
-    std::fs::write(d.path().join("sessions/zzz"), b"garbage").unwrap();
-    let i = run(&["inspect", "sessions/zzz", "--store", &s]);
+    let store = rt()
+        .block_on(leasehold::store::open_store(s, &Default::default()))
+        .unwrap();
+    rt().block_on(store.put(
+        "sessions/zzz",
+        bytes::Bytes::from_static(b"garbage"),
+        leasehold::store::Cond::Create,
+    ))
+    .unwrap();
+    let i = run(&["inspect", "sessions/zzz", "--store", s]);
     assert_eq!(code(&i), 5, "{}", stderr(&i));
-    let ls = json(&run(&["ls", "--store", &s, "--json"]));
+    let ls = json(&run(&["ls", "--store", s, "--json"]));
     let z = ls
         .as_array()
         .unwrap()
         .iter()
         .find(|r| r["name"] == "zzz")
         .unwrap();
-    assert!(
-        z["corrupt"]
-            .as_str()
-            .unwrap()
-            .contains("not a leasehold object")
-    );
+    assert!(z["corrupt"].as_str().unwrap().contains("not valid JSON"));
     assert!(
         ls.as_array()
             .unwrap()
             .iter()
             .any(|r| r["name"] == "web" && r["status"] == "running")
     );
-    assert_eq!(code(&run(&["inspect", "../etc/passwd", "--store", &s])), 2);
-    assert_eq!(
-        std::fs::read(d.path().join("sessions/zzz")).unwrap(),
-        b"garbage",
-        "left untouched"
-    );
+    assert_eq!(code(&run(&["inspect", "../etc/passwd", "--store", s])), 2);
+    let left = rt().block_on(store.get("sessions/zzz")).unwrap().unwrap();
+    assert_eq!(&left.bytes[..], b"garbage", "left untouched");
+}
+
+#[test]
+fn inventory_ls_resolve_inspect_against_a_live_node() {
+    let (d, s) = store();
+    inventory_scenario(&s, d.path());
+}
+
+#[test]
+fn inventory_ls_resolve_inspect_against_a_live_node_on_moto() {
+    let Ok(base) = std::env::var("LEASEHOLD_TEST_S3") else {
+        assert!(
+            std::env::var("LEASEHOLD_REQUIRE_SERVERS").is_err(),
+            "LEASEHOLD_TEST_S3 missing"
+        );
+        eprintln!("SKIPPED: LEASEHOLD_TEST_S3 not set; run scripts/test");
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let run_id = d
+        .path()
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .replace('.', "");
+    inventory_scenario(&format!("{base}/cli-inventory-{run_id}"), d.path());
 }
 
 /// `watch` merges the streams of every live node, tagged by node, and picks
