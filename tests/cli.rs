@@ -2,6 +2,8 @@
 //! JSON shape. Exit codes: 0 ok, 1 held, 2 invalid, 3 conflict/lost,
 //! 4 unavailable, 5 corrupt, 6 unsupported store, 7 not found.
 
+mod common;
+
 use std::process::{Command, Output};
 
 fn bin() -> Command {
@@ -303,12 +305,7 @@ fn store_errors_never_print_secrets() {
 
 #[test]
 fn doctor_on_moto_through_the_binary() {
-    let Ok(url) = std::env::var("LEASEHOLD_TEST_S3") else {
-        assert!(
-            std::env::var("LEASEHOLD_REQUIRE_SERVERS").is_err(),
-            "LEASEHOLD_TEST_S3 missing"
-        );
-        eprintln!("SKIPPED: LEASEHOLD_TEST_S3 not set; run scripts/test");
+    let Some(url) = common::server("LEASEHOLD_TEST_S3") else {
         return;
     };
     let o = run(&["doctor", "--store", &format!("{url}/cli-doctor"), "--json"]);
@@ -681,12 +678,7 @@ fn inventory_ls_resolve_inspect_against_a_live_node() {
 
 #[test]
 fn inventory_ls_resolve_inspect_against_a_live_node_on_moto() {
-    let Ok(base) = std::env::var("LEASEHOLD_TEST_S3") else {
-        assert!(
-            std::env::var("LEASEHOLD_REQUIRE_SERVERS").is_err(),
-            "LEASEHOLD_TEST_S3 missing"
-        );
-        eprintln!("SKIPPED: LEASEHOLD_TEST_S3 not set; run scripts/test");
+    let Some(base) = common::server("LEASEHOLD_TEST_S3") else {
         return;
     };
     let d = tempfile::tempdir().unwrap();

@@ -3,7 +3,10 @@
 //! sets LEASEHOLD_TEST_S3 / LEASEHOLD_TEST_AZURE and LEASEHOLD_REQUIRE_SERVERS;
 //! under it a missing server fails the run instead of skipping.
 
+mod common;
 mod suite;
+
+use common::server;
 
 use leasehold::clock::{Entropy, OsEntropy};
 use leasehold::store::{LocalDirStore, ObjectStoreBackend, OpenOptions, Store, open_store};
@@ -30,22 +33,6 @@ async fn local_directory() {
         Box::pin(async move { Arc::new(LocalDirStore::open(sub).unwrap()) as Arc<dyn Store> })
     })
     .await;
-}
-
-/// A server URL from the environment, or None (skip) when not required.
-fn server(var: &str) -> Option<String> {
-    match std::env::var(var) {
-        Ok(u) if !u.is_empty() => Some(u),
-        _ if std::env::var("LEASEHOLD_REQUIRE_SERVERS").is_ok() => {
-            panic!(
-                "{var} is not set but LEASEHOLD_REQUIRE_SERVERS is: scripts/test starts the servers"
-            )
-        }
-        _ => {
-            eprintln!("SKIPPED: {var} not set; run scripts/test to start the real servers");
-            None
-        }
-    }
 }
 
 async fn run_on_server(base: String) {

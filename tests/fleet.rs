@@ -4,6 +4,8 @@
 //! histories can be compared; each node has its own recording runner, which
 //! enforces deadlines as the exec runner's watchdog does.
 
+mod common;
+
 use leasehold::clock::{Clock, OsEntropy, SystemClock};
 use leasehold::fleet::claim::{ClaimRecord, ClaimState};
 use leasehold::fleet::journal::Journal;
@@ -111,6 +113,16 @@ impl Fleet {
             self.clock.sleep(Duration::from_millis(25)).await;
         }
         panic!("timed out waiting for {what}: {:?}", self.placement());
+    }
+
+    /// The end of every scenario: check that no session ever ran twice at
+    /// once, then shut the remaining nodes down gracefully.
+    async fn finish(mut self) {
+        self.assert_never_twice();
+        for n in self.nodes.drain(..) {
+            n.shutdown.cancel();
+            n.task.await.unwrap().unwrap();
+        }
     }
 
     /// No session ever ran on two nodes at overlapping times.
@@ -291,11 +303,7 @@ async fn scenario(store: Arc<dyn Store>) {
     f.wait_claim_state("s1", ClaimState::Released).await;
     assert_eq!(f.claim("s1").await.state, ClaimState::Released);
 
-    f.assert_never_twice();
-    for n in f.nodes.drain(..) {
-        n.shutdown.cancel();
-        n.task.await.unwrap().unwrap();
-    }
+    f.finish().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -377,21 +385,12 @@ async fn restart_policies_and_pause() {
     .await
     .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Conflict);
-    f.assert_never_twice();
-    for n in f.nodes.drain(..) {
-        n.shutdown.cancel();
-        n.task.await.unwrap().unwrap();
-    }
+    f.finish().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fleet_on_moto() {
-    let Ok(base) = std::env::var("LEASEHOLD_TEST_S3") else {
-        assert!(
-            std::env::var("LEASEHOLD_REQUIRE_SERVERS").is_err(),
-            "LEASEHOLD_TEST_S3 missing"
-        );
-        eprintln!("SKIPPED: LEASEHOLD_TEST_S3 not set; run scripts/test");
+    let Some(base) = common::server("LEASEHOLD_TEST_S3") else {
         return;
     };
     use leasehold::clock::Entropy;
@@ -522,9 +521,5 @@ async fn slow_store_places_everything_and_fails_nothing() {
         let c = f.claim(&format!("slow{i}")).await;
         assert_eq!(c.state, ClaimState::Running, "slow{i}: {c:?}");
     }
-    f.assert_never_twice();
-    for n in f.nodes.drain(..) {
-        n.shutdown.cancel();
-        n.task.await.unwrap().unwrap();
-    }
+    f.finish().await;
 }

@@ -6,6 +6,8 @@
 //! Each session writes its pid to `pid.<epoch>` so the test can see which
 //! process runs at which epoch and whether it is still alive.
 
+mod common;
+
 use leasehold::fleet::claim::{ClaimRecord, ClaimState};
 use leasehold::store::{OpenOptions, Store, open_store};
 use std::path::PathBuf;
@@ -46,14 +48,7 @@ impl Env {
     }
 
     fn moto() -> Option<Env> {
-        let Ok(base) = std::env::var("LEASEHOLD_TEST_S3") else {
-            assert!(
-                std::env::var("LEASEHOLD_REQUIRE_SERVERS").is_err(),
-                "LEASEHOLD_TEST_S3 missing"
-            );
-            eprintln!("SKIPPED: LEASEHOLD_TEST_S3 not set; run scripts/test");
-            return None;
-        };
+        let base = common::server("LEASEHOLD_TEST_S3")?;
         let dir = tempfile::tempdir().unwrap();
         let url = format!(
             "{base}/proc-{}",
