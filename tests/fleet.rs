@@ -37,15 +37,7 @@ struct Fleet {
 }
 
 fn spec(cmd: &str) -> Spec {
-    Spec {
-        command: cmd.into(),
-        args: vec![],
-        env: BTreeMap::new(),
-        selector: BTreeMap::new(),
-        preferred_nodes: vec![],
-        restart: RestartPolicy::OnFailure,
-        paused: false,
-    }
+    Spec::new(cmd, &[])
 }
 
 impl Fleet {

@@ -17,14 +17,25 @@ use tokio_util::sync::CancellationToken;
 
 fn spec() -> Spec {
     Spec {
-        command: "sleep".into(),
-        args: vec!["3600".into()],
-        env: Default::default(),
-        selector: Default::default(),
-        preferred_nodes: vec![],
         restart: RestartPolicy::Always,
-        paused: false,
+        ..Spec::new("sleep", &["3600"])
     }
+}
+
+/// Applies `m` sleeper manifests named s00000, s00001, ...
+async fn apply_sleepers(store: &Arc<dyn Store>, m: usize) -> Result<()> {
+    let entropy = OsEntropy::new();
+    for i in 0..m {
+        manifest::apply(
+            store,
+            &entropy,
+            &Name::new(format!("s{i:05}")).unwrap(),
+            &spec(),
+            None,
+        )
+        .await?;
+    }
+    Ok(())
 }
 
 struct SpikeNode {
@@ -137,18 +148,8 @@ pub async fn placement(
         .collect();
     clock.sleep(ttl / 2).await; // let every node register
     eprintln!("applying {m} manifests to {n} nodes (ttl {ttl:?}, poll {poll:?})");
-    let entropy = OsEntropy::new();
     let t0 = clock.now();
-    for i in 0..m {
-        manifest::apply(
-            &store,
-            &entropy,
-            &Name::new(format!("s{i:05}")).unwrap(),
-            &spec(),
-            None,
-        )
-        .await?;
-    }
+    apply_sleepers(&store, m).await?;
     let applied = clock.now().saturating_since(t0);
     let placed_at;
     loop {
@@ -267,17 +268,7 @@ async fn virtual_hour(n: usize, s: usize, ttl: Duration) -> Result<(RequestCount
     let dyn_clock: Arc<dyn Clock> = Arc::new(clock.clone());
     let counting = Arc::new(CountingStore::new(Arc::new(ObjectStoreBackend::memory())));
     let store: Arc<dyn Store> = counting.clone();
-    let entropy = OsEntropy::new();
-    for i in 0..s {
-        manifest::apply(
-            &store,
-            &entropy,
-            &Name::new(format!("s{i:05}")).unwrap(),
-            &spec(),
-            None,
-        )
-        .await?;
-    }
+    apply_sleepers(&store, s).await?;
     let nodes: Vec<SpikeNode> = (0..n)
         .map(|i| {
             start(

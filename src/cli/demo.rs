@@ -272,13 +272,8 @@ pub async fn fleet(store_url: Option<String>, ttl: Duration, sessions: u32) -> R
     let t0 = clock.now();
     for i in 0..sessions {
         let spec = Spec {
-            command: "sleep".into(),
-            args: vec!["3600".into()],
-            env: Default::default(),
-            selector: Default::default(),
-            preferred_nodes: vec![],
             restart: RestartPolicy::Always,
-            paused: false,
+            ..Spec::new("sleep", &["3600"])
         };
         manifest::apply(
             &store,

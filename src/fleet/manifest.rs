@@ -64,6 +64,21 @@ fn label_ok(s: &str) -> bool {
 }
 
 impl Spec {
+    /// A spec that runs `command` with `args` under the default restart
+    /// policy (on-failure), with no env, selector or preference. Set the
+    /// other public fields as needed.
+    pub fn new(command: impl Into<String>, args: &[&str]) -> Spec {
+        Spec {
+            command: command.into(),
+            args: args.iter().map(|a| a.to_string()).collect(),
+            env: BTreeMap::new(),
+            selector: BTreeMap::new(),
+            preferred_nodes: vec![],
+            restart: RestartPolicy::default(),
+            paused: false,
+        }
+    }
+
     /// Validates every field; the error names the field.
     pub fn validate(&self) -> Result<()> {
         let bad = |field: &str, reason: &str| Error::invalid(format!("spec.{field}"), reason);
@@ -290,16 +305,8 @@ pub async fn delete(store: &Arc<dyn Store>, name: &Name) -> Result<bool> {
 mod tests {
     use super::*;
 
-    pub(crate) fn spec(cmd: &str) -> Spec {
-        Spec {
-            command: cmd.into(),
-            args: vec![],
-            env: Default::default(),
-            selector: Default::default(),
-            preferred_nodes: vec![],
-            restart: RestartPolicy::OnFailure,
-            paused: false,
-        }
+    fn spec(cmd: &str) -> Spec {
+        Spec::new(cmd, &[])
     }
 
     #[test]
