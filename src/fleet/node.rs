@@ -375,6 +375,8 @@ impl Node {
             let v = *valid_rx.borrow_and_update();
             if v.lost || self.deps.clock.now() >= v.until {
                 self.stop_all("node lease lost").await;
+                // Our claims died with the lease: nothing left to release.
+                self.owned.clear();
                 break Ended::LeaseLost;
             }
             if shutdown.is_cancelled() {
@@ -452,6 +454,8 @@ impl Node {
         });
     }
 
+    /// Stops every running session (`why` goes into the journal); the claims
+    /// stay owned until released or forgotten by the caller.
     async fn stop_all(&mut self, why: &str) {
         for (name, o) in self.owned.iter_mut() {
             if o.running {
@@ -465,9 +469,6 @@ impl Node {
                     why.to_string(),
                 );
             }
-        }
-        if why == "node lease lost" {
-            self.owned.clear();
         }
     }
 
