@@ -133,8 +133,35 @@ async fn read_all(store: &Arc<dyn Store>, prefix: &str) -> Result<Vec<(Entry, Re
         .collect()
 }
 
-fn age(wall_ms: u64, now_ms: u64) -> String {
-    let ms = now_ms.saturating_sub(wall_ms);
+/// Decodes one listed object for a row: None when it vanished since the
+/// listing, `Some(Err(reason))` when it is corrupt (the row says so).
+fn decode_row<T>(
+    key: &str,
+    read: &Read,
+    decode: impl Fn(&str, &[u8]) -> Result<T, Error>,
+) -> Option<Result<T, String>> {
+    match read {
+        Ok(Some(b)) => Some(decode(key, b).map_err(|e| e.to_string())),
+        Ok(None) => None,
+        Err(reason) => Some(Err(reason.clone())),
+    }
+}
+
+/// Prints a CORRUPT line for a row that has one, naming it by `field`.
+fn printed_corrupt(r: &serde_json::Value, field: &str, width: usize) -> bool {
+    let Some(c) = r.get("corrupt") else {
+        return false;
+    };
+    println!(
+        "{:<width$} CORRUPT: {}",
+        r[field].as_str().unwrap_or(""),
+        c.as_str().unwrap_or("")
+    );
+    true
+}
+
+/// A wall-clock age in milliseconds, for humans.
+fn ago(ms: u64) -> String {
     if ms < 10_000 {
         format!("{:.1}s", ms as f64 / 1000.0)
     } else if ms < 600_000 {
@@ -158,12 +185,10 @@ pub async fn ls(what: LsWhat, store: &StoreArgs, prefix: &str, json: bool) -> Re
         LsWhat::Nodes => {
             let mut rows = Vec::new();
             for (e, bytes) in read_all(&store, &format!("nodes/{prefix}")).await? {
-                let decoded = match bytes {
-                    Ok(Some(b)) => {
-                        LeaseRecord::decode(&e.key, &b, Kind::Node).map_err(|e| e.to_string())
-                    }
-                    Ok(None) => continue,
-                    Err(reason) => Err(reason),
+                let Some(decoded) =
+                    decode_row(&e.key, &bytes, |k, b| LeaseRecord::decode(k, b, Kind::Node))
+                else {
+                    continue;
                 };
                 let row = match decoded {
                     Ok(r) => serde_json::json!({
@@ -186,12 +211,7 @@ pub async fn ls(what: LsWhat, store: &StoreArgs, prefix: &str, json: bool) -> Re
                     "NODE", "INSTANCE", "EPOCH", "LOAD", "STATE", "ADDRESS"
                 );
                 for r in rows {
-                    if let Some(c) = r.get("corrupt") {
-                        println!(
-                            "{:<16} CORRUPT: {}",
-                            r["node"].as_str().unwrap_or(""),
-                            c.as_str().unwrap_or("")
-                        );
+                    if printed_corrupt(&r, "node", 16) {
                         continue;
                     }
                     println!(
@@ -206,10 +226,7 @@ pub async fn ls(what: LsWhat, store: &StoreArgs, prefix: &str, json: bool) -> Re
                             "held"
                         },
                         r["address"].as_str().unwrap_or("-"),
-                        age(
-                            now.saturating_sub(r["renewed_ms_ago_wall"].as_u64().unwrap_or(0)),
-                            now
-                        ),
+                        ago(r["renewed_ms_ago_wall"].as_u64().unwrap_or(0)),
                     );
                 }
             }
@@ -217,10 +234,8 @@ pub async fn ls(what: LsWhat, store: &StoreArgs, prefix: &str, json: bool) -> Re
         LsWhat::Manifests => {
             let mut rows = Vec::new();
             for (e, bytes) in read_all(&store, &format!("manifests/{prefix}")).await? {
-                let decoded = match bytes {
-                    Ok(Some(b)) => ManifestRecord::decode(&e.key, &b).map_err(|e| e.to_string()),
-                    Ok(None) => continue,
-                    Err(reason) => Err(reason),
+                let Some(decoded) = decode_row(&e.key, &bytes, ManifestRecord::decode) else {
+                    continue;
                 };
                 rows.push(match decoded {
                     Ok(m) => serde_json::json!({
@@ -240,12 +255,7 @@ pub async fn ls(what: LsWhat, store: &StoreArgs, prefix: &str, json: bool) -> Re
                     "NAME", "DIGEST", "RESTART", "PAUSED"
                 );
                 for r in rows {
-                    if let Some(c) = r.get("corrupt") {
-                        println!(
-                            "{:<24} CORRUPT: {}",
-                            r["name"].as_str().unwrap_or(""),
-                            c.as_str().unwrap_or("")
-                        );
+                    if printed_corrupt(&r, "name", 24) {
                         continue;
                     }
                     println!(
@@ -288,13 +298,10 @@ pub async fn ls(what: LsWhat, store: &StoreArgs, prefix: &str, json: bool) -> Re
             let mut rows: BTreeMap<String, serde_json::Value> = BTreeMap::new();
             for (e, b) in &manifests {
                 let name = e.key["manifests/".len()..].to_string();
-                let corrupt = match b {
-                    Ok(Some(b)) => ManifestRecord::decode(&e.key, b)
-                        .err()
-                        .map(|e| e.to_string()),
-                    Ok(None) => continue,
-                    Err(reason) => Some(reason.clone()),
+                let Some(decoded) = decode_row(&e.key, b, ManifestRecord::decode) else {
+                    continue;
                 };
+                let corrupt = decoded.err();
                 rows.insert(name.clone(), serde_json::json!({"name": name, "status": Status::Queued, "manifest": corrupt.is_none()}));
                 if let Some(err) = corrupt {
                     rows.get_mut(&name).unwrap()["corrupt"] = err.into();
@@ -302,10 +309,8 @@ pub async fn ls(what: LsWhat, store: &StoreArgs, prefix: &str, json: bool) -> Re
             }
             for (e, b) in &claims {
                 let name = e.key["sessions/".len()..].to_string();
-                let decoded = match b {
-                    Ok(Some(b)) => ClaimRecord::decode(&e.key, b).map_err(|e| e.to_string()),
-                    Ok(None) => continue,
-                    Err(reason) => Err(reason.clone()),
+                let Some(decoded) = decode_row(&e.key, b, ClaimRecord::decode) else {
+                    continue;
                 };
                 let row = match decoded {
                     Ok(c) => {
@@ -332,17 +337,10 @@ pub async fn ls(what: LsWhat, store: &StoreArgs, prefix: &str, json: bool) -> Re
                     "NAME", "STATUS", "OWNER", "EPOCH"
                 );
                 for r in rows.values() {
-                    if let Some(c) = r.get("corrupt") {
-                        println!(
-                            "{:<24} CORRUPT: {}",
-                            r["name"].as_str().unwrap_or(""),
-                            c.as_str().unwrap_or("")
-                        );
+                    if printed_corrupt(r, "name", 24) {
                         continue;
                     }
-                    let status = serde_json::from_value::<Status>(r["status"].clone())
-                        .map(|s| format!("{s:?}").to_lowercase())
-                        .unwrap_or_default();
+                    let status = r["status"].as_str().unwrap_or("");
                     println!(
                         "{:<24} {:<12} {:<16} {:<6} {}",
                         r["name"].as_str().unwrap_or(""),
@@ -351,7 +349,7 @@ pub async fn ls(what: LsWhat, store: &StoreArgs, prefix: &str, json: bool) -> Re
                         r.get("epoch").map(|e| e.to_string()).unwrap_or("-".into()),
                         r.get("updated_ms_ago_wall")
                             .and_then(|v| v.as_u64())
-                            .map(|ms| age(now.saturating_sub(ms), now))
+                            .map(ago)
                             .unwrap_or("-".into()),
                     );
                 }
