@@ -275,52 +275,32 @@ impl RawSide {
         }
     }
 
-    async fn create(&self, key: &str, body: Bytes) -> (Option<String>, Option<String>) {
-        match &self.raw {
-            Raw::Local(l) => {
-                let v = l
-                    .put(&format!("{}/{key}", self.base), body, Cond::Create)
-                    .await
-                    .unwrap();
-                (v.etag, v.version)
-            }
-            Raw::Object { store, .. } => {
-                let opts = PutOptions {
-                    mode: PutMode::Create,
-                    ..Default::default()
-                };
-                let r = store
-                    .put_opts(&self.path(key), PutPayload::from_bytes(body), opts)
-                    .await
-                    .unwrap();
-                (r.e_tag, r.version)
-            }
-        }
-    }
-
-    async fn update(
+    /// A raw PUT: create-if-absent when `version` is None, else If-Match.
+    async fn put(
         &self,
         key: &str,
         body: Bytes,
-        v: (Option<String>, Option<String>),
+        version: Option<(Option<String>, Option<String>)>,
     ) -> (Option<String>, Option<String>) {
         match &self.raw {
             Raw::Local(l) => {
-                let ver = leasehold::store::Version {
-                    etag: v.0,
-                    version: v.1,
+                let cond = match version {
+                    None => Cond::Create,
+                    Some((etag, version)) => {
+                        Cond::Match(leasehold::store::Version { etag, version })
+                    }
                 };
                 let v = l
-                    .put(&format!("{}/{key}", self.base), body, Cond::Match(ver))
+                    .put(&format!("{}/{key}", self.base), body, cond)
                     .await
                     .unwrap();
                 (v.etag, v.version)
             }
             Raw::Object { store, .. } => {
-                let mode = PutMode::Update(UpdateVersion {
-                    e_tag: v.0,
-                    version: v.1,
-                });
+                let mode = match version {
+                    None => PutMode::Create,
+                    Some((e_tag, version)) => PutMode::Update(UpdateVersion { e_tag, version }),
+                };
                 let opts = PutOptions {
                     mode,
                     ..Default::default()
@@ -483,16 +463,16 @@ async fn latency(url: &str, iterations: usize, json: bool) -> leasehold::Result<
                 }
             } else {
                 let t0 = clock.now();
-                let v = raw.create(&key, body.clone()).await;
+                let v = raw.put(&key, body.clone(), None).await;
                 theirs[0].0.push(time(t0));
                 let t0 = clock.now();
-                let v = raw.update(&key, body.clone(), v).await;
+                let v = raw.put(&key, body.clone(), Some(v)).await;
                 theirs[1].0.push(time(t0));
                 let t0 = clock.now();
                 raw.get(&key).await;
                 theirs[2].0.push(time(t0));
                 let t0 = clock.now();
-                raw.update(&key, body.clone(), v).await;
+                raw.put(&key, body.clone(), Some(v)).await;
                 theirs[3].0.push(time(t0));
                 let t0 = clock.now();
                 raw.get(&key).await;

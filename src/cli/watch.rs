@@ -182,6 +182,17 @@ async fn live_nodes(
     Ok(out)
 }
 
+/// Reports a follower's state to the printer (a closed printer is fine: we
+/// are shutting down).
+async fn say(tx: &mpsc::Sender<Msg>, node: &str, text: String) {
+    let _ = tx
+        .send(Msg::Status {
+            node: node.to_string(),
+            text,
+        })
+        .await;
+}
+
 /// Follows one node instance's stream, resuming after disconnects.
 async fn follow(
     client: reqwest::Client,
@@ -212,20 +223,10 @@ async fn follow(
                     }
                 }
                 Ok(r) => {
-                    let _ = tx
-                        .send(Msg::Status {
-                            node: node.clone(),
-                            text: format!("HTTP {}", r.status()),
-                        })
-                        .await;
+                    say(&tx, &node, format!("HTTP {}", r.status())).await;
                 }
                 Err(e) => {
-                    let _ = tx
-                        .send(Msg::Status {
-                            node: node.clone(),
-                            text: format!("unreachable: {e}"),
-                        })
-                        .await;
+                    say(&tx, &node, format!("unreachable: {e}")).await;
                 }
             }
         }
@@ -280,12 +281,7 @@ async fn follow(
                             }
                         }
                     }
-                    let _ = tx
-                        .send(Msg::Status {
-                            node: node.clone(),
-                            text: "stream ended; resuming".into(),
-                        })
-                        .await;
+                    say(&tx, &node, "stream ended; resuming".into()).await;
                 }
                 Ok(r) if r.status() == reqwest::StatusCode::RANGE_NOT_SATISFIABLE => {
                     // Our cursor is beyond this journal: a restarted node that
@@ -293,20 +289,10 @@ async fn follow(
                     cursor = None;
                 }
                 Ok(r) => {
-                    let _ = tx
-                        .send(Msg::Status {
-                            node: node.clone(),
-                            text: format!("HTTP {}", r.status()),
-                        })
-                        .await;
+                    say(&tx, &node, format!("HTTP {}", r.status())).await;
                 }
                 Err(e) => {
-                    let _ = tx
-                        .send(Msg::Status {
-                            node: node.clone(),
-                            text: format!("disconnected: {e}"),
-                        })
-                        .await;
+                    say(&tx, &node, format!("disconnected: {e}")).await;
                 }
             }
         }
