@@ -271,6 +271,7 @@ fn doctor_reports_and_refuses() {
     assert!(off.abs() <= unc, "offset {off} ± {unc}");
     assert_eq!(j["config_file_found"], false);
     assert!(j["lock_dir"].is_string());
+    assert_eq!(j["credentials"], "none needed");
 }
 
 #[test]
@@ -301,6 +302,54 @@ fn store_errors_never_print_secrets() {
     for secret in ["SECRETLEASEHOLDMARKER", "TOKENLEASEHOLDMARKER"] {
         assert!(!all.contains(secret), "secret leaked: {all}");
     }
+    // Even when the probe fails, doctor names where the credentials came from.
+    assert!(
+        all.contains("credentials environment variables (AWS_ACCESS_KEY_ID"),
+        "{all}"
+    );
+}
+
+#[test]
+fn doctor_names_a_profile_credentials_source_without_the_keys() {
+    let d = tempfile::tempdir().unwrap();
+    let creds = d.path().join("credentials");
+    std::fs::write(
+        &creds,
+        "[ops]\naws_access_key_id = AKIDPROFILEMARKER\naws_secret_access_key = SECRETPROFILEMARKER\n",
+    )
+    .unwrap();
+    let o = bin()
+        .args([
+            "doctor",
+            "--store",
+            "s3://bucket",
+            "--endpoint",
+            "http://127.0.0.1:9",
+            "--request-timeout",
+            "500ms",
+            "--json",
+        ])
+        .env_remove("AWS_ACCESS_KEY_ID")
+        .env_remove("AWS_SECRET_ACCESS_KEY")
+        .env_remove("AWS_SESSION_TOKEN")
+        .env_remove("AWS_WEB_IDENTITY_TOKEN_FILE")
+        .env("AWS_SHARED_CREDENTIALS_FILE", &creds)
+        .env("AWS_CONFIG_FILE", d.path().join("config"))
+        .env("AWS_PROFILE", "ops")
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 4, "unreachable endpoint: {}", stderr(&o));
+    let j = json(&o);
+    assert_eq!(j["ok"], false);
+    assert_eq!(
+        j["credentials"],
+        "profile: static keys in the shared config/credentials files (ops)"
+    );
+    let all = format!("{}{}", stdout(&o), stderr(&o));
+    assert!(!all.contains("SECRETPROFILEMARKER"), "secret leaked: {all}");
+    assert!(!all.contains("AKIDPROFILEMARKER"), "key id printed: {all}");
 }
 
 #[test]
@@ -311,6 +360,14 @@ fn doctor_on_moto_through_the_binary() {
     let o = run(&["doctor", "--store", &format!("{url}/cli-doctor"), "--json"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert_eq!(json(&o)["ok"], true);
+    assert!(
+        json(&o)["credentials"]
+            .as_str()
+            .unwrap()
+            .starts_with("environment variables"),
+        "{}",
+        stdout(&o)
+    );
     // moto runs on this machine, so its clock agrees with ours.
     let (off, unc) = (
         json(&o)["clock_offset_ms"].as_i64().unwrap(),

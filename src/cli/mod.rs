@@ -627,6 +627,9 @@ async fn clock_offset(store: &Arc<dyn Store>) -> Result<Option<(i64, u64)>, Erro
 
 async fn doctor(args: &StoreArgs, json: bool) -> Result<(), Failure> {
     let store = open(args).await?;
+    // Named before the probe: when the probe fails for want of credentials,
+    // where they were looked for is the first thing an operator needs.
+    let credentials = crate::store::open::credentials_source(&args.store).await;
     let result = crate::probe::probe(&store, &OsEntropy::new()).await;
     match &result {
         Ok(report) => {
@@ -645,6 +648,7 @@ async fn doctor(args: &StoreArgs, json: bool) -> Result<(), Failure> {
                     "clock_offset_ms": offset.map(|o| o.0), "clock_offset_uncertainty_ms": offset.map(|o| o.1),
                     "config_file": config.map(|p| p.display().to_string()), "config_file_found": config_found,
                     "lock_dir": lock_dir.display().to_string(), "endpoint": endpoint,
+                    "credentials": credentials,
                 }));
             } else {
                 println!("store {}", report.store);
@@ -670,6 +674,7 @@ async fn doctor(args: &StoreArgs, json: bool) -> Result<(), Failure> {
                 if let Some(e) = endpoint {
                     println!("endpoint {}", crate::store::objstore::redact(&e));
                 }
+                println!("credentials {credentials}");
                 println!(
                     "config file {} ({})",
                     config
@@ -684,8 +689,10 @@ async fn doctor(args: &StoreArgs, json: bool) -> Result<(), Failure> {
         Err(e) => {
             if json {
                 print_json(
-                    &serde_json::json!({"store": store.to_string(), "ok": false, "error": e.to_string()}),
+                    &serde_json::json!({"store": store.to_string(), "ok": false, "error": e.to_string(), "credentials": credentials}),
                 );
+            } else {
+                eprintln!("credentials {credentials}");
             }
             Err(Failure::Error(result.unwrap_err()))
         }

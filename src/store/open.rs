@@ -163,6 +163,125 @@ pub async fn open_raw(url: &str, opts: &OpenOptions) -> Result<Raw, Error> {
     })
 }
 
+/// Where the store's credentials come from, for `leasehold doctor`: the
+/// provider's *name* only (never a key, token or secret), so an operator can
+/// tell "my instance role" from "a stale AWS_ACCESS_KEY_ID in my shell".
+///
+/// For S3 this resolves credentials through the same aws-config chain the
+/// store uses and reports which link of the chain answered (aws-config tags
+/// every credential with the features that produced it). For Azure and GCS it
+/// reports which documented variables are set, in the order object_store's
+/// builders consult them. A failure to resolve is reported as text, not as an
+/// error: doctor's job is to explain, and the probe reports the failure itself.
+pub async fn credentials_source(url: &str) -> String {
+    let scheme = url.split_once("://").map(|(s, _)| s).unwrap_or("");
+    match scheme {
+        "memory" | "file" | "" => "none needed".to_string(),
+        "s3" => {
+            use aws_credential_types::provider::ProvideCredentials;
+            let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
+                .load()
+                .await;
+            let Some(provider) = sdk.credentials_provider() else {
+                return "none: aws-config found no credentials provider".to_string();
+            };
+            match provider.provide_credentials().await {
+                Ok(c) => {
+                    let features = c
+                        .get_property::<Vec<aws_credential_types::credential_feature::AwsCredentialFeature>>()
+                        .map(|f| f.as_slice())
+                        .unwrap_or(&[]);
+                    let mut source = aws_source(features);
+                    if let Ok(profile) = std::env::var("AWS_PROFILE")
+                        && source.starts_with("profile")
+                    {
+                        source = format!("{source} ({profile})");
+                    }
+                    source
+                }
+                Err(e) => {
+                    // The chain's own error is terse ("no providers in chain
+                    // provided credentials"); its sources say why.
+                    let mut text = e.to_string();
+                    let mut src = std::error::Error::source(&e);
+                    while let Some(s) = src {
+                        text.push_str(": ");
+                        text.push_str(&s.to_string());
+                        src = s.source();
+                    }
+                    format!("none resolved: {}", super::objstore::redact(&text))
+                }
+            }
+        }
+        "az" | "azure" | "abfs" => {
+            let set = |k: &str| std::env::var(k).is_ok_and(|v| !v.is_empty());
+            if std::env::var("AZURE_STORAGE_USE_EMULATOR").is_ok_and(|v| v == "true") {
+                "Azurite emulator (AZURE_STORAGE_USE_EMULATOR, well-known development key)".into()
+            } else if set("AZURE_STORAGE_ACCOUNT_KEY") || set("AZURE_STORAGE_ACCESS_KEY") {
+                "account key (AZURE_STORAGE_ACCOUNT_KEY)".into()
+            } else if set("AZURE_STORAGE_SAS_KEY") || set("AZURE_STORAGE_SAS_TOKEN") {
+                "SAS token (AZURE_STORAGE_SAS_KEY)".into()
+            } else if set("AZURE_CLIENT_SECRET") {
+                "service principal secret (AZURE_CLIENT_ID, AZURE_CLIENT_SECRET)".into()
+            } else if set("AZURE_FEDERATED_TOKEN_FILE") {
+                "workload identity (AZURE_FEDERATED_TOKEN_FILE)".into()
+            } else {
+                "managed identity (instance metadata; no AZURE_* credential variables set)".into()
+            }
+        }
+        "gs" | "gcs" => {
+            let set = |k: &str| std::env::var(k).is_ok_and(|v| !v.is_empty());
+            if set("GOOGLE_SERVICE_ACCOUNT") || set("GOOGLE_SERVICE_ACCOUNT_PATH") {
+                "service account file (GOOGLE_SERVICE_ACCOUNT)".into()
+            } else if set("GOOGLE_SERVICE_ACCOUNT_KEY") {
+                "service account key (GOOGLE_SERVICE_ACCOUNT_KEY)".into()
+            } else if set("GOOGLE_APPLICATION_CREDENTIALS") {
+                "application default credentials (GOOGLE_APPLICATION_CREDENTIALS)".into()
+            } else {
+                "application default credentials (gcloud file or instance metadata)".into()
+            }
+        }
+        other => format!("unknown scheme {other:?}"),
+    }
+}
+
+/// Names the link of aws-config's chain that produced a credential, from the
+/// features it tagged the credential with (the most specific tag wins).
+fn aws_source(
+    features: &[aws_credential_types::credential_feature::AwsCredentialFeature],
+) -> String {
+    use aws_credential_types::credential_feature::AwsCredentialFeature as F;
+    let has = |f: F| features.contains(&f);
+    let name = if has(F::CredentialsEnvVarsStsWebIdToken) {
+        "web identity token from the environment (AWS_WEB_IDENTITY_TOKEN_FILE, AWS_ROLE_ARN)"
+    } else if has(F::CredentialsProfileStsWebIdToken) {
+        "profile: web identity token"
+    } else if has(F::CredentialsProfileSso) || has(F::CredentialsSso) {
+        "profile: SSO session"
+    } else if has(F::CredentialsProfileProcess) || has(F::CredentialsProcess) {
+        "profile: credential_process"
+    } else if has(F::CredentialsProfileSourceProfile) || has(F::CredentialsStsAssumeRole) {
+        "profile: assumed role (source_profile)"
+    } else if has(F::CredentialsProfileNamedProvider) {
+        "profile: credential_source"
+    } else if has(F::CredentialsProfileLogin) || has(F::CredentialsLogin) {
+        "profile: console login"
+    } else if has(F::CredentialsProfile) {
+        "profile: static keys in the shared config/credentials files"
+    } else if has(F::CredentialsEnvVars) {
+        "environment variables (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)"
+    } else if has(F::CredentialsHttp) {
+        "container credentials endpoint (ECS/EKS pod identity)"
+    } else if has(F::CredentialsImds) {
+        "instance metadata (IMDS instance role)"
+    } else if has(F::CredentialsCode) {
+        "set in code"
+    } else {
+        "resolved by aws-config (provider not tagged)"
+    };
+    name.to_string()
+}
+
 /// Bridges aws-config's credential chain (environment, profiles, SSO, web
 /// identity, container and instance metadata) into object_store, caching each
 /// credential until shortly before it expires.
