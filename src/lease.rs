@@ -525,6 +525,7 @@ impl LeaseClient {
     /// One round trip on a fresh key. On an existing key: a read, then one
     /// If-Match write if a takeover is allowed. Losing that final write is
     /// [`Error::Conflict`].
+    #[tracing::instrument(level = "debug", name = "lease acquire", skip_all, fields(kind = ?kind, name = %name))]
     pub async fn acquire_kind(
         &self,
         kind: Kind,
@@ -748,6 +749,7 @@ impl Lease {
     /// - `Err(Lost)`: another writer won, or the deadline passed. Stop acting.
     /// - a transient error: the outcome is not known; try again before the
     ///   deadline ([`Lease::renew`] does).
+    #[tracing::instrument(level = "debug", name = "lease renew", skip_all)]
     pub async fn renew_once(&mut self) -> Result<()> {
         self.write_update(|_| {}).await
     }
@@ -877,6 +879,7 @@ impl Lease {
 
     /// Releases: a tombstone with the epoch unchanged, so the next holder's
     /// epoch is higher. This holder stops believing at once, before the write.
+    #[tracing::instrument(level = "debug", name = "lease release", skip_all)]
     pub async fn release(mut self) -> Result<()> {
         match self.state {
             State::Held | State::Resumed => {}

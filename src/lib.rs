@@ -10,6 +10,7 @@ pub mod name;
 pub mod probe;
 pub mod record;
 pub mod store;
+pub mod telemetry;
 pub mod wake;
 
 pub use error::{Error, ErrorKind, Result};

@@ -111,6 +111,7 @@ impl Resolver {
     }
 
     /// One GET of `sessions/<name>` (conditional when cached).
+    #[tracing::instrument(level = "debug", name = "resolve", skip_all, fields(name = %name))]
     pub async fn resolve(&self, name: &Name) -> Result<Resolution> {
         let key = format!("sessions/{name}");
         let cached = self.cache.lock().unwrap().get(&key).cloned();
@@ -199,6 +200,7 @@ impl Resolver {
 
     /// Resolves, dials the owner's address (a TCP connect with `timeout`),
     /// and only if that fails reads the owner's node lease.
+    #[tracing::instrument(level = "debug", name = "wake", skip_all, fields(name = %name))]
     pub async fn wake(&self, name: &Name, timeout: Duration) -> Result<Wake> {
         let r = self.resolve(name).await?;
         let mut round_trips = r.round_trips;

@@ -899,3 +899,155 @@ fn completions_config_file_precedence_json_logs_and_request_spans() {
     assert_eq!(req["fields"]["outcome"], "ok");
     assert!(req["fields"]["latency_ms"].is_number());
 }
+
+/// A minimal OTLP/HTTP collector on a free loopback port: it records every
+/// request (method, path, lower-cased headers, body) and answers 200.
+struct Collector {
+    addr: std::net::SocketAddr,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<Request>>>,
+}
+
+/// Request line, lower-cased headers, body.
+type Request = (String, Vec<(String, String)>, Vec<u8>);
+
+impl Collector {
+    fn start() -> Collector {
+        use std::io::{BufRead, BufReader, Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let record = seen.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(conn) = conn else { return };
+                let record = record.clone();
+                std::thread::spawn(move || {
+                    let mut w = conn.try_clone().unwrap();
+                    let mut r = BufReader::new(conn);
+                    loop {
+                        let mut line = String::new();
+                        if r.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        let request = line.trim().to_string();
+                        let mut headers = Vec::new();
+                        loop {
+                            let mut h = String::new();
+                            r.read_line(&mut h).unwrap();
+                            let h = h.trim_end();
+                            if h.is_empty() {
+                                break;
+                            }
+                            let (k, v) = h.split_once(':').unwrap();
+                            headers.push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
+                        }
+                        let len: usize = headers
+                            .iter()
+                            .find(|(k, _)| k == "content-length")
+                            .map(|(_, v)| v.parse().unwrap())
+                            .unwrap_or(0);
+                        let mut body = vec![0; len];
+                        r.read_exact(&mut body).unwrap();
+                        record.lock().unwrap().push((request, headers, body));
+                        w.write_all(b"HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\n\r\n")
+                            .unwrap();
+                    }
+                });
+            }
+        });
+        Collector { addr, seen }
+    }
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+#[test]
+fn spans_are_exported_over_otlp_http_without_secrets_in_logs() {
+    let collector = Collector::start();
+    let (_d, s) = store();
+    let o = bin()
+        .args(["lease", "acquire", "otel-demo", "--store", &s, "--json"])
+        .env(
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            format!("http://{}", collector.addr),
+        )
+        .env("OTEL_EXPORTER_OTLP_HEADERS", "x-api-key=OTELSECRETMARKER")
+        .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        .env_remove("OTEL_EXPORTER_OTLP_PROTOCOL")
+        .env_remove("OTEL_SERVICE_NAME")
+        .env("LEASEHOLD_LOG", "trace")
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let all = format!("{}{}", stdout(&o), stderr(&o));
+    assert!(
+        !all.contains("OTELSECRETMARKER"),
+        "header value logged: {all}"
+    );
+    // The exporter flushed before the process exited.
+    let seen = collector.seen.lock().unwrap();
+    let traces: Vec<_> = seen
+        .iter()
+        .filter(|(req, _, _)| req.starts_with("POST /v1/traces "))
+        .collect();
+    assert!(
+        !traces.is_empty(),
+        "no export: {:?}",
+        seen.iter().map(|r| &r.0).collect::<Vec<_>>()
+    );
+    let (_, headers, _) = traces[0];
+    let header = |k: &str| {
+        headers
+            .iter()
+            .find(|(h, _)| h == k)
+            .map(|(_, v)| v.as_str())
+    };
+    assert_eq!(header("content-type"), Some("application/x-protobuf"));
+    assert_eq!(header("x-api-key"), Some("OTELSECRETMARKER"));
+    // Protobuf carries strings as raw bytes: the service name, the span of
+    // the create-if-absent write, and its attributes are all in the body.
+    let body: Vec<u8> = traces.iter().flat_map(|(_, _, b)| b.clone()).collect();
+    for needle in [
+        &b"leasehold"[..],
+        b"bucket put_create",
+        b"lease acquire",
+        b"otel-demo",
+        b"outcome",
+        b"latency_ms",
+    ] {
+        assert!(
+            contains(&body, needle),
+            "{:?} not in the exported spans",
+            String::from_utf8_lossy(needle)
+        );
+    }
+}
+
+#[test]
+fn otlp_refuses_grpc_and_survives_a_missing_collector() {
+    let (_d, s) = store();
+    let o = bin()
+        .args(["lease", "show", "x", "--store", &s])
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4317")
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("OTEL_EXPORTER_OTLP_PROTOCOL") && stderr(&o).contains("http/protobuf"),
+        "{}",
+        stderr(&o)
+    );
+    // Nobody listens on the discard port: the command still does its job
+    // and exits with its own status.
+    let o = bin()
+        .args(["lease", "acquire", "y", "--store", &s, "--json"])
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
+        .env_remove("OTEL_EXPORTER_OTLP_PROTOCOL")
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(json(&o)["epoch"], 1, "{}", stdout(&o));
+}

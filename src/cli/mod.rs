@@ -49,11 +49,7 @@ pub struct Cli {
     command: Command,
 }
 
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-enum LogFormat {
-    Human,
-    Json,
-}
+use crate::telemetry::LogFormat;
 
 #[derive(Debug, Args, Clone)]
 pub(crate) struct StoreArgs {
@@ -365,14 +361,20 @@ pub fn main() -> ExitCode {
         }
     };
     // A node reports its journal events at info; one-shot commands stay quiet.
-    init_tracing(
+    let telemetry = match crate::telemetry::init(
         if matches!(cli.command, Command::Node { .. }) {
             "info"
         } else {
             "warn"
         },
         cli.log_format,
-    );
+    ) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(exit_code(e.kind()));
+        }
+    };
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -386,7 +388,12 @@ pub fn main() -> ExitCode {
     };
     // `resolve` answers 0 (live owner), 1 (none), 2 (any error), for scripts.
     let resolve = matches!(cli.command, Command::Resolve { .. });
-    match rt.block_on(run(cli)) {
+    let result = rt.block_on(run(cli));
+    // Stop the runtime before flushing spans: the exporter's blocking client
+    // must not run inside it.
+    drop(rt);
+    telemetry.shutdown();
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure::Held) => ExitCode::from(1),
         Err(Failure::Error(e)) => {
@@ -402,20 +409,6 @@ pub fn main() -> ExitCode {
             ExitCode::from(if resolve { 2 } else { exit_code(e.kind()) })
         }
     }
-}
-
-fn init_tracing(default: &str, format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("LEASEHOLD_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let _ = match format {
-        LogFormat::Json => builder.json().try_init(),
-        LogFormat::Human => builder
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .try_init(),
-    };
 }
 
 /// Where the config file lives: `$LEASEHOLD_CONFIG`, else

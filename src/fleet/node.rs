@@ -497,6 +497,7 @@ impl Node {
         }
     }
 
+    #[tracing::instrument(level = "debug", name = "node pass", skip_all)]
     async fn tick(&mut self) -> Result<bool> {
         let mut changed = false;
         let node_entries = self.client.observe_listing("nodes/").await?;

@@ -32,7 +32,18 @@ impl TracedStore {
         key: &str,
         f: impl std::future::Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
-        let span = tracing::debug_span!("bucket", op, key);
+        // `otel.*` fields are read by the OpenTelemetry layer (span name,
+        // kind, status); the rest become span attributes and log fields.
+        let span = tracing::debug_span!(
+            "bucket",
+            otel.name = %format_args!("bucket {op}"),
+            otel.kind = "client",
+            otel.status_code = tracing::field::Empty,
+            op,
+            key,
+            outcome = tracing::field::Empty,
+            latency_ms = tracing::field::Empty,
+        );
         let t0 = self.clock.now();
         let r = f.instrument(span.clone()).await;
         let latency_ms = self.clock.now().saturating_since(t0).as_secs_f64() * 1000.0;
@@ -48,6 +59,20 @@ impl TracedStore {
             Err(StoreError::Corrupt { .. }) => "corrupt",
             Err(StoreError::NotSupported { .. }) => "not_supported",
         };
+        span.record("outcome", outcome);
+        span.record("latency_ms", latency_ms);
+        // Rejected conditional writes and misses are answers, not failures:
+        // only an unreachable, refusing or misbehaving store marks the span.
+        if matches!(
+            r,
+            Err(StoreError::Ambiguous { .. }
+                | StoreError::Unavailable { .. }
+                | StoreError::Denied { .. }
+                | StoreError::Corrupt { .. }
+                | StoreError::NotSupported { .. })
+        ) {
+            span.record("otel.status_code", "ERROR");
+        }
         tracing::debug!(parent: &span, outcome, latency_ms, "bucket request");
         r
     }
@@ -79,7 +104,82 @@ impl Store for TracedStore {
         self.traced("delete", key, self.inner.delete(key)).await
     }
     fn list(&self, prefix: &str) -> BoxStream<'static, Result<Entry, StoreError>> {
-        tracing::debug!(op = "list", prefix, "bucket request");
-        self.inner.list(prefix)
+        let span = tracing::debug_span!(
+            "bucket",
+            otel.name = "bucket list",
+            otel.kind = "client",
+            otel.status_code = tracing::field::Empty,
+            op = "list",
+            prefix,
+            outcome = tracing::field::Empty,
+            entries = tracing::field::Empty,
+            latency_ms = tracing::field::Empty,
+        );
+        Box::pin(TracedList {
+            inner: self.inner.list(prefix),
+            span,
+            clock: self.clock.clone(),
+            t0: self.clock.now(),
+            entries: 0,
+            done: false,
+        })
+    }
+}
+
+/// A listing under one span that lasts from the first request to the last
+/// page (or until the caller drops the stream), recording how many entries
+/// it yielded and how it ended.
+struct TracedList {
+    inner: BoxStream<'static, Result<Entry, StoreError>>,
+    span: tracing::Span,
+    clock: Arc<dyn Clock>,
+    t0: crate::clock::MonoTime,
+    entries: u64,
+    done: bool,
+}
+
+impl TracedList {
+    fn finish(&mut self, outcome: &'static str) {
+        if self.done {
+            return;
+        }
+        self.done = true;
+        let latency_ms = self.clock.now().saturating_since(self.t0).as_secs_f64() * 1000.0;
+        self.span.record("outcome", outcome);
+        self.span.record("entries", self.entries);
+        self.span.record("latency_ms", latency_ms);
+        if outcome == "error" {
+            self.span.record("otel.status_code", "ERROR");
+        }
+        tracing::debug!(parent: &self.span, outcome, entries = self.entries, latency_ms, "bucket request");
+    }
+}
+
+impl futures::Stream for TracedList {
+    type Item = Result<Entry, StoreError>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        let polled = {
+            let _enter = this.span.enter();
+            this.inner.as_mut().poll_next(cx)
+        };
+        match &polled {
+            std::task::Poll::Ready(Some(Ok(_))) => this.entries += 1,
+            std::task::Poll::Ready(Some(Err(_))) => this.finish("error"),
+            std::task::Poll::Ready(None) => this.finish("ok"),
+            std::task::Poll::Pending => {}
+        }
+        polled
+    }
+}
+
+impl Drop for TracedList {
+    fn drop(&mut self) {
+        // A caller that stops early (a bounded `ls`) ends the listing.
+        self.finish("abandoned");
     }
 }
