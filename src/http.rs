@@ -42,6 +42,8 @@ pub struct HttpState {
     pub journal: Arc<Journal>,
     pub status: Arc<NodeStatus>,
     pub requests: Option<Arc<CountingStore>>,
+    /// Serves `POST /v1/sessions/{name}/claim` when set.
+    pub claimer: Option<crate::fleet::node::NodeHandle>,
     token: Arc<Vec<u8>>,
 }
 
@@ -66,8 +68,15 @@ impl HttpState {
             journal,
             status,
             requests,
+            claimer: None,
             token: Arc::new(token),
         })
+    }
+
+    /// Lets callers ask this node to claim a session now (the wake path).
+    pub fn with_claimer(mut self, handle: crate::fleet::node::NodeHandle) -> Self {
+        self.claimer = Some(handle);
+        self
     }
 }
 
@@ -125,6 +134,7 @@ pub fn router(state: HttpState) -> Router {
         .route("/metrics", get(metrics))
         .route("/v1/sessions", get(sessions))
         .route("/v1/events", get(events))
+        .route("/v1/sessions/{name}/claim", axum::routing::post(claim))
         .fallback(|| async { error(StatusCode::NOT_FOUND, "not_found", "no such route") })
         .with_state(state)
 }
@@ -157,6 +167,55 @@ async fn sessions(State(s): State<HttpState>, headers: HeaderMap) -> Response {
         return r;
     }
     axum::Json(s.status.snapshot()).into_response()
+}
+
+/// `POST /v1/sessions/{name}/claim`: ask this node to claim the session now
+/// (skipping only placement's grace delay; every takeover rule still holds).
+/// 200 with `claimed` or `already_owned`; 409 with `declined` and the reason;
+/// 400 for a bad name; 404 when the node was started without this endpoint.
+async fn claim(
+    State(s): State<HttpState>,
+    headers: HeaderMap,
+    axum::extract::Path(name): axum::extract::Path<String>,
+) -> Response {
+    if let Some(r) = unauthorised(&s, &headers) {
+        return r;
+    }
+    let Some(handle) = &s.claimer else {
+        return error(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "this node does not take claim requests",
+        );
+    };
+    let name = match crate::Name::new(name) {
+        Ok(n) => n,
+        Err(e) => return error(StatusCode::BAD_REQUEST, "invalid_name", e.to_string()),
+    };
+    // The node answers between passes; a store that hangs must not hold the
+    // HTTP request forever.
+    match tokio::time::timeout(Duration::from_secs(30), handle.claim_now(&name)).await {
+        Ok(Ok(answer)) => {
+            let code = match answer {
+                crate::fleet::node::ClaimAnswer::Declined { .. } => StatusCode::CONFLICT,
+                _ => StatusCode::OK,
+            };
+            (code, axum::Json(answer)).into_response()
+        }
+        Ok(Err(e)) => {
+            let code = match e.kind() {
+                crate::ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+                crate::ErrorKind::Data => StatusCode::BAD_GATEWAY,
+                _ => StatusCode::INTERNAL_SERVER_ERROR,
+            };
+            error(code, "claim_failed", e.to_string())
+        }
+        Err(_) => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "timeout",
+            "the node did not answer within 30 s",
+        ),
+    }
 }
 
 async fn metrics(State(s): State<HttpState>) -> Response {

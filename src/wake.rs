@@ -22,9 +22,32 @@
 //! Round trips: `resolve` 1 (plus 1 to tell "unowned" from "no manifest" when
 //! there is no claim); `wake` 1 plus a TCP dial, plus 1 more only when the
 //! dial fails.
+//!
+//! A service that runs a node in-process can let `wake` claim an orphaned
+//! session on that node ([`Resolver::with_claimer`]); the claim costs 3 or 4
+//! more requests (fresh reads of manifest, claim and owner record; one
+//! conditional write) and honours every takeover rule:
+//!
+//! ```no_run
+//! # async fn f(store: std::sync::Arc<dyn leasehold::store::Store>, deps: leasehold::fleet::node::NodeDeps) -> leasehold::Result<()> {
+//! use leasehold::fleet::node::{claim_channel, run, NodeConfig};
+//! use leasehold::wake::{Resolver, WakeOutcome};
+//! let id = leasehold::Name::new("api-1")?;
+//! let (handle, inbox) = claim_channel(&id);
+//! let deps = leasehold::fleet::node::NodeDeps { claims: Some(inbox), ..deps };
+//! let shutdown = tokio_util::sync::CancellationToken::new();
+//! tokio::spawn(run(NodeConfig::new(id, std::time::Duration::from_secs(10)), deps, shutdown.clone()));
+//! let resolver = Resolver::new(store).with_claimer(handle);
+//! let w = resolver.wake(&leasehold::Name::new("web")?, std::time::Duration::from_secs(1)).await?;
+//! if let WakeOutcome::ClaimedHere { epoch, .. } = w.outcome {
+//!     println!("web now runs here, fencing token {epoch}");
+//! }
+//! # Ok(()) }
+//! ```
 
 use crate::error::{Error, Result};
 use crate::fleet::claim::{ClaimRecord, ClaimState};
+use crate::fleet::node::{ClaimAnswer, NodeHandle};
 use crate::name::Name;
 use crate::record::{Kind, LeaseRecord};
 use crate::store::{Conditional, Store, Version};
@@ -85,6 +108,8 @@ pub enum WakeOutcome {
     OwnerGone { node: String, epoch: u64 },
     /// Nobody owns it (released, unowned, or no manifest).
     NoOwner { owner: Owned },
+    /// The caller's own node (see [`Resolver::with_claimer`]) claimed it.
+    ClaimedHere { node: String, epoch: u64 },
 }
 
 /// The answer to `wake`.
@@ -92,7 +117,12 @@ pub enum WakeOutcome {
 pub struct Wake {
     pub name: String,
     pub outcome: WakeOutcome,
+    /// Includes the claim's requests when the caller's node tried to claim.
     pub round_trips: u32,
+    /// What the caller's node answered when asked to claim (absent when no
+    /// claimer is attached or the owner answered).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub claim: Option<ClaimAnswer>,
 }
 
 /// Resolves sessions, caching each claim's ETag so repeats are conditional.
@@ -100,6 +130,7 @@ pub struct Wake {
 pub struct Resolver {
     store: Arc<dyn Store>,
     cache: Mutex<HashMap<String, (Version, ClaimRecord)>>,
+    claimer: Option<NodeHandle>,
 }
 
 impl Resolver {
@@ -107,7 +138,20 @@ impl Resolver {
         Resolver {
             store,
             cache: Mutex::new(HashMap::new()),
+            claimer: None,
         }
+    }
+
+    /// Makes `wake` claim orphaned and unowned sessions on the caller's own
+    /// node (one running in this process, from
+    /// [`crate::fleet::node::claim_channel`]) instead of only reporting
+    /// them. The node applies every takeover rule itself, judging an
+    /// unreachable owner's expiry by its own observation; it skips only the
+    /// placement grace delay, and declines when it has no free capacity or its
+    /// labels do not match.
+    pub fn with_claimer(mut self, node: NodeHandle) -> Self {
+        self.claimer = Some(node);
+        self
     }
 
     /// One GET of `sessions/<name>` (conditional when cached).
@@ -238,10 +282,42 @@ impl Resolver {
             }
             other => WakeOutcome::NoOwner { owner: other },
         };
+        let wants_claim = match &outcome {
+            WakeOutcome::Reachable { .. } | WakeOutcome::ClaimedHere { .. } => false,
+            WakeOutcome::NoOwner { owner } => !matches!(owner, Owned::NoManifest),
+            WakeOutcome::Unreachable { .. } | WakeOutcome::OwnerGone { .. } => true,
+        };
+        let mut claim = None;
+        let mut outcome = outcome;
+        if let (true, Some(node)) = (wants_claim, &self.claimer) {
+            let answer = node.claim_now(name).await?;
+            match &answer {
+                ClaimAnswer::Claimed {
+                    node,
+                    epoch,
+                    round_trips: n,
+                } => {
+                    round_trips += n;
+                    outcome = WakeOutcome::ClaimedHere {
+                        node: node.clone(),
+                        epoch: *epoch,
+                    };
+                }
+                ClaimAnswer::AlreadyOwned { node, epoch } => {
+                    outcome = WakeOutcome::ClaimedHere {
+                        node: node.clone(),
+                        epoch: *epoch,
+                    };
+                }
+                ClaimAnswer::Declined { .. } => {}
+            }
+            claim = Some(answer);
+        }
         Ok(Wake {
             name: name.to_string(),
             outcome,
             round_trips,
+            claim,
         })
     }
 }

@@ -70,6 +70,7 @@ impl Fleet {
             host_lock: None,
             journal: journal.clone(),
             status: Default::default(),
+            claims: None,
         };
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(node::run(cfg, deps, shutdown.clone()));
@@ -421,6 +422,7 @@ async fn steady_state_requests_per_node_hour() {
             host_lock: None,
             journal: Arc::new(Journal::new(1000, 1 << 20)),
             status: status.clone(),
+            claims: None,
         };
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(node::run(cfg, deps, shutdown.clone()));
@@ -513,5 +515,244 @@ async fn slow_store_places_everything_and_fails_nothing() {
         let c = f.claim(&format!("slow{i}")).await;
         assert_eq!(c.state, ClaimState::Running, "slow{i}: {c:?}");
     }
+    f.finish().await;
+}
+
+/// `wake` with a claimer: the caller's own node claims an unowned or
+/// released session at once (its pull loop is slowed to 30 s so only the wake
+/// path can have done it), and declines, with a reason, what the takeover
+/// rules or its capacity and labels forbid. The same through the node's HTTP
+/// endpoint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn wake_claims_on_the_callers_node_within_the_rules() {
+    use leasehold::fleet::node::{ClaimAnswer, claim_channel};
+    use leasehold::wake::{Owned, Resolver, WakeOutcome};
+    let store: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+    // A peer with an ordinary pull loop, in zone b.
+    let mut f = Fleet::new(store.clone());
+    f.start("peer", 8, &[("zone", "b")]);
+    apply(&store, "busy", &spec("sleep")).await;
+    f.wait_for("busy on peer", |p| p.contains_key("busy")).await;
+
+    // The caller's node, zone a, capacity 2, listing only every 30 s.
+    let id = Name::new("caller").unwrap();
+    let mut cfg = NodeConfig::new(id.clone(), TTL);
+    cfg.capacity = 2;
+    cfg.poll = Duration::from_secs(30);
+    cfg.max_poll = Duration::from_secs(30);
+    cfg.labels.insert("zone".into(), "a".into());
+    let runner = Arc::new(RecordingRunner::new(clock.clone()));
+    let (handle, inbox) = claim_channel(&id);
+    let journal = Arc::new(Journal::new(1000, 1 << 20));
+    let deps = NodeDeps {
+        store: store.clone(),
+        clock: clock.clone(),
+        entropy: Arc::new(OsEntropy::new()),
+        runner: runner.clone(),
+        host_lock: None,
+        journal: journal.clone(),
+        status: Default::default(),
+        claims: Some(inbox),
+    };
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(node::run(cfg, deps, shutdown.clone()));
+    // Registered (and its first pass done) once its journal says so.
+    for _ in 0..200 {
+        if journal.totals().contains_key("registered") {
+            break;
+        }
+        clock.sleep(Duration::from_millis(10)).await;
+    }
+    clock.sleep(Duration::from_millis(100)).await;
+    let resolver = Resolver::new(store.clone()).with_claimer(handle.clone());
+    let wake = async |name: &str| {
+        resolver
+            .wake(&Name::new(name).unwrap(), Duration::from_millis(200))
+            .await
+            .unwrap()
+    };
+    let running = || leasehold::fleet::runner::Runner::running(runner.as_ref());
+
+    // Unowned (applied after the caller's first pass): claimed here, now.
+    let mut web = spec("sleep");
+    web.selector.insert("zone".into(), "a".into());
+    apply(&store, "web", &web).await;
+    let w = wake("web").await;
+    assert_eq!(
+        w.outcome,
+        WakeOutcome::ClaimedHere {
+            node: "caller".into(),
+            epoch: 1
+        },
+        "{w:?}"
+    );
+    assert!(
+        matches!(w.claim, Some(ClaimAnswer::Claimed { epoch: 1, .. })),
+        "{w:?}"
+    );
+    assert_eq!(running(), vec![("web".to_string(), 1)]);
+    assert_eq!(f.claim("web").await.owner.node, "caller");
+
+    // No manifest: nothing to claim, and the node is not asked.
+    let w = wake("ghost").await;
+    assert_eq!(
+        w.outcome,
+        WakeOutcome::NoOwner {
+            owner: Owned::NoManifest
+        }
+    );
+    assert_eq!(w.claim, None);
+
+    // The selector names zone b: declined, with the reason.
+    let mut zoned = spec("sleep");
+    zoned.selector.insert("zone".into(), "b".into());
+    zoned.paused = true; // and the peer must not take it either
+    apply(&store, "zoned", &zoned).await;
+    let w = wake("zoned").await;
+    assert!(
+        matches!(&w.claim, Some(ClaimAnswer::Declined { reason, .. }) if reason.contains("labels")),
+        "{w:?}"
+    );
+
+    // Owned by a live peer (which publishes no address, so it is not
+    // reachable): the caller's node sees the owner's lease live and declines.
+    let w = wake("busy").await;
+    assert!(
+        matches!(&w.outcome, WakeOutcome::Unreachable { node, .. } if node == "peer"),
+        "{w:?}"
+    );
+    assert!(
+        matches!(&w.claim, Some(ClaimAnswer::Declined { reason, .. }) if reason.contains("owner is live")),
+        "{w:?}"
+    );
+    assert_eq!(f.claim("busy").await.owner.node, "peer");
+
+    // Fill the caller's capacity (2), then ask for a third: declined.
+    let mut api = spec("sleep");
+    api.selector.insert("zone".into(), "a".into());
+    apply(&store, "api", &api).await;
+    assert!(matches!(
+        wake("api").await.claim,
+        Some(ClaimAnswer::Claimed { epoch: 1, .. })
+    ));
+    let mut third = spec("sleep");
+    third.selector.insert("zone".into(), "a".into());
+    apply(&store, "third", &third).await;
+    let w = wake("third").await;
+    assert!(
+        matches!(&w.claim, Some(ClaimAnswer::Declined { reason, .. }) if reason.contains("capacity")),
+        "{w:?}"
+    );
+    assert_eq!(running().len(), 2);
+
+    // The peer shuts down gracefully and releases "busy" (the tombstone
+    // keeps its epoch). Deleting "api" frees a slot on the caller.
+    let busy_epoch = f.claim("busy").await.epoch;
+    let mut peer = f.nodes.remove(0);
+    peer.shutdown.cancel();
+    (&mut peer.task).await.unwrap().unwrap();
+    f.dead.push(peer);
+    manifest::delete(&store, &Name::new("api").unwrap())
+        .await
+        .unwrap();
+    // Deletion is acted on at the caller's next pass; ask for "third" until
+    // the slot is free (each wake wakes the node, so this is quick).
+    let mut answer = None;
+    for _ in 0..100 {
+        let w = wake("third").await;
+        if matches!(w.claim, Some(ClaimAnswer::Claimed { .. })) {
+            answer = w.claim;
+            break;
+        }
+        clock.sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        matches!(answer, Some(ClaimAnswer::Claimed { epoch: 1, .. })),
+        "{answer:?}"
+    );
+    assert_eq!(f.claim("busy").await.state, ClaimState::Released);
+    assert_eq!(f.claim("busy").await.epoch, busy_epoch);
+    // Full again; deleting "third" frees the slot, and the released "busy"
+    // is taken over at epoch + 1.
+    manifest::delete(&store, &Name::new("third").unwrap())
+        .await
+        .unwrap();
+    let mut answer = None;
+    for _ in 0..100 {
+        let w = wake("busy").await;
+        if let WakeOutcome::ClaimedHere { .. } = &w.outcome {
+            answer = w.claim;
+            break;
+        }
+        clock.sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        matches!(answer, Some(ClaimAnswer::Claimed { epoch, .. }) if epoch == busy_epoch + 1),
+        "{answer:?}"
+    );
+
+    // The same request over the node's HTTP API (bearer token required).
+    let token = b"0123456789abcdef-claim".to_vec();
+    let state =
+        leasehold::http::HttpState::new(journal.clone(), Default::default(), None, token.clone())
+            .unwrap()
+            .with_claimer(handle.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let stop_http = CancellationToken::new();
+    tokio::spawn(leasehold::http::serve(listener, state, stop_http.clone()));
+    let post = move |path: &str, auth: bool| {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        let mut req = format!(
+            "POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 0\r\n"
+        );
+        if auth {
+            req.push_str("Authorization: Bearer 0123456789abcdef-claim\r\n");
+        }
+        req.push_str("\r\n");
+        s.write_all(req.as_bytes()).unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        let code: u16 = out.split_whitespace().nth(1).unwrap().parse().unwrap();
+        (
+            code,
+            out.split_once("\r\n\r\n")
+                .map(|(_, b)| b.to_string())
+                .unwrap_or_default(),
+        )
+    };
+    let (code, _) = tokio::task::spawn_blocking(move || post("/v1/sessions/web/claim", false))
+        .await
+        .unwrap();
+    assert_eq!(code, 401);
+    let (code, body) =
+        tokio::task::spawn_blocking(move || post("/v1/sessions/Bad%20Name/claim", true))
+            .await
+            .unwrap();
+    assert_eq!(code, 400, "{body}");
+    let (code, body) = tokio::task::spawn_blocking(move || post("/v1/sessions/web/claim", true))
+        .await
+        .unwrap();
+    assert_eq!(code, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["claim"], "already_owned");
+    assert_eq!(v["epoch"], 1);
+    let (code, body) = tokio::task::spawn_blocking(move || post("/v1/sessions/zoned/claim", true))
+        .await
+        .unwrap();
+    assert_eq!(code, 409, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["claim"], "declined");
+    stop_http.cancel();
+
+    shutdown.cancel();
+    task.await.unwrap().unwrap();
+    // After the node stopped, the handle declines instead of hanging.
+    assert!(matches!(
+        handle.claim_now(&Name::new("web").unwrap()).await.unwrap(),
+        ClaimAnswer::Declined { .. }
+    ));
     f.finish().await;
 }

@@ -70,6 +70,7 @@ fn start(
         host_lock: None,
         journal: journal.clone(),
         status: Default::default(),
+        claims: None,
     };
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(node::run(cfg, deps, shutdown.clone()));

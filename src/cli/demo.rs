@@ -254,6 +254,7 @@ pub async fn fleet(store_url: Option<String>, ttl: Duration, sessions: u32) -> R
             host_lock: Some(Arc::new(lock)),
             journal: Arc::new(crate::fleet::journal::Journal::new(1000, 1 << 20)),
             status: Default::default(),
+            claims: None,
         };
         let shutdown = tokio_util::sync::CancellationToken::new();
         let task = tokio::spawn(node::run(cfg, deps, shutdown.clone()));

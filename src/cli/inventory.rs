@@ -54,10 +54,15 @@ pub async fn resolve(
                     println!("{name}: owner {node} is gone (epoch {epoch}); a node will claim it")
                 }
                 WakeOutcome::NoOwner { owner } => println!("{name}: no owner ({owner:?})"),
+                WakeOutcome::ClaimedHere { node, epoch } => {
+                    println!("{name}: claimed on {node}, epoch {epoch}")
+                }
             }
         }
         return match w.outcome {
-            WakeOutcome::Reachable { .. } | WakeOutcome::Unreachable { .. } => Ok(()),
+            WakeOutcome::Reachable { .. }
+            | WakeOutcome::Unreachable { .. }
+            | WakeOutcome::ClaimedHere { .. } => Ok(()),
             _ => Err(Failure::Held),
         };
     }

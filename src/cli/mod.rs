@@ -972,6 +972,7 @@ async fn node(op: NodeOp) -> Result<(), Failure> {
     cfg.address = address;
     let journal = Arc::new(Journal::new(10_000, 4 << 20));
     let status: Arc<fleet_node::NodeStatus> = Default::default();
+    let (claim_handle, claim_inbox) = fleet_node::claim_channel(&cfg.id);
     let deps = fleet_node::NodeDeps {
         store,
         clock,
@@ -980,11 +981,13 @@ async fn node(op: NodeOp) -> Result<(), Failure> {
         host_lock: Some(Arc::new(lock)),
         journal: journal.clone(),
         status: status.clone(),
+        claims: Some(claim_inbox),
     };
     let shutdown = tokio_util::sync::CancellationToken::new();
     let server = match http {
         Some((listener, token, bound)) => {
-            let state = crate::http::HttpState::new(journal, status, Some(counting), token)?;
+            let state = crate::http::HttpState::new(journal, status, Some(counting), token)?
+                .with_claimer(claim_handle);
             tracing::info!(%bound, "serving the node API");
             Some(tokio::spawn(crate::http::serve(
                 listener,

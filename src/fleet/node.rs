@@ -169,6 +169,95 @@ pub struct NodeDeps {
     pub host_lock: Option<Arc<HostLock>>,
     pub journal: Arc<Journal>,
     pub status: Arc<NodeStatus>,
+    /// Requests to claim a session now (the wake path); see [`claim_channel`].
+    pub claims: Option<ClaimInbox>,
+}
+
+/// What a node answered when asked to claim a session now.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "claim", rename_all = "snake_case")]
+pub enum ClaimAnswer {
+    /// This node now holds the claim at `epoch` and has started the session.
+    Claimed {
+        node: String,
+        epoch: u64,
+        /// Bucket requests the claim cost (fresh reads + the write).
+        round_trips: u32,
+    },
+    /// This node already held it.
+    AlreadyOwned { node: String, epoch: u64 },
+    /// Not claimed, and why: no free capacity, labels do not match, paused,
+    /// completed, no manifest, owner still live, or another node won.
+    Declined { node: String, reason: String },
+}
+
+struct ClaimRequest {
+    name: Name,
+    reply: tokio::sync::oneshot::Sender<Result<ClaimAnswer>>,
+}
+
+/// The sending side: cheap to clone, usable from any task (the HTTP API, an
+/// embedding service's wake path via [`crate::wake::Resolver::with_claimer`]).
+#[derive(Debug, Clone)]
+pub struct NodeHandle {
+    node: String,
+    tx: tokio::sync::mpsc::Sender<ClaimRequest>,
+}
+
+/// The node's side, put in [`NodeDeps::claims`]. One receiver that outlives
+/// re-registrations: each new instance serves it in turn.
+#[derive(Clone)]
+pub struct ClaimInbox(Arc<tokio::sync::Mutex<tokio::sync::mpsc::Receiver<ClaimRequest>>>);
+
+impl std::fmt::Debug for ClaimInbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ClaimInbox")
+    }
+}
+
+/// A handle to ask node `id` to claim sessions now, and the inbox it serves.
+/// Requests queue (at most 64) while the node is between passes; each is
+/// answered after fresh reads of the manifest, the claim and the owner's node
+/// record, under the same takeover rules as the pull loop, but without the
+/// placement grace delay: the caller chose this node.
+pub fn claim_channel(id: &Name) -> (NodeHandle, ClaimInbox) {
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    (
+        NodeHandle {
+            node: id.to_string(),
+            tx,
+        },
+        ClaimInbox(Arc::new(tokio::sync::Mutex::new(rx))),
+    )
+}
+
+impl NodeHandle {
+    /// The node this handle asks.
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    /// Asks the node to claim `name` now. A node that is not running (shut
+    /// down, or its `run` returned) declines.
+    pub async fn claim_now(&self, name: &Name) -> Result<ClaimAnswer> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let declined = || ClaimAnswer::Declined {
+            node: self.node.clone(),
+            reason: "the node is not running".into(),
+        };
+        if self
+            .tx
+            .send(ClaimRequest {
+                name: name.clone(),
+                reply,
+            })
+            .await
+            .is_err()
+        {
+            return Ok(declined());
+        }
+        answer.await.unwrap_or_else(|_| Ok(declined()))
+    }
 }
 
 /// The node lease's state as the renew task publishes it.
@@ -313,6 +402,16 @@ struct Node {
     validity: Option<watch::Receiver<Validity>>,
 }
 
+/// The next claim request, or never when this node has no inbox.
+async fn recv(
+    inbox: &mut Option<tokio::sync::OwnedMutexGuard<tokio::sync::mpsc::Receiver<ClaimRequest>>>,
+) -> Option<ClaimRequest> {
+    match inbox {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
 fn name_of(key: &str) -> &str {
     key.rsplit('/').next().unwrap_or(key)
 }
@@ -370,6 +469,12 @@ impl Node {
         )));
         self.validity = Some(valid_rx.clone());
         let mut valid_rx = valid_rx;
+        // Held for this instance's lifetime; the next instance takes it over.
+        let mut inbox = match &self.deps.claims {
+            Some(i) => Some(i.0.clone().lock_owned().await),
+            None => None,
+        };
+        let mut request: Option<ClaimRequest> = None;
         let ended = loop {
             // Marks the value seen, so `changed()` below waits for the next one.
             let v = *valid_rx.borrow_and_update();
@@ -381,6 +486,10 @@ impl Node {
             }
             if shutdown.is_cancelled() {
                 break Ended::Shutdown;
+            }
+            if let Some(req) = request.take() {
+                let answer = self.claim_now(&req.name).await;
+                let _ = req.reply.send(answer);
             }
             let changed = match self.tick().await {
                 Ok(changed) => changed,
@@ -406,6 +515,10 @@ impl Node {
                 tokio::select! {
                     _ = &mut sleep => break,
                     _ = shutdown.cancelled() => break,
+                    Some(req) = recv(&mut inbox) => {
+                        request = Some(req);
+                        break;
+                    }
                     r = valid_rx.changed() => {
                         if r.is_err() || valid_rx.borrow().lost {
                             break;
@@ -431,6 +544,91 @@ impl Node {
             }
         }
         Ok(ended)
+    }
+
+    /// Claims `name` now if the pull loop's rules allow it, after fresh reads
+    /// (the caches may be a pass old). Skips only the placement grace delay.
+    async fn claim_now(&mut self, name: &Name) -> Result<ClaimAnswer> {
+        let node = self.me.node.clone();
+        let declined = |reason: &str| ClaimAnswer::Declined {
+            node: node.clone(),
+            reason: reason.to_string(),
+        };
+        if let Some(o) = self.owned.get(name.as_str()) {
+            return Ok(ClaimAnswer::AlreadyOwned {
+                node: node.clone(),
+                epoch: o.record.epoch,
+            });
+        }
+        if self.owned.len() as u32 >= self.cfg.capacity {
+            return Ok(declined("no free capacity"));
+        }
+        let mut round_trips = 1;
+        let Some((m, mversion)) = super::manifest::get(&self.deps.store, name).await? else {
+            return Ok(declined("no manifest"));
+        };
+        let mkey = format!("manifests/{name}");
+        self.manifests.insert(mkey, (mversion, m.clone()));
+        let key = format!("sessions/{name}");
+        round_trips += 1;
+        let claim = match self
+            .deps
+            .store
+            .get(&key)
+            .await
+            .map_err(|e| Error::from_store("get", &key, e))?
+        {
+            Some(o) => {
+                let c = ClaimRecord::decode(&key, &o.bytes)?;
+                self.claims
+                    .insert(key.clone(), (o.version.clone(), c.clone()));
+                Some((o.version, c))
+            }
+            None => None,
+        };
+        if let Some((_, c)) = &claim
+            && c.owner.node != self.me.node
+            && c.state != ClaimState::Released
+        {
+            round_trips += 1;
+            self.fetch_node(&format!("nodes/{}", c.owner.node), None)
+                .await?;
+            if self
+                .corrupt_nodes
+                .contains(&format!("nodes/{}", c.owner.node))
+            {
+                return Ok(declined("the owner's node record is corrupt"));
+            }
+        }
+        let mv = manifest_view(&m);
+        if !mv
+            .selector
+            .iter()
+            .all(|(k, v)| self.cfg.labels.get(k) == Some(v))
+        {
+            return Ok(declined("this node's labels do not match the selector"));
+        }
+        let cv = claim.as_ref().map(|(_, c)| claim_view(c));
+        let views = self.node_views(self.deps.clock.now());
+        if plan::claimable(&mv, cv.as_ref(), &views, &self.me).is_none() {
+            let reason = match &cv {
+                _ if mv.paused => "paused",
+                Some(c) if c.state.is_terminal() && c.digest == mv.digest => "completed",
+                Some(_) => "its owner is live",
+                None => "not claimable",
+            };
+            return Ok(declined(reason));
+        }
+        round_trips += 1;
+        self.claim(name.as_str(), m, claim).await?;
+        Ok(match self.owned.get(name.as_str()) {
+            Some(o) => ClaimAnswer::Claimed {
+                node: node.clone(),
+                epoch: o.record.epoch,
+                round_trips,
+            },
+            None => declined("another node claimed it first"),
+        })
     }
 
     fn publish_status(&self, ready: bool) {
