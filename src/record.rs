@@ -76,6 +76,24 @@ fn id_like(s: &str) -> bool {
 }
 
 impl LeaseRecord {
+    /// Advisory, for one-shot readers (`ls`, `resolve`, `wake`) that cannot
+    /// watch a record for a TTL: has the holder's last renew, stamped by the
+    /// holder's wall clock, fallen more than `ttl + max_skew` behind
+    /// `now_wall_ms` (the reader's wall clock)?
+    ///
+    /// Correct only while the two clocks differ by less than `max_skew`; the
+    /// design allows wall clocks to one-shot commands only with such an
+    /// explicit bound. Nothing that takes a claim or a lease over uses this:
+    /// nodes judge expiry by observation.
+    pub fn expired_by_wall_clock(&self, now_wall_ms: u64, max_skew: std::time::Duration) -> bool {
+        !self.released
+            && now_wall_ms
+                > self
+                    .renewed_at_ms
+                    .saturating_add(self.ttl_ms)
+                    .saturating_add(max_skew.as_millis() as u64)
+    }
+
     /// Checks the invariants every record must satisfy.
     pub fn validate(&self) -> Result<(), String> {
         if self.schema != SCHEMA {
@@ -257,6 +275,25 @@ mod tests {
             assert_eq!(e.kind(), crate::ErrorKind::Data, "{e}");
             assert!(e.to_string().contains(why), "{why}: {e}");
         }
+    }
+
+    #[test]
+    fn wall_clock_expiry_is_bounded_by_ttl_plus_skew() {
+        use std::time::Duration;
+        let mut r = rec();
+        r.renewed_at_ms = 10_000; // ttl 1 s
+        let skew = Duration::from_secs(5);
+        assert!(!r.expired_by_wall_clock(16_000, skew), "exactly ttl + skew");
+        assert!(r.expired_by_wall_clock(16_001, skew));
+        assert!(!r.expired_by_wall_clock(0, skew), "renewed in our future");
+        r.released = true;
+        assert!(
+            !r.expired_by_wall_clock(100_000, skew),
+            "released, not expired"
+        );
+        r.released = false;
+        r.renewed_at_ms = u64::MAX - 10;
+        assert!(!r.expired_by_wall_clock(u64::MAX, skew), "no overflow");
     }
 
     #[test]

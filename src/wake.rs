@@ -45,6 +45,7 @@
 //! # Ok(()) }
 //! ```
 
+use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::fleet::claim::{ClaimRecord, ClaimState};
 use crate::fleet::node::{ClaimAnswer, NodeHandle};
@@ -103,9 +104,14 @@ pub enum WakeOutcome {
         address: Option<String>,
         reason: String,
     },
-    /// The owner's node lease is released or names a newer instance: the
-    /// session is orphaned and a node will claim it.
-    OwnerGone { node: String, epoch: u64 },
+    /// The owner's node lease is released, names a newer instance, is
+    /// missing, or (advisory, by wall clock) has expired: the session is
+    /// orphaned and a node will claim it.
+    OwnerGone {
+        node: String,
+        epoch: u64,
+        lease: OwnerLease,
+    },
     /// Nobody owns it (released, unowned, or no manifest).
     NoOwner { owner: Owned },
     /// The caller's own node (see [`Resolver::with_claimer`]) claimed it.
@@ -131,7 +137,12 @@ pub struct Resolver {
     store: Arc<dyn Store>,
     cache: Mutex<HashMap<String, (Version, ClaimRecord)>>,
     claimer: Option<NodeHandle>,
+    clock: Arc<dyn Clock>,
+    max_skew: Duration,
 }
+
+/// The default wall-clock skew bound for one-shot expiry judgements.
+pub const DEFAULT_MAX_SKEW: Duration = Duration::from_secs(5);
 
 impl Resolver {
     pub fn new(store: Arc<dyn Store>) -> Self {
@@ -139,6 +150,8 @@ impl Resolver {
             store,
             cache: Mutex::new(HashMap::new()),
             claimer: None,
+            clock: Arc::new(crate::clock::SystemClock::new()),
+            max_skew: DEFAULT_MAX_SKEW,
         }
     }
 
@@ -223,10 +236,13 @@ impl Resolver {
         })
     }
 
-    /// Reads the owner's node lease: is `instance` still the live holder?
-    /// (A one-shot reader cannot judge expiry by observation; it can see a
-    /// release or a newer instance, which both mean the owner is gone.)
-    pub async fn owner_alive(&self, node: &str, instance: &str) -> Result<bool> {
+    /// Reads the owner's node lease (one GET) and says whether `instance`
+    /// still holds it. A one-shot reader cannot judge expiry by observation;
+    /// it sees a release or a newer instance for certain, and an expiry only
+    /// by wall clock within the resolver's skew bound
+    /// ([`Resolver::with_max_skew`], 5 s by default): see
+    /// [`LeaseRecord::expired_by_wall_clock`].
+    pub async fn owner_lease(&self, node: &str, instance: &str) -> Result<OwnerLease> {
         let key = format!("nodes/{node}");
         match self
             .store
@@ -234,12 +250,34 @@ impl Resolver {
             .await
             .map_err(|e| Error::from_store("get", &key, e))?
         {
-            None => Ok(false),
+            None => Ok(OwnerLease::Missing),
             Some(o) => {
                 let r = LeaseRecord::decode(&key, &o.bytes, Kind::Node)?;
-                Ok(!r.released && r.holder.instance == instance)
+                Ok(owner_lease_of(
+                    &r,
+                    instance,
+                    self.clock.wall_ms(),
+                    self.max_skew,
+                ))
             }
         }
+    }
+
+    /// `owner_lease(..) == Live`.
+    pub async fn owner_alive(&self, node: &str, instance: &str) -> Result<bool> {
+        Ok(self.owner_lease(node, instance).await? == OwnerLease::Live)
+    }
+
+    /// Sets the wall-clock skew bound for [`Resolver::owner_lease`].
+    pub fn with_max_skew(mut self, max_skew: Duration) -> Self {
+        self.max_skew = max_skew;
+        self
+    }
+
+    /// Replaces the wall clock used only for the advisory expiry judgement.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// Resolves, dials the owner's address (a TCP connect with `timeout`),
@@ -268,14 +306,13 @@ impl Resolver {
                     },
                     Err(reason) => {
                         round_trips += 1;
-                        if self.owner_alive(&node, &instance).await? {
-                            WakeOutcome::Unreachable {
+                        match self.owner_lease(&node, &instance).await? {
+                            OwnerLease::Live => WakeOutcome::Unreachable {
                                 node,
                                 address,
                                 reason,
-                            }
-                        } else {
-                            WakeOutcome::OwnerGone { node, epoch }
+                            },
+                            lease => WakeOutcome::OwnerGone { node, epoch, lease },
                         }
                     }
                 }
@@ -319,6 +356,42 @@ impl Resolver {
             round_trips,
             claim,
         })
+    }
+}
+
+/// How a one-shot reader sees a claim owner's node lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OwnerLease {
+    /// Held by the claim's instance, renewed within ttl + skew bound.
+    Live,
+    /// Held by the claim's instance but not renewed for over ttl + skew
+    /// bound by the wall clocks (advisory: a peer takes over once it has
+    /// *observed* the expiry).
+    Expired,
+    /// Released by the owner (a graceful shutdown).
+    Released,
+    /// Held by a newer instance of the owner's node.
+    Superseded,
+    /// No node record at all.
+    Missing,
+}
+
+/// Classifies an owner's node record for a one-shot reader.
+pub fn owner_lease_of(
+    r: &LeaseRecord,
+    instance: &str,
+    now_wall_ms: u64,
+    max_skew: Duration,
+) -> OwnerLease {
+    if r.holder.instance != instance {
+        OwnerLease::Superseded
+    } else if r.released {
+        OwnerLease::Released
+    } else if r.expired_by_wall_clock(now_wall_ms, max_skew) {
+        OwnerLease::Expired
+    } else {
+        OwnerLease::Live
     }
 }
 

@@ -13,6 +13,7 @@ fn bin() -> Command {
         .env_remove("LEASEHOLD_LEASE_TOKEN")
         .env_remove("LEASEHOLD_TOKEN_FILE")
         .env_remove("LEASEHOLD_LOG_FORMAT")
+        .env_remove("LEASEHOLD_MAX_SKEW")
         .env(
             "LEASEHOLD_CONFIG",
             "/nonexistent/leasehold-test-config.json",
@@ -1050,4 +1051,111 @@ fn otlp_refuses_grpc_and_survives_a_missing_collector() {
         .unwrap();
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert_eq!(json(&o)["epoch"], 1, "{}", stdout(&o));
+}
+
+/// One-shot readers judge a silent owner by wall clock within an explicit
+/// skew bound (`--max-skew`, default 5 s): a node not renewed for ttl + bound
+/// shows as expired, its running sessions as interrupted, and `resolve` says
+/// no live owner (exit 1). A peer's clock running 3 s ahead stays within the
+/// bound and is live.
+#[test]
+fn one_shot_readers_call_a_silent_owner_expired_within_the_skew_bound() {
+    use leasehold::clock::{Clock, SystemClock};
+    use leasehold::fleet::claim::{ClaimRecord, ClaimState, Owner};
+    use leasehold::record::{Holder, Kind, LeaseRecord, SCHEMA};
+    let (_d, s) = store();
+    let store = rt()
+        .block_on(leasehold::store::open_store(&s, &Default::default()))
+        .unwrap();
+    let now = SystemClock::new().wall_ms();
+    let put = |key: &str, bytes: Vec<u8>| {
+        rt().block_on(store.put(
+            key,
+            bytes::Bytes::from(bytes),
+            leasehold::store::Cond::Create,
+        ))
+        .unwrap();
+    };
+    for (node, renewed) in [("dead", now - 60_000), ("ahead", now + 3_000)] {
+        let r = LeaseRecord {
+            schema: SCHEMA.into(),
+            kind: Kind::Node,
+            holder: Holder {
+                node: node.into(),
+                host: "h".into(),
+                instance: format!("i-{node}"),
+            },
+            epoch: 1,
+            ttl_ms: 2_000,
+            renewed_at_ms: renewed,
+            released: false,
+            host_locked: true,
+            address: None,
+            attrs: Default::default(),
+            nonce: format!("n-{node}"),
+        };
+        put(&format!("nodes/{node}"), r.encode().unwrap());
+        let c = ClaimRecord {
+            schema: SCHEMA.into(),
+            kind: "session".into(),
+            owner: Owner {
+                node: node.into(),
+                instance: format!("i-{node}"),
+            },
+            epoch: 4,
+            state: ClaimState::Running,
+            digest: "d".into(),
+            address: None,
+            exit_code: None,
+            restarts: 0,
+            updated_at_ms: renewed,
+            nonce: format!("c-{node}"),
+        };
+        put(&format!("sessions/on-{node}"), c.encode());
+    }
+    let nodes = json(&run(&["nodes", "--store", &s, "--json"]));
+    let state = |n: &str| {
+        nodes
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["node"] == n)
+            .map(|r| r["state"].clone())
+    };
+    assert_eq!(state("dead"), Some("expired".into()), "{nodes}");
+    assert_eq!(state("ahead"), Some("held".into()), "{nodes}");
+    let ls = json(&run(&["ls", "--store", &s, "--json"]));
+    let status = |n: &str| {
+        ls.as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == n)
+            .map(|r| r["status"].clone())
+    };
+    assert_eq!(status("on-dead"), Some("interrupted".into()), "{ls}");
+    assert_eq!(status("on-ahead"), Some("running".into()), "{ls}");
+    let o = run(&["resolve", "on-dead", "--store", &s, "--json"]);
+    assert_eq!(code(&o), 1, "{}", stdout(&o));
+    assert_eq!(json(&o)["owner_lease"], "expired");
+    assert_eq!(json(&o)["live"], false);
+    let o = run(&["resolve", "on-ahead", "--store", &s, "--json"]);
+    assert_eq!(code(&o), 0, "{}", stdout(&o));
+    assert_eq!(json(&o)["owner_lease"], "live");
+    let o = run(&["resolve", "on-dead", "--store", &s]);
+    assert!(
+        stdout(&o).contains("owner expired by wall clock: interrupted"),
+        "{}",
+        stdout(&o)
+    );
+    // A wider bound (clocks trusted less) calls the same owner live; a
+    // malformed bound is refused.
+    let o = run(&["resolve", "on-dead", "--store", &s, "--max-skew", "2m"]);
+    assert_eq!(code(&o), 0, "{}", stdout(&o));
+    let o = run(&["ls", "--store", &s, "--max-skew", "soon"]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    // wake: the dial fails (no address) and the owner is expired: gone.
+    let o = run(&["resolve", "on-dead", "--store", &s, "--wake", "--json"]);
+    assert_eq!(code(&o), 1, "{}", stdout(&o));
+    assert_eq!(json(&o)["outcome"]["outcome"], "owner_gone");
+    assert_eq!(json(&o)["outcome"]["lease"], "expired");
 }

@@ -14,7 +14,7 @@ use crate::fleet::claim::{self, ClaimRecord, Status};
 use crate::fleet::manifest::ManifestRecord;
 use crate::record::{Kind, LeaseRecord};
 use crate::store::{Entry, Store};
-use crate::wake::{Owned, Resolver, WakeOutcome};
+use crate::wake::{Owned, OwnerLease, Resolver, WakeOutcome};
 use futures::StreamExt;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -28,10 +28,11 @@ pub async fn resolve(
     store: &StoreArgs,
     wake: bool,
     json: bool,
+    max_skew: Duration,
 ) -> Result<(), Failure> {
     let name = Name::new(name)?;
     let store = open(store).await?;
-    let resolver = Resolver::new(store);
+    let resolver = Resolver::new(store).with_max_skew(max_skew);
     if wake {
         let w = resolver.wake(&name, Duration::from_secs(2)).await?;
         if json {
@@ -50,8 +51,11 @@ pub async fn resolve(
                         "{name}: on {node}, which is alive by its lease but did not answer: {reason}"
                     )
                 }
-                WakeOutcome::OwnerGone { node, epoch } => {
-                    println!("{name}: owner {node} is gone (epoch {epoch}); a node will claim it")
+                WakeOutcome::OwnerGone { node, epoch, lease } => {
+                    println!(
+                        "{name}: owner {node} is gone ({}, epoch {epoch}); a node will claim it",
+                        lease_text(*lease)
+                    )
                 }
                 WakeOutcome::NoOwner { owner } => println!("{name}: no owner ({owner:?})"),
                 WakeOutcome::ClaimedHere { node, epoch } => {
@@ -67,13 +71,17 @@ pub async fn resolve(
         };
     }
     let r = resolver.resolve(&name).await?;
-    let live = match &r.owner {
-        Owned::Claimed { node, instance, .. } => resolver.owner_alive(node, instance).await?,
-        _ => false,
+    let lease = match &r.owner {
+        Owned::Claimed { node, instance, .. } => Some(resolver.owner_lease(node, instance).await?),
+        _ => None,
     };
+    let live = lease == Some(OwnerLease::Live);
     if json {
         let mut v = serde_json::to_value(&r).expect("json");
         v["live"] = live.into();
+        if let Some(l) = lease {
+            v["owner_lease"] = serde_json::to_value(l).expect("json");
+        }
         print_json(&v);
     } else {
         match &r.owner {
@@ -89,10 +97,9 @@ pub async fn resolve(
                     .as_ref()
                     .map(|a| format!(" at {a}"))
                     .unwrap_or_default(),
-                if live {
-                    ""
-                } else {
-                    " (owner gone: interrupted)"
+                match lease {
+                    Some(OwnerLease::Live) | None => String::new(),
+                    Some(l) => format!(" (owner {}: interrupted)", lease_text(l)),
                 }
             ),
             Owned::Released { epoch } => println!("{name}: released (epoch {epoch}); queued"),
@@ -176,7 +183,23 @@ fn ago(ms: u64) -> String {
     }
 }
 
-pub async fn ls(what: LsWhat, store: &StoreArgs, prefix: &str, json: bool) -> Result<(), Failure> {
+fn lease_text(l: OwnerLease) -> &'static str {
+    match l {
+        OwnerLease::Live => "live",
+        OwnerLease::Expired => "expired by wall clock",
+        OwnerLease::Released => "released its lease",
+        OwnerLease::Superseded => "restarted as a new instance",
+        OwnerLease::Missing => "has no node record",
+    }
+}
+
+pub async fn ls(
+    what: LsWhat,
+    store: &StoreArgs,
+    prefix: &str,
+    json: bool,
+    max_skew: Duration,
+) -> Result<(), Failure> {
     if !prefix.is_empty()
         && !prefix
             .chars()
@@ -201,6 +224,7 @@ pub async fn ls(what: LsWhat, store: &StoreArgs, prefix: &str, json: bool) -> Re
                         "epoch": r.epoch, "released": r.released, "address": r.address,
                         "capacity": r.attrs.get("capacity"), "load": r.attrs.get("load"),
                         "labels": r.attrs.get("labels"), "renewed_ms_ago_wall": now.saturating_sub(r.renewed_at_ms),
+                        "state": if r.released { "released" } else if r.expired_by_wall_clock(now, max_skew) { "expired" } else { "held" },
                     }),
                     Err(err) => {
                         serde_json::json!({"node": &e.key["nodes/".len()..], "corrupt": err})
@@ -225,11 +249,7 @@ pub async fn ls(what: LsWhat, store: &StoreArgs, prefix: &str, json: bool) -> Re
                         r["instance"].as_str().unwrap_or(""),
                         r["epoch"].to_string(),
                         format!("{}/{}", r["load"], r["capacity"]),
-                        if r["released"] == true {
-                            "released"
-                        } else {
-                            "held"
-                        },
+                        r["state"].as_str().unwrap_or(""),
                         r["address"].as_str().unwrap_or("-"),
                         ago(r["renewed_ms_ago_wall"].as_u64().unwrap_or(0)),
                     );
@@ -289,15 +309,12 @@ pub async fn ls(what: LsWhat, store: &StoreArgs, prefix: &str, json: bool) -> Re
             let manifests = read_all(&store, &format!("manifests/{prefix}")).await?;
             let claims = read_all(&store, &format!("sessions/{prefix}")).await?;
             let nodes = read_all(&store, "nodes/").await?;
-            let mut live: BTreeMap<String, (String, bool)> = BTreeMap::new();
+            let mut node_records: BTreeMap<String, LeaseRecord> = BTreeMap::new();
             for (e, b) in &nodes {
                 if let Ok(Some(b)) = b
                     && let Ok(r) = LeaseRecord::decode(&e.key, b, Kind::Node)
                 {
-                    live.insert(
-                        r.holder.node.clone(),
-                        (r.holder.instance.clone(), !r.released),
-                    );
+                    node_records.insert(r.holder.node.clone(), r);
                 }
             }
             let mut rows: BTreeMap<String, serde_json::Value> = BTreeMap::new();
@@ -319,9 +336,10 @@ pub async fn ls(what: LsWhat, store: &StoreArgs, prefix: &str, json: bool) -> Re
                 };
                 let row = match decoded {
                     Ok(c) => {
-                        let owner_live = live
-                            .get(&c.owner.node)
-                            .is_some_and(|(i, held)| *held && *i == c.owner.instance);
+                        let owner_live = node_records.get(&c.owner.node).is_some_and(|r| {
+                            crate::wake::owner_lease_of(r, &c.owner.instance, now, max_skew)
+                                == OwnerLease::Live
+                        });
                         serde_json::json!({
                             "name": name, "status": claim::status(Some(&c), owner_live),
                             "owner": c.owner.node, "instance": c.owner.instance, "epoch": c.epoch,

@@ -45,6 +45,11 @@ pub struct Cli {
         env = "LEASEHOLD_LOG_FORMAT"
     )]
     log_format: LogFormat,
+    /// Wall-clock skew bound for one-shot readers (ls, nodes, resolve): an
+    /// owner not renewed for ttl + this, by the clocks, shows as expired.
+    /// Advisory only: nodes never take anything over by wall clock.
+    #[arg(long, global = true, default_value = "5s", value_parser = parse_duration, env = "LEASEHOLD_MAX_SKEW")]
+    max_skew: Duration,
     #[command(subcommand)]
     command: Command,
 }
@@ -451,6 +456,7 @@ fn apply_config_file() -> Result<(), Error> {
         node: Option<String>,
         token_file: Option<String>,
         log_format: Option<String>,
+        max_skew: Option<String>,
     }
     let f: File = serde_json::from_slice(&bytes)
         .map_err(|e| Error::invalid("config file", format!("{}: {e}", path.display())))?;
@@ -459,6 +465,7 @@ fn apply_config_file() -> Result<(), Error> {
         ("LEASEHOLD_NODE", f.node),
         ("LEASEHOLD_TOKEN_FILE", f.token_file),
         ("LEASEHOLD_LOG_FORMAT", f.log_format),
+        ("LEASEHOLD_MAX_SKEW", f.max_skew),
     ] {
         if let Some(v) = value
             && std::env::var_os(var).is_none()
@@ -507,6 +514,7 @@ pub(crate) fn print_json(v: &serde_json::Value) {
 }
 
 async fn run(cli: Cli) -> Result<(), Failure> {
+    let max_skew = cli.max_skew;
     match cli.command {
         Command::Doctor { store, json } => doctor(&store, json).await,
         Command::Lease { op } => lease(op).await,
@@ -536,14 +544,16 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             store,
             wake,
             json,
-        } => inventory::resolve(name, &store, wake, json).await,
+        } => inventory::resolve(name, &store, wake, json, max_skew).await,
         Command::Ls {
             what,
             store,
             prefix,
             json,
-        } => inventory::ls(what, &store, &prefix, json).await,
-        Command::Nodes { store, json } => inventory::ls(LsWhat::Nodes, &store, "", json).await,
+        } => inventory::ls(what, &store, &prefix, json, max_skew).await,
+        Command::Nodes { store, json } => {
+            inventory::ls(LsWhat::Nodes, &store, "", json, max_skew).await
+        }
         Command::Inspect { key, store, json } => inventory::inspect(&key, &store, json).await,
         Command::Watch {
             store,
