@@ -756,3 +756,206 @@ async fn wake_claims_on_the_callers_node_within_the_rules() {
     ));
     f.finish().await;
 }
+
+/// Placement weighs free capacity: a node that joins a loaded fleet takes a
+/// larger share of new sessions than its peers (with capacity weights it
+/// would get 1 in 5 here, about 8 of 40; with free-capacity weights
+/// 25:25:25:25:100, about half).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_new_node_takes_more_than_its_share_of_new_sessions() {
+    let store: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());
+    let mut f = Fleet::new(store.clone());
+    for id in ["n1", "n2", "n3", "n4"] {
+        f.start(id, 100, &[]);
+    }
+    for i in 0..300 {
+        apply(&store, &format!("old{i:03}"), &spec("sleep")).await;
+    }
+    f.wait_for("300 placed", |p| p.len() == 300).await;
+    f.start("fresh", 100, &[]);
+    // Let every peer list the newcomer and the newcomer read every claim.
+    f.clock.sleep(TTL).await;
+    for i in 0..40 {
+        apply(&store, &format!("new{i:03}"), &spec("sleep")).await;
+    }
+    f.wait_for("340 placed", |p| p.len() == 340).await;
+    let p = f.placement();
+    let on_fresh = p
+        .iter()
+        .filter(|(s, v)| s.starts_with("new") && v[0].0 == "fresh")
+        .count();
+    let loads: BTreeMap<&str, usize> = p.values().fold(BTreeMap::new(), |mut m, v| {
+        *m.entry(v[0].0.as_str()).or_default() += 1;
+        m
+    });
+    eprintln!("newcomer took {on_fresh} of 40; loads {loads:?}");
+    assert!(
+        on_fresh >= 14,
+        "the newcomer took {on_fresh} of 40 new sessions (capacity weights: ~8); loads {loads:?}"
+    );
+    f.finish().await;
+}
+
+/// Taking a session over from a node whose lease expired by observation must
+/// first fence that node's lease in the bucket (a tombstone written with
+/// If-Match on the version watched go stale). Otherwise a renewal still in
+/// flight, landing after the listing, would leave the owner believing in its
+/// lease while a peer runs its session. Here the owner's late renewal lands
+/// just before the fence: the fence is refused, nothing is taken over; when
+/// the owner then falls silent for good, the fence lands and the session
+/// moves. Checked as an invariant at every write of the claim: the owner's
+/// node lease is already released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn takeover_fences_the_owners_lease_first_even_against_a_late_renewal() {
+    use async_trait::async_trait;
+    use futures::stream::BoxStream;
+    use leasehold::lease::{Acquire, AcquireOptions, LeaseClient};
+    use leasehold::record::{Kind, LeaseRecord};
+    use leasehold::store::{Cond, Conditional, Entry, Object, StoreError, Version};
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+
+    #[derive(Debug)]
+    struct Watch {
+        inner: Arc<dyn Store>,
+        late_renewal: AtomicBool,
+        late_renewals: AtomicU32,
+        takeovers: AtomicU32,
+        violations: AtomicU32,
+    }
+    impl std::fmt::Display for Watch {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "watch({})", self.inner)
+        }
+    }
+    #[async_trait]
+    impl Store for Watch {
+        async fn get(&self, key: &str) -> Result<Option<Object>, StoreError> {
+            self.inner.get(key).await
+        }
+        async fn get_if_changed(
+            &self,
+            key: &str,
+            known: &Version,
+        ) -> Result<Conditional, StoreError> {
+            self.inner.get_if_changed(key, known).await
+        }
+        async fn put(
+            &self,
+            key: &str,
+            bytes: bytes::Bytes,
+            cond: Cond,
+        ) -> Result<Version, StoreError> {
+            if key == "nodes/owner" && self.late_renewal.swap(false, Ordering::SeqCst) {
+                // The owner's renewal, sent before its deadline, lands now.
+                let cur = self.inner.get(key).await?.unwrap();
+                let mut r = LeaseRecord::decode(key, &cur.bytes, Kind::Node).unwrap();
+                r.nonce = "late-renewal".into();
+                self.inner
+                    .put(key, r.encode().unwrap().into(), Cond::Match(cur.version))
+                    .await?;
+                self.late_renewals.fetch_add(1, Ordering::SeqCst);
+            }
+            if key == "sessions/orphan" && matches!(cond, Cond::Match(_)) {
+                self.takeovers.fetch_add(1, Ordering::SeqCst);
+                let o = self.inner.get("nodes/owner").await?.unwrap();
+                let r = LeaseRecord::decode("nodes/owner", &o.bytes, Kind::Node).unwrap();
+                if !r.released {
+                    self.violations.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+            self.inner.put(key, bytes, cond).await
+        }
+        async fn delete(&self, key: &str) -> Result<(), StoreError> {
+            self.inner.delete(key).await
+        }
+        fn list(&self, prefix: &str) -> BoxStream<'static, Result<Entry, StoreError>> {
+            self.inner.list(prefix)
+        }
+    }
+
+    let inner: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+    // The owner: a node lease and a running claim, then silence.
+    let owner = LeaseClient::builder(inner.clone(), Name::new("owner").unwrap())
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let Acquire::Acquired(mut owner_lease) = owner
+        .acquire_kind(
+            Kind::Node,
+            &Name::new("owner").unwrap(),
+            &AcquireOptions::ttl(TTL),
+        )
+        .await
+        .unwrap()
+    else {
+        panic!("fresh key")
+    };
+    apply(&inner, "orphan", &spec("sleep")).await;
+    let digest = manifest::get(&inner, &Name::new("orphan").unwrap())
+        .await
+        .unwrap()
+        .unwrap()
+        .0
+        .digest;
+    let claim = ClaimRecord {
+        schema: leasehold::record::SCHEMA.into(),
+        kind: "session".into(),
+        owner: leasehold::fleet::claim::Owner {
+            node: "owner".into(),
+            instance: owner.holder().instance.clone(),
+        },
+        epoch: 1,
+        state: ClaimState::Running,
+        digest,
+        address: None,
+        exit_code: None,
+        restarts: 0,
+        updated_at_ms: 0,
+        nonce: "c1".into(),
+    };
+    inner
+        .put("sessions/orphan", claim.encode().into(), Cond::Create)
+        .await
+        .unwrap();
+
+    let watch = Arc::new(Watch {
+        inner: inner.clone(),
+        late_renewal: AtomicBool::new(true),
+        late_renewals: AtomicU32::new(0),
+        takeovers: AtomicU32::new(0),
+        violations: AtomicU32::new(0),
+    });
+    let mut f = Fleet::new(watch.clone());
+    f.clock = clock.clone();
+    f.start("taker", 8, &[]);
+    f.wait_for("orphan taken over", |p| {
+        p.get("orphan")
+            .is_some_and(|v| v.iter().any(|(n, e)| n == "taker" && *e >= 2))
+    })
+    .await;
+    assert_eq!(
+        watch.violations.load(Ordering::SeqCst),
+        0,
+        "taken over from a live lease"
+    );
+    assert_eq!(
+        watch.late_renewals.load(Ordering::SeqCst),
+        1,
+        "the late renewal landed"
+    );
+    assert!(watch.takeovers.load(Ordering::SeqCst) >= 1);
+    let c = f.claim("orphan").await;
+    assert_eq!((c.owner.node.as_str(), c.epoch), ("taker", 2));
+    let totals = f.nodes[0].journal.totals();
+    assert_eq!(totals.get("fenced"), Some(&1), "{totals:?}");
+    // The owner's lease is released (by the taker); the owner, waking past
+    // its deadline, does not even try to renew.
+    let o = inner.get("nodes/owner").await.unwrap().unwrap();
+    let r = LeaseRecord::decode("nodes/owner", &o.bytes, Kind::Node).unwrap();
+    assert!(r.released);
+    assert_eq!(r.attrs.get("released_by"), Some(&"taker".into()));
+    let e = owner_lease.renew_once().await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Fenced, "{e}");
+    f.finish().await;
+}

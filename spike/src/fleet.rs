@@ -114,6 +114,7 @@ pub async fn placement(
     m: usize,
     ttl: Duration,
     kills: usize,
+    capacity: Option<u32>,
     json: bool,
 ) -> Result<()> {
     let base = open_store(url, &OpenOptions::default()).await?;
@@ -132,8 +133,16 @@ pub async fn placement(
     let counting = Arc::new(CountingStore::new(store.clone()));
     let node_store: Arc<dyn Store> = counting.clone();
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
-    // Room for every session on the last node standing.
-    let capacity = m.max(8) as u32;
+    // By default, room for every session on the last node standing.
+    let capacity = capacity.unwrap_or(m.max(8) as u32);
+    if (capacity as usize) * n.saturating_sub(kills) < m {
+        return Err(leasehold::Error::Invalid {
+            what: "--capacity".into(),
+            reason: format!(
+                "{n} nodes less {kills} kills cannot hold {m} sessions at {capacity} each"
+            ),
+        });
+    }
     let poll = ttl / 10;
     let mut nodes: Vec<SpikeNode> = (0..n)
         .map(|i| {
@@ -152,15 +161,18 @@ pub async fn placement(
     let t0 = clock.now();
     apply_sleepers(&store, m).await?;
     let applied = clock.now().saturating_since(t0);
+    // Progress is read from the nodes' journals in memory, not by polling
+    // the store: polling every claim loaded a slow server (moto) enough to
+    // distort what was being measured.
     let placed_at;
     loop {
-        let o = owners(&store).await?;
-        if o.len() == m {
+        let started = started_since(&nodes, &vec![0; nodes.len()]);
+        if started.len() == m {
             placed_at = clock.now().saturating_since(t0);
             break;
         }
-        eprint!("\rplaced {}/{m}", o.len());
-        clock.sleep(Duration::from_millis(100)).await;
+        eprint!("\rplaced {}/{m}", started.len());
+        clock.sleep(Duration::from_millis(5)).await;
     }
     eprintln!("\rplaced {m}/{m}     ");
     let claims: usize = nodes.iter().map(|n| count(&n.journal, "claimed")).sum();
@@ -184,18 +196,18 @@ pub async fn placement(
             .filter(|(_, (n, _))| *n == victim.id)
             .map(|(s, _)| s.clone())
             .collect();
+        let marks: Vec<u64> = nodes.iter().map(|n| n.journal.latest()).collect();
         victim.task.abort();
         let _ = victim.task.await;
         let t = clock.now();
+        // Done when every one of the victim's sessions has started on a
+        // survivor (journals, in memory: no polling of the store).
         loop {
-            let o = owners(&store).await?;
-            if theirs
-                .iter()
-                .all(|s| o.get(s).is_some_and(|(n, _)| *n != victim.id))
-            {
+            let started = started_since(&nodes, &marks);
+            if theirs.iter().all(|s| started.contains(s)) {
                 break;
             }
-            clock.sleep(Duration::from_millis(20)).await;
+            clock.sleep(Duration::from_millis(5)).await;
         }
         let d = clock.now().saturating_since(t);
         eprintln!(
@@ -207,12 +219,20 @@ pub async fn placement(
         failovers.push(d);
     }
     let used = counting.counts();
+    // Every journal event kind, summed over the nodes still in the fleet: a
+    // run where nodes lost their leases (an overloaded store) shows it here.
+    let mut events: BTreeMap<&'static str, u64> = BTreeMap::new();
+    for node in &nodes {
+        for (k, v) in node.journal.totals() {
+            *events.entry(k).or_default() += v;
+        }
+    }
     for n in nodes.drain(..) {
         n.shutdown.cancel();
         let _ = n.task.await;
     }
     let row = serde_json::json!({
-        "store": url, "nodes": n, "manifests": m, "ttl_ms": ttl.as_millis() as u64, "poll_ms": poll.as_millis() as u64,
+        "store": url, "nodes": n, "manifests": m, "capacity": capacity, "ttl_ms": ttl.as_millis() as u64, "poll_ms": poll.as_millis() as u64,
         "apply_ms": applied.as_millis() as u64,
         "place_all_ms": placed_at.as_millis() as u64,
         "claims": claims, "conflicts": conflicts,
@@ -222,17 +242,18 @@ pub async fn placement(
         "failover_p50_ms": if failovers.is_empty() { 0 } else { pct(&failovers, 0.5).as_millis() as u64 },
         "failover_max_ms": failovers.iter().max().map_or(0, |d| d.as_millis() as u64),
         "requests": used,
+        "events": events,
     });
     if json {
         println!("{}", serde_json::to_string_pretty(&row).unwrap());
         return Ok(());
     }
     println!(
-        "| store | nodes | manifests | ttl | poll | time to place all (from first apply) | claims | conflicts | conflicts per claim |"
+        "| store | nodes | manifests | capacity | ttl | poll | time to place all (from first apply) | claims | conflicts | conflicts per claim |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     println!(
-        "| {url} | {n} | {m} | {}ms | {}ms | {}ms (applying took {}ms) | {claims} | {conflicts} | {:.4} |",
+        "| {url} | {n} | {m} | {capacity} | {}ms | {}ms | {}ms (applying took {}ms) | {claims} | {conflicts} | {:.4} |",
         ttl.as_millis(),
         poll.as_millis(),
         placed_at.as_millis(),
@@ -241,6 +262,7 @@ pub async fn placement(
     );
     println!();
     println!("spread: {spread:?}");
+    println!("journal events (surviving nodes): {events:?}");
     if !failovers.is_empty() {
         println!();
         println!("| kills | failover times (ms) | max | goal: ttl + one poll + 1 s |");
@@ -255,6 +277,23 @@ pub async fn placement(
         );
     }
     Ok(())
+}
+
+/// Sessions with a `started` event in any node's journal after that node's
+/// mark (a sequence number).
+fn started_since(nodes: &[SpikeNode], marks: &[u64]) -> std::collections::BTreeSet<String> {
+    let mut out = std::collections::BTreeSet::new();
+    for (n, mark) in nodes.iter().zip(marks) {
+        if let Ok(p) = n.journal.after(*mark, usize::MAX) {
+            out.extend(
+                p.events
+                    .into_iter()
+                    .filter(|e| e.kind == "started")
+                    .filter_map(|e| e.session),
+            );
+        }
+    }
+    out
 }
 
 fn count(j: &Journal, kind: &str) -> usize {

@@ -56,6 +56,9 @@ enum Cmd {
         /// Nodes to kill, one after another.
         #[arg(long, default_value_t = 5)]
         kills: usize,
+        /// Sessions per node; default: room for every manifest on one node.
+        #[arg(long)]
+        capacity: Option<u32>,
         #[arg(long)]
         json: bool,
     },
@@ -140,6 +143,7 @@ async fn main() {
             manifests,
             ttl_ms,
             kills,
+            capacity,
             json,
         } => {
             fleet::placement(
@@ -148,6 +152,7 @@ async fn main() {
                 manifests,
                 Duration::from_millis(ttl_ms),
                 kills,
+                capacity,
                 json,
             )
             .await
