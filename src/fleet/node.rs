@@ -271,6 +271,8 @@ struct Validity {
 #[derive(Debug, Clone)]
 struct PeerNode {
     listed: Version,
+    /// When a listing first showed `listed`.
+    listed_since: MonoTime,
     fetched: Version,
     fetched_at: MonoTime,
     record: LeaseRecord,
@@ -631,6 +633,7 @@ impl Node {
                     key,
                     PeerNode {
                         listed: version.clone(),
+                        listed_since: self.deps.clock.now(),
                         fetched: version,
                         fetched_at: self.deps.clock.now(),
                         record: tomb,
@@ -1004,10 +1007,15 @@ impl Node {
                     let listed = listed
                         .or_else(|| self.nodes.get(key).map(|n| n.listed.clone()))
                         .unwrap_or_else(|| o.version.clone());
+                    let listed_since = match self.nodes.get(key) {
+                        Some(n) if n.listed == listed => n.listed_since,
+                        _ => now,
+                    };
                     self.nodes.insert(
                         key.to_string(),
                         PeerNode {
                             listed,
+                            listed_since,
                             fetched: o.version,
                             fetched_at: now,
                             record,
@@ -1029,7 +1037,12 @@ impl Node {
     }
 
     /// Brings peers' node records in line with a listing: new peers are read,
-    /// known ones only every `node_refresh`.
+    /// known ones only every `node_refresh` (their versions change at every
+    /// renewal, which is no news), except a peer whose version changes after
+    /// standing still for over half its TTL: that change is a release, a
+    /// fence by another node, a re-registration or a late renewal, and peers
+    /// must see which at once (a released record reads as live again until
+    /// read, which would hold up failover for a TTL).
     async fn refresh_nodes(&mut self, entries: &[Entry]) -> Result<()> {
         let mine = format!("nodes/{}", self.me.node);
         let listed: std::collections::HashSet<&str> =
@@ -1043,9 +1056,16 @@ impl Node {
             }
             let due = match self.nodes.get_mut(&e.key) {
                 Some(n) => {
-                    n.listed = e.version.clone();
-                    n.fetched != e.version
-                        && now.saturating_since(n.fetched_at) >= self.cfg.node_refresh
+                    let mut stalled = false;
+                    if n.listed != e.version {
+                        stalled = now.saturating_since(n.listed_since)
+                            > Duration::from_millis(n.record.ttl_ms) / 2;
+                        n.listed = e.version.clone();
+                        n.listed_since = now;
+                    }
+                    stalled
+                        || (n.fetched != e.version
+                            && now.saturating_since(n.fetched_at) >= self.cfg.node_refresh)
                 }
                 None => true,
             };
