@@ -194,18 +194,12 @@ impl Resolver {
                     (None, false)
                 }
             },
-            None => match self
-                .store
-                .get(&key)
-                .await
-                .map_err(|e| Error::from_store("get", &key, e))?
-            {
-                Some(o) => {
-                    let c = ClaimRecord::decode(&key, &o.bytes)?;
+            None => match crate::fleet::claim::get(&self.store, name.as_str()).await? {
+                Some((c, version)) => {
                     self.cache
                         .lock()
                         .unwrap()
-                        .insert(key.clone(), (o.version, c.clone()));
+                        .insert(key.clone(), (version, c.clone()));
                     (Some(c), false)
                 }
                 None => (None, false),

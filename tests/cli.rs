@@ -275,20 +275,26 @@ fn doctor_reports_and_refuses() {
     assert_eq!(j["credentials"], "none needed");
 }
 
+/// `doctor` against an S3 endpoint where nothing listens (the discard port).
+fn doctor_on_unreachable_s3() -> Command {
+    let mut c = bin();
+    c.args([
+        "doctor",
+        "--store",
+        "s3://bucket",
+        "--endpoint",
+        "http://127.0.0.1:9",
+        "--request-timeout",
+        "500ms",
+    ]);
+    c
+}
+
 #[test]
 fn store_errors_never_print_secrets() {
     // An unreachable S3 endpoint with a recognisable secret in the
     // environment: the error names the store, never the secret.
-    let o = bin()
-        .args([
-            "doctor",
-            "--store",
-            "s3://bucket",
-            "--endpoint",
-            "http://127.0.0.1:9",
-            "--request-timeout",
-            "500ms",
-        ])
+    let o = doctor_on_unreachable_s3()
         .env("AWS_ACCESS_KEY_ID", "AKIDLEASEHOLDTEST")
         .env("AWS_SECRET_ACCESS_KEY", "SECRETLEASEHOLDMARKER")
         .env("AWS_SESSION_TOKEN", "TOKENLEASEHOLDMARKER")
@@ -319,17 +325,8 @@ fn doctor_names_a_profile_credentials_source_without_the_keys() {
         "[ops]\naws_access_key_id = AKIDPROFILEMARKER\naws_secret_access_key = SECRETPROFILEMARKER\n",
     )
     .unwrap();
-    let o = bin()
-        .args([
-            "doctor",
-            "--store",
-            "s3://bucket",
-            "--endpoint",
-            "http://127.0.0.1:9",
-            "--request-timeout",
-            "500ms",
-            "--json",
-        ])
+    let o = doctor_on_unreachable_s3()
+        .arg("--json")
         .env_remove("AWS_ACCESS_KEY_ID")
         .env_remove("AWS_SECRET_ACCESS_KEY")
         .env_remove("AWS_SESSION_TOKEN")

@@ -796,6 +796,65 @@ async fn a_new_node_takes_more_than_its_share_of_new_sessions() {
     f.finish().await;
 }
 
+/// Registers node `node` (a node lease taken directly, no pull loop) and
+/// writes a running claim by it, at epoch 1, for a freshly applied manifest
+/// `session`: a peer's session as another node finds it.
+async fn foreign_claim(
+    store: &Arc<dyn Store>,
+    clock: &Arc<dyn Clock>,
+    node: &str,
+    session: &str,
+) -> leasehold::lease::Lease {
+    use leasehold::lease::{Acquire, AcquireOptions, LeaseClient};
+    let client = LeaseClient::builder(store.clone(), Name::new(node).unwrap())
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let Acquire::Acquired(lease) = client
+        .acquire_kind(
+            leasehold::record::Kind::Node,
+            &Name::new(node).unwrap(),
+            &AcquireOptions::ttl(TTL),
+        )
+        .await
+        .unwrap()
+    else {
+        panic!("fresh key")
+    };
+    apply(store, session, &spec("sleep")).await;
+    let digest = manifest::get(store, &Name::new(session).unwrap())
+        .await
+        .unwrap()
+        .unwrap()
+        .0
+        .digest;
+    let claim = ClaimRecord {
+        schema: leasehold::record::SCHEMA.into(),
+        kind: "session".into(),
+        owner: leasehold::fleet::claim::Owner {
+            node: node.into(),
+            instance: client.holder().instance.clone(),
+        },
+        epoch: 1,
+        state: ClaimState::Running,
+        digest,
+        address: None,
+        exit_code: None,
+        restarts: 0,
+        updated_at_ms: 0,
+        nonce: "c1".into(),
+    };
+    store
+        .put(
+            &format!("sessions/{session}"),
+            claim.encode().into(),
+            leasehold::store::Cond::Create,
+        )
+        .await
+        .unwrap();
+    lease
+}
+
 /// Taking a session over from a node whose lease expired by observation must
 /// first fence that node's lease in the bucket (a tombstone written with
 /// If-Match on the version watched go stale). Otherwise a renewal still in
@@ -809,7 +868,6 @@ async fn a_new_node_takes_more_than_its_share_of_new_sessions() {
 async fn takeover_fences_the_owners_lease_first_even_against_a_late_renewal() {
     use async_trait::async_trait;
     use futures::stream::BoxStream;
-    use leasehold::lease::{Acquire, AcquireOptions, LeaseClient};
     use leasehold::record::{Kind, LeaseRecord};
     use leasehold::store::{Cond, Conditional, Entry, Object, StoreError, Version};
     use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -876,48 +934,7 @@ async fn takeover_fences_the_owners_lease_first_even_against_a_late_renewal() {
     let inner: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
     // The owner: a node lease and a running claim, then silence.
-    let owner = LeaseClient::builder(inner.clone(), Name::new("owner").unwrap())
-        .clock(clock.clone())
-        .build()
-        .unwrap();
-    let Acquire::Acquired(mut owner_lease) = owner
-        .acquire_kind(
-            Kind::Node,
-            &Name::new("owner").unwrap(),
-            &AcquireOptions::ttl(TTL),
-        )
-        .await
-        .unwrap()
-    else {
-        panic!("fresh key")
-    };
-    apply(&inner, "orphan", &spec("sleep")).await;
-    let digest = manifest::get(&inner, &Name::new("orphan").unwrap())
-        .await
-        .unwrap()
-        .unwrap()
-        .0
-        .digest;
-    let claim = ClaimRecord {
-        schema: leasehold::record::SCHEMA.into(),
-        kind: "session".into(),
-        owner: leasehold::fleet::claim::Owner {
-            node: "owner".into(),
-            instance: owner.holder().instance.clone(),
-        },
-        epoch: 1,
-        state: ClaimState::Running,
-        digest,
-        address: None,
-        exit_code: None,
-        restarts: 0,
-        updated_at_ms: 0,
-        nonce: "c1".into(),
-    };
-    inner
-        .put("sessions/orphan", claim.encode().into(), Cond::Create)
-        .await
-        .unwrap();
+    let mut owner_lease = foreign_claim(&inner, &clock, "owner", "orphan").await;
 
     let watch = Arc::new(Watch {
         inner: inner.clone(),
@@ -957,5 +974,78 @@ async fn takeover_fences_the_owners_lease_first_even_against_a_late_renewal() {
     assert_eq!(r.attrs.get("released_by"), Some(&"taker".into()));
     let e = owner_lease.renew_once().await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Fenced, "{e}");
+    f.finish().await;
+}
+
+/// A claim whose owner's node record is missing from this node's view (the
+/// owner registered after our `nodes/` listing) is not orphaned: its record
+/// is read first. Here the listing never shows the owner at all, as if every
+/// pass raced its registration; its claim must never be taken over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_claim_by_a_node_missing_from_our_listing_is_not_taken() {
+    use async_trait::async_trait;
+    use futures::StreamExt;
+    use futures::stream::BoxStream;
+    use leasehold::store::{Cond, Conditional, Entry, Object, StoreError, Version};
+
+    #[derive(Debug)]
+    struct HideFromListing(Arc<dyn Store>);
+    impl std::fmt::Display for HideFromListing {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "hide({})", self.0)
+        }
+    }
+    #[async_trait]
+    impl Store for HideFromListing {
+        async fn get(&self, key: &str) -> Result<Option<Object>, StoreError> {
+            self.0.get(key).await
+        }
+        async fn get_if_changed(
+            &self,
+            key: &str,
+            known: &Version,
+        ) -> Result<Conditional, StoreError> {
+            self.0.get_if_changed(key, known).await
+        }
+        async fn put(
+            &self,
+            key: &str,
+            bytes: bytes::Bytes,
+            cond: Cond,
+        ) -> Result<Version, StoreError> {
+            self.0.put(key, bytes, cond).await
+        }
+        async fn delete(&self, key: &str) -> Result<(), StoreError> {
+            self.0.delete(key).await
+        }
+        fn list(&self, prefix: &str) -> BoxStream<'static, Result<Entry, StoreError>> {
+            self.0
+                .list(prefix)
+                .filter(|e| {
+                    let hidden = matches!(e, Ok(e) if e.key == "nodes/late");
+                    async move { !hidden }
+                })
+                .boxed()
+        }
+    }
+
+    let inner: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+    let mut lease = foreign_claim(&inner, &clock, "late", "theirs").await;
+    let mut f = Fleet::new(Arc::new(HideFromListing(inner.clone())));
+    f.clock = clock.clone();
+    f.start("taker", 8, &[]);
+    // A control session shows the taker's loop is claiming meanwhile.
+    apply(&inner, "control", &spec("sleep")).await;
+    f.wait_for("control placed", |p| p.contains_key("control"))
+        .await;
+    // Keep the owner alive for several TTLs (it renews; we never list it).
+    for _ in 0..8 {
+        lease.renew_once().await.unwrap();
+        clock.sleep(TTL / 3).await;
+    }
+    let c = f.claim("theirs").await;
+    assert_eq!((c.owner.node.as_str(), c.epoch), ("late", 1), "{c:?}");
+    assert!(!f.placement().contains_key("theirs"));
     f.finish().await;
 }

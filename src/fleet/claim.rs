@@ -7,7 +7,9 @@
 //! leaves a tombstone).
 
 use crate::error::{Error, Result};
+use crate::store::{Store, Version};
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
 /// Who runs a session.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -118,6 +120,19 @@ impl ClaimRecord {
 
     pub fn encode(&self) -> Vec<u8> {
         serde_json::to_vec(self).expect("claim serialises")
+    }
+}
+
+/// Reads and decodes `sessions/<name>` (one GET): the claim and its version.
+pub async fn get(store: &Arc<dyn Store>, name: &str) -> Result<Option<(ClaimRecord, Version)>> {
+    let key = format!("sessions/{name}");
+    match store
+        .get(&key)
+        .await
+        .map_err(|e| Error::from_store("get", &key, e))?
+    {
+        None => Ok(None),
+        Some(o) => Ok(Some((ClaimRecord::decode(&key, &o.bytes)?, o.version))),
     }
 }
 

@@ -575,9 +575,15 @@ impl Node {
             return Ok(true); // released by its owner; or our predecessor (host lock)
         }
         let key = format!("nodes/{}", c.owner.node);
+        if !self.nodes.contains_key(&key) {
+            // Not in our view: read it. Absent in the bucket, the owner's
+            // renewals (If-Match) fail too; present, it was just written or
+            // just listed, and has not been watched for a TTL.
+            self.fetch_node(&key, None).await?;
+            return Ok(!self.nodes.contains_key(&key) && !self.corrupt_nodes.contains(&key));
+        }
         let Some(n) = self.nodes.get(&key).cloned() else {
-            // No record at all: its owner's renewals (If-Match) fail too.
-            return Ok(true);
+            return Ok(false);
         };
         if n.record.holder.instance != c.owner.instance
             || (n.record.released && n.listed == n.fetched)
@@ -677,21 +683,12 @@ impl Node {
         self.manifests.insert(mkey, (mversion, m.clone()));
         let key = format!("sessions/{name}");
         round_trips += 1;
-        let claim = match self
-            .deps
-            .store
-            .get(&key)
-            .await
-            .map_err(|e| Error::from_store("get", &key, e))?
-        {
-            Some(o) => {
-                let c = ClaimRecord::decode(&key, &o.bytes)?;
-                self.claims
-                    .insert(key.clone(), (o.version.clone(), c.clone()));
-                Some((o.version, c))
-            }
-            None => None,
-        };
+        let claim = super::claim::get(&self.deps.store, name.as_str())
+            .await?
+            .map(|(c, v)| (v, c));
+        if let Some((v, c)) = &claim {
+            self.claims.insert(key.clone(), (v.clone(), c.clone()));
+        }
         if let Some((_, c)) = &claim
             && c.owner.node != self.me.node
             && c.state != ClaimState::Released
@@ -887,15 +884,17 @@ impl Node {
             // A cached peer record may be stale. If it names an instance other
             // than the claim's owner, read it again before believing the owner
             // superseded: records only move to newer instances, so a fresh
-            // read that still differs proves it.
+            // read that still differs proves it. And a claim by a node we have
+            // no record of is most often by a node that registered after our
+            // `nodes/` listing: read its record before calling it gone.
             if let (Claimable::Orphaned, Some(c)) = (why, &cv)
                 && c.state != ClaimState::Released
             {
                 let key = format!("nodes/{}", c.owner.node);
-                let stale = self
-                    .nodes
-                    .get(&key)
-                    .is_some_and(|n| n.record.holder.instance != c.owner.instance);
+                let stale = match self.nodes.get(&key) {
+                    Some(n) => n.record.holder.instance != c.owner.instance,
+                    None => true,
+                };
                 if stale && !refetched.contains(&key) {
                     refetched.insert(key.clone());
                     self.fetch_node(&key, None).await?;
