@@ -658,15 +658,18 @@ async fn wake_claims_on_the_callers_node_within_the_rules() {
         .unwrap();
     // Deletion is acted on at the caller's next pass; ask for "third" until
     // the slot is free (each wake wakes the node, so this is quick).
-    let mut answer = None;
-    for _ in 0..100 {
-        let w = wake("third").await;
-        if matches!(w.claim, Some(ClaimAnswer::Claimed { .. })) {
-            answer = w.claim;
-            break;
+    // Wakes `name` until the caller's node claims it (bounded).
+    let wake_until_claimed = async |name: &str| {
+        for _ in 0..100 {
+            let w = wake(name).await;
+            if matches!(w.claim, Some(ClaimAnswer::Claimed { .. })) {
+                return w.claim;
+            }
+            clock.sleep(Duration::from_millis(20)).await;
         }
-        clock.sleep(Duration::from_millis(20)).await;
-    }
+        None
+    };
+    let answer = wake_until_claimed("third").await;
     assert!(
         matches!(answer, Some(ClaimAnswer::Claimed { epoch: 1, .. })),
         "{answer:?}"
@@ -678,15 +681,7 @@ async fn wake_claims_on_the_callers_node_within_the_rules() {
     manifest::delete(&store, &Name::new("third").unwrap())
         .await
         .unwrap();
-    let mut answer = None;
-    for _ in 0..100 {
-        let w = wake("busy").await;
-        if let WakeOutcome::ClaimedHere { .. } = &w.outcome {
-            answer = w.claim;
-            break;
-        }
-        clock.sleep(Duration::from_millis(20)).await;
-    }
+    let answer = wake_until_claimed("busy").await;
     assert!(
         matches!(answer, Some(ClaimAnswer::Claimed { epoch, .. }) if epoch == busy_epoch + 1),
         "{answer:?}"
