@@ -175,6 +175,26 @@ impl Observer {
     pub fn forget(&self, key: &str) {
         self.seen.lock().unwrap().remove(key);
     }
+
+    /// After a complete listing of `prefix`: forgets the keys under it that
+    /// the listing no longer shows, so a long-lived observer does not grow
+    /// with every session that ever existed. Forgetting is conservative: a
+    /// key that comes back starts a fresh observation.
+    pub fn retain_listed(&self, prefix: &str, listed: &std::collections::HashSet<&str>) {
+        self.seen
+            .lock()
+            .unwrap()
+            .retain(|k, _| !k.starts_with(prefix) || listed.contains(k.as_str()));
+    }
+
+    /// How many keys are being observed.
+    pub fn len(&self) -> usize {
+        self.seen.lock().unwrap().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// The answer to [`LeaseClient::acquire`].
@@ -656,6 +676,8 @@ impl LeaseClient {
             self.inner.observer.observe(&e.key, &e.version, arrived);
             out.push(e);
         }
+        let listed: std::collections::HashSet<&str> = out.iter().map(|e| e.key.as_str()).collect();
+        self.inner.observer.retain_listed(prefix, &listed);
         Ok(out)
     }
 }
@@ -1018,6 +1040,27 @@ mod tests {
         assert_eq!(
             decide_takeover(&held, &me("n1", "h9", "i2"), true, z, m),
             None
+        );
+    }
+
+    #[test]
+    fn observer_forgets_keys_a_complete_listing_no_longer_shows() {
+        let o = Observer::default();
+        let t = MonoTime::ZERO;
+        let v = Version {
+            etag: Some("1".into()),
+            version: None,
+        };
+        for k in ["sessions/a", "sessions/b", "nodes/a"] {
+            o.observe(k, &v, t);
+        }
+        o.retain_listed("sessions/", &["sessions/b"].into_iter().collect());
+        assert_eq!(o.len(), 2);
+        assert_eq!(o.unchanged_for("sessions/a", &v, t), None, "forgotten");
+        assert!(o.unchanged_for("sessions/b", &v, t).is_some());
+        assert!(
+            o.unchanged_for("nodes/a", &v, t).is_some(),
+            "other prefixes kept"
         );
     }
 
