@@ -139,7 +139,11 @@ pub struct Resolver {
     claimer: Option<NodeHandle>,
     clock: Arc<dyn Clock>,
     max_skew: Duration,
+    cache_capacity: usize,
 }
+
+/// Most claims a [`Resolver`] keeps for conditional repeats.
+pub const RESOLVER_CACHE_CAPACITY: usize = 100_000;
 
 /// The default wall-clock skew bound for one-shot expiry judgements.
 pub const DEFAULT_MAX_SKEW: Duration = Duration::from_secs(5);
@@ -152,6 +156,7 @@ impl Resolver {
             claimer: None,
             clock: Arc::new(crate::clock::SystemClock::new()),
             max_skew: DEFAULT_MAX_SKEW,
+            cache_capacity: RESOLVER_CACHE_CAPACITY,
         }
     }
 
@@ -183,10 +188,7 @@ impl Resolver {
                 Conditional::NotModified => (Some(c.clone()), true),
                 Conditional::Changed(o) => {
                     let c = ClaimRecord::decode(&key, &o.bytes)?;
-                    self.cache
-                        .lock()
-                        .unwrap()
-                        .insert(key.clone(), (o.version, c.clone()));
+                    self.remember(&key, o.version, &c);
                     (Some(c), false)
                 }
                 Conditional::Missing => {
@@ -196,10 +198,7 @@ impl Resolver {
             },
             None => match crate::fleet::claim::get(&self.store, name.as_str()).await? {
                 Some((c, version)) => {
-                    self.cache
-                        .lock()
-                        .unwrap()
-                        .insert(key.clone(), (version, c.clone()));
+                    self.remember(&key, version, &c);
                     (Some(c), false)
                 }
                 None => (None, false),
@@ -260,6 +259,27 @@ impl Resolver {
     /// `owner_lease(..) == Live`.
     pub async fn owner_alive(&self, node: &str, instance: &str) -> Result<bool> {
         Ok(self.owner_lease(node, instance).await? == OwnerLease::Live)
+    }
+
+    /// Caches a claim's version for conditional repeats. The cache is bounded
+    /// ([`RESOLVER_CACHE_CAPACITY`] keys by default): a long-lived resolver over many
+    /// sessions must not grow without end. When full, an arbitrary entry goes;
+    /// its next resolve is a plain GET instead of a conditional one.
+    fn remember(&self, key: &str, version: Version, claim: &ClaimRecord) {
+        let mut cache = self.cache.lock().unwrap();
+        if cache.len() >= self.cache_capacity.max(1)
+            && !cache.contains_key(key)
+            && let Some(victim) = cache.keys().next().cloned()
+        {
+            cache.remove(&victim);
+        }
+        cache.insert(key.to_string(), (version, claim.clone()));
+    }
+
+    /// Bounds the conditional-repeat cache to `keys` claims.
+    pub fn with_cache_capacity(mut self, keys: usize) -> Self {
+        self.cache_capacity = keys;
+        self
     }
 
     /// Sets the wall-clock skew bound for [`Resolver::owner_lease`].
@@ -401,5 +421,36 @@ async fn dial(address: &str, timeout: Duration) -> Result<(), String> {
         Ok(Ok(_)) => Ok(()),
         Ok(Err(e)) => Err(format!("connect {hostport}: {e}")),
         Err(_) => Err(format!("connect {hostport}: timed out after {timeout:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{Cond, ObjectStoreBackend};
+
+    #[tokio::test]
+    async fn the_conditional_cache_is_bounded() {
+        let store: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());
+        for n in ["a", "b", "c"] {
+            let mut c = crate::fleet::claim::tests::sample_claim();
+            c.nonce = n.into();
+            store
+                .put(&format!("sessions/{n}"), c.encode().into(), Cond::Create)
+                .await
+                .unwrap();
+        }
+        let r = Resolver::new(store).with_cache_capacity(2);
+        let name = |n: &str| Name::new(n).unwrap();
+        for n in ["a", "b", "c"] {
+            assert!(!r.resolve(&name(n)).await.unwrap().not_modified);
+        }
+        assert_eq!(r.cache.lock().unwrap().len(), 2, "bounded");
+        // The newest stays cached: a repeat is a 304.
+        assert!(r.resolve(&name("c")).await.unwrap().not_modified);
+        // One of the first two was evicted: its repeat is a plain GET.
+        let a = r.resolve(&name("a")).await.unwrap().not_modified;
+        let b = r.resolve(&name("b")).await.unwrap().not_modified;
+        assert!(!(a && b), "one of a, b was evicted");
     }
 }

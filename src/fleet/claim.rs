@@ -137,13 +137,17 @@ pub async fn get(store: &Arc<dyn Store>, name: &str) -> Result<Option<(ClaimReco
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::ClaimState::*;
+    use super::{ClaimRecord, ClaimState, Owner};
 
-    #[test]
-    fn derived_status() {
-        use super::{ClaimRecord, Owner, Status, status};
-        let c = |state| ClaimRecord {
+    /// A valid running claim for unit tests elsewhere in the crate.
+    pub(crate) fn sample_claim() -> ClaimRecord {
+        claim_in(Running)
+    }
+
+    fn claim_in(state: ClaimState) -> ClaimRecord {
+        ClaimRecord {
             schema: crate::record::SCHEMA.into(),
             kind: "session".into(),
             owner: Owner {
@@ -158,7 +162,13 @@ mod tests {
             restarts: 0,
             updated_at_ms: 0,
             nonce: "x".into(),
-        };
+        }
+    }
+
+    #[test]
+    fn derived_status() {
+        use super::{Status, status};
+        let c = claim_in;
         assert_eq!(status(None, false), Status::Queued);
         assert_eq!(status(Some(&c(Released)), true), Status::Queued);
         assert_eq!(status(Some(&c(Running)), true), Status::Running);
