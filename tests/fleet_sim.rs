@@ -13,7 +13,7 @@ use leasehold::clock::{Clock, Entropy, ManualClock, MonoTime, SeededEntropy};
 use leasehold::fleet::journal::Journal;
 use leasehold::fleet::manifest::{self, Spec};
 use leasehold::fleet::node::{self, NodeConfig, NodeDeps};
-use leasehold::fleet::runner::{RecordingRunner, Runner};
+use leasehold::fleet::runner::RecordingRunner;
 use leasehold::store::{FaultPlan, FaultStore, ObjectStoreBackend, Store};
 use std::sync::Arc;
 use std::time::Duration;
