@@ -1044,3 +1044,53 @@ async fn a_claim_by_a_node_missing_from_our_listing_is_not_taken() {
     assert!(!f.placement().contains_key("theirs"));
     f.finish().await;
 }
+
+/// Peers' node records are read when new and then every `node_refresh`
+/// (3 TTLs), not at every listing: an idle 3-node fleet at ttl 10 s makes
+/// about 2 peers × 120 reads per node-hour. (A rule meant to spot a stalled
+/// peer once read every peer at every idle listing: 3 times as many.)
+#[tokio::test(flavor = "current_thread")]
+async fn idle_fleet_reads_peer_records_only_every_node_refresh() {
+    use leasehold::clock::ManualClock;
+    use leasehold::store::CountingStore;
+    let clock = ManualClock::new();
+    let counting = Arc::new(CountingStore::new(Arc::new(ObjectStoreBackend::memory())));
+    let store: Arc<dyn Store> = counting.clone();
+    let mut tasks = Vec::new();
+    let shutdown = CancellationToken::new();
+    for id in ["a", "b", "c"] {
+        let mut cfg = NodeConfig::new(Name::new(id).unwrap(), Duration::from_secs(10));
+        cfg.probe = false;
+        let deps = NodeDeps {
+            store: store.clone(),
+            clock: Arc::new(clock.clone()),
+            entropy: Arc::new(OsEntropy::new()),
+            runner: Arc::new(RecordingRunner::new(Arc::new(clock.clone()))),
+            host_lock: None,
+            journal: Arc::new(Journal::new(1000, 1 << 20)),
+            status: Default::default(),
+            claims: None,
+        };
+        tasks.push(tokio::spawn(node::run(cfg, deps, shutdown.clone())));
+    }
+    let step = Duration::from_millis(100);
+    let settle = async |n: u32| {
+        for _ in 0..n {
+            clock.advance(step);
+            for _ in 0..20 {
+                tokio::task::yield_now().await;
+            }
+        }
+    };
+    settle(300).await; // register and see each other
+    let before = counting.counts();
+    settle(36_000).await; // one virtual hour
+    let used = counting.counts().since(&before);
+    assert!(used.get <= 800, "{used:?}");
+    assert!(used.get >= 600, "peers are still re-read: {used:?}");
+    shutdown.cancel();
+    clock.advance(step);
+    for t in tasks {
+        t.await.unwrap().unwrap();
+    }
+}

@@ -271,8 +271,10 @@ struct Validity {
 #[derive(Debug, Clone)]
 struct PeerNode {
     listed: Version,
-    /// When a listing first showed `listed`.
+    /// When our listings first and last showed `listed`: a version seen
+    /// unchanged across listings more than ttl/2 apart has stood still.
     listed_since: MonoTime,
+    listed_last: MonoTime,
     fetched: Version,
     fetched_at: MonoTime,
     record: LeaseRecord,
@@ -640,6 +642,7 @@ impl Node {
                     PeerNode {
                         listed: version.clone(),
                         listed_since: self.deps.clock.now(),
+                        listed_last: self.deps.clock.now(),
                         fetched: version,
                         fetched_at: self.deps.clock.now(),
                         record: tomb,
@@ -1006,15 +1009,16 @@ impl Node {
                     let listed = listed
                         .or_else(|| self.nodes.get(key).map(|n| n.listed.clone()))
                         .unwrap_or_else(|| o.version.clone());
-                    let listed_since = match self.nodes.get(key) {
-                        Some(n) if n.listed == listed => n.listed_since,
-                        _ => now,
+                    let (listed_since, listed_last) = match self.nodes.get(key) {
+                        Some(n) if n.listed == listed => (n.listed_since, n.listed_last),
+                        _ => (now, now),
                     };
                     self.nodes.insert(
                         key.to_string(),
                         PeerNode {
                             listed,
                             listed_since,
+                            listed_last,
                             fetched: o.version,
                             fetched_at: now,
                             record,
@@ -1038,7 +1042,8 @@ impl Node {
     /// Brings peers' node records in line with a listing: new peers are read,
     /// known ones only every `node_refresh` (their versions change at every
     /// renewal, which is no news), except a peer whose version changes after
-    /// standing still for over half its TTL: that change is a release, a
+    /// standing still (unchanged in our listings over half its TTL apart):
+    /// that change is a release, a
     /// fence by another node, a re-registration or a late renewal, and peers
     /// must see which at once (a released record reads as live again until
     /// read, which would hold up failover for a TTL).
@@ -1055,12 +1060,19 @@ impl Node {
             }
             let due = match self.nodes.get_mut(&e.key) {
                 Some(n) => {
+                    // Stood still: two of our listings more than ttl/2
+                    // apart showed the same version. (Not merely "changed
+                    // since our last listing": an idle node lists every TTL
+                    // and would read every peer every time.)
                     let mut stalled = false;
-                    if n.listed != e.version {
-                        stalled = now.saturating_since(n.listed_since)
+                    if n.listed == e.version {
+                        n.listed_last = now;
+                    } else {
+                        stalled = n.listed_last.saturating_since(n.listed_since)
                             > Duration::from_millis(n.record.ttl_ms) / 2;
                         n.listed = e.version.clone();
                         n.listed_since = now;
+                        n.listed_last = now;
                     }
                     stalled
                         || (n.fetched != e.version
