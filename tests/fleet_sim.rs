@@ -61,12 +61,12 @@ async fn schedule(seed: u64, virtual_secs: u64) -> (Vec<Run>, u64) {
                     FaultPlan {
                         fail_before: 0.02,
                         land_then_fail: 0.02,
-                        delay: 0.1,
+                        delay: 0.15,
                         // Requests wait before reaching the bucket and again
                         // before the response: writes land late, passes run
                         // long. (Much harsher, and nodes mostly lose their
                         // leases, so little is left to test.)
-                        max_delay: TTL / 2,
+                        max_delay: TTL * 3 / 4,
                     },
                 ),
         );
@@ -210,13 +210,13 @@ async fn nodes_under_faults_and_partitions_never_run_a_session_twice() {
 }
 
 /// The same seed gives the same history, run for run: a failure found by
-/// the simulation can be replayed. (Seed 85 is the one that caught a
+/// the simulation can be replayed. (Seed 8 is the one that catches a
 /// takeover without fencing the owner's lease: a session ran on two nodes
-/// for 90 virtual ms.)
+/// for 600 virtual ms.)
 #[tokio::test(flavor = "current_thread")]
 async fn a_seed_replays_exactly() {
-    let (a, fa) = schedule(85, 20).await;
-    let (b, fb) = schedule(85, 20).await;
+    let (a, fa) = schedule(8, 20).await;
+    let (b, fb) = schedule(8, 20).await;
     assert_eq!(fa, fb);
     assert_eq!(a, b);
     assert!(a.len() > 6);
