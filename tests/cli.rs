@@ -382,6 +382,15 @@ fn doctor_on_moto_through_the_binary() {
         "--no-probe",
     ]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
+    // A bucket that does not exist is named as such (not "<key> not found"),
+    // as a configuration error.
+    let o = run(&["doctor", "--store", "s3://leasehold-no-such-bucket"]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("bucket or container of s3://leasehold-no-such-bucket does not exist"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]

@@ -62,3 +62,30 @@ async fn azure_azurite() {
         run_on_server(base).await;
     }
 }
+
+/// A create into a bucket or container that does not exist is a typed
+/// configuration error that names it, on both real servers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_bucket_or_container_is_named() {
+    for (var, missing) in [
+        ("LEASEHOLD_TEST_S3", "s3://leasehold-no-such-bucket"),
+        ("LEASEHOLD_TEST_AZURE", "az://leasehold-no-such-container"),
+    ] {
+        if server(var).is_none() {
+            continue;
+        }
+        let store = open_store(missing, &OpenOptions::default()).await.unwrap();
+        let e = store
+            .put(
+                "k",
+                bytes::Bytes::from_static(b"x"),
+                leasehold::store::Cond::Create,
+            )
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&e, leasehold::store::StoreError::Invalid { reason } if reason.contains("does not exist")),
+            "{missing}: {e}"
+        );
+    }
+}

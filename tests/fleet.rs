@@ -83,6 +83,21 @@ impl Fleet {
         });
     }
 
+    /// Waits (bounded) until `n` node records are listed, then long enough
+    /// for every node to have listed them too (a few base polls).
+    async fn wait_registered(&self, n: usize) {
+        use futures::StreamExt;
+        for _ in 0..400 {
+            let listed = self.store.list("nodes/").count().await;
+            if listed >= n {
+                self.clock.sleep(Duration::from_millis(300)).await;
+                return;
+            }
+            self.clock.sleep(Duration::from_millis(25)).await;
+        }
+        panic!("{n} nodes never registered");
+    }
+
     /// Where each session runs now: name -> [(node, epoch)].
     fn placement(&self) -> BTreeMap<String, Vec<(String, u64)>> {
         let mut m: BTreeMap<String, Vec<(String, u64)>> = BTreeMap::new();
@@ -177,6 +192,9 @@ async fn scenario(store: Arc<dyn Store>) {
     for id in ["n1", "n2", "n3"] {
         f.start(id, 8, &[("zone", if id == "n3" { "b" } else { "a" })]);
     }
+    // Spread is asserted below: a node that lists manifests before its peers
+    // have registered rightly takes them all (on a slow server, it happens).
+    f.wait_registered(3).await;
     for i in 0..6 {
         assert!(matches!(
             apply(&store, &format!("s{i}"), &spec("sleep")).await,

@@ -240,6 +240,15 @@ impl Store for ObjectStoreBackend {
             Ok(r) => Ok(version(r.e_tag, r.version)),
             // An If-Match on a missing object: some stores answer 404.
             Err(object_store::Error::NotFound { .. }) if is_update => Err(StoreError::Precondition),
+            // A create cannot miss its object: a 404 here is the bucket or
+            // container (S3 NoSuchBucket, Azure ContainerNotFound). Say so,
+            // rather than "<key> not found".
+            Err(object_store::Error::NotFound { .. }) => Err(StoreError::Invalid {
+                reason: format!(
+                    "the bucket or container of {} does not exist (a create answered 404)",
+                    self.display
+                ),
+            }),
             Err(e) => Err(map_err(e, true)),
         }
     }
