@@ -347,10 +347,20 @@ async fn restart_policies_and_pause() {
     f.wait_claim_state("once", ClaimState::Succeeded).await;
     let c = f.claim("once").await;
     assert_eq!((c.state, c.exit_code), (ClaimState::Succeeded, Some(0)));
-    // always: restarted on the same claim.
-    runner.exit("svc", 0);
+    // always: restarted on the same claim, and the claim in the bucket
+    // shows the restart and the last exit code (not only the node's memory).
+    runner.exit("svc", 3);
     f.clock.sleep(Duration::from_millis(300)).await;
     assert!(f.placement().contains_key("svc"), "restarted");
+    let c = f.claim("svc").await;
+    // (A starved machine can make the node lose its lease and take the claim
+    // back at epoch 2, which starts the count afresh.)
+    if c.epoch == 1 {
+        assert_eq!(
+            (c.state, c.restarts, c.exit_code),
+            (ClaimState::Running, 1, Some(3))
+        );
+    }
     // Pause: stopped, claim paused; unpause: runs again.
     let (_, v) = manifest::get(&store, &Name::new("svc").unwrap())
         .await

@@ -1218,6 +1218,27 @@ impl Node {
         let mut next = o.record.clone();
         next.state = state;
         next.exit_code = exit_code;
+        self.write_claim(name, &o, next.clone()).await?;
+        let kind: &'static str = match state {
+            ClaimState::Running => "running",
+            ClaimState::Paused => "paused",
+            ClaimState::Succeeded => "succeeded",
+            ClaimState::Failed => "failed",
+            ClaimState::Released => "released",
+        };
+        self.event(
+            kind,
+            Some(name),
+            Some(next.epoch),
+            exit_code.map(|c| format!("exit {c}")).unwrap_or_default(),
+        );
+        Ok(())
+    }
+
+    /// Writes `next` over our claim `name` (If-Match on the version we
+    /// hold), and keeps the caches in line. A rejection means a peer took the
+    /// claim over: stop the session and forget it.
+    async fn write_claim(&mut self, name: &str, o: &Owned, mut next: ClaimRecord) -> Result<()> {
         next.updated_at_ms = self.deps.clock.wall_ms();
         next.nonce = self.deps.entropy.hex_id();
         let key = format!("sessions/{name}");
@@ -1225,28 +1246,15 @@ impl Node {
             &self.deps.store,
             &key,
             Bytes::from(next.encode()),
-            Cond::Match(o.version),
+            Cond::Match(o.version.clone()),
             &next.nonce,
             json_nonce,
         )
         .await?
         {
             Put::Committed(v) => {
-                let kind: &'static str = match state {
-                    ClaimState::Running => "running",
-                    ClaimState::Paused => "paused",
-                    ClaimState::Succeeded => "succeeded",
-                    ClaimState::Failed => "failed",
-                    ClaimState::Released => "released",
-                };
-                self.event(
-                    kind,
-                    Some(name),
-                    Some(next.epoch),
-                    exit_code.map(|c| format!("exit {c}")).unwrap_or_default(),
-                );
                 self.claims.insert(key, (v.clone(), next.clone()));
-                if state == ClaimState::Released {
+                if next.state == ClaimState::Released {
                     self.owned.remove(name);
                 } else if let Some(o) = self.owned.get_mut(name) {
                     o.record = next;
@@ -1312,8 +1320,15 @@ impl Node {
                 RestartPolicy::Never => false,
             };
             if restart {
-                if let Some(o) = self.owned.get_mut(&x.name) {
-                    o.record.restarts += 1;
+                // Persisted before the restart (one fenced write per
+                // restart), so `ls` shows the count and the last exit code.
+                if let Some(o) = self.owned.get(&x.name).cloned() {
+                    let mut next = o.record.clone();
+                    next.restarts += 1;
+                    next.exit_code = Some(x.code);
+                    if self.write_claim(&x.name, &o, next).await.is_err() {
+                        continue; // taken over, or the store is unreachable
+                    }
                 }
                 self.start(&x.name, &m).await;
             } else {
