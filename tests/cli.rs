@@ -1082,7 +1082,15 @@ fn one_shot_readers_call_a_silent_owner_expired_within_the_skew_bound() {
         ))
         .unwrap();
     };
-    for (node, renewed) in [("dead", now - 60_000), ("ahead", now + 3_000)] {
+    for (node, renewed) in [
+        ("dead", now - 60_000),
+        ("ahead", now + 3_000),
+        ("gone", now - 60_000),
+    ] {
+        let mut attrs = serde_json::Map::new();
+        if node == "gone" {
+            attrs.insert("released_by".into(), "ahead".into());
+        }
         let r = LeaseRecord {
             schema: SCHEMA.into(),
             kind: Kind::Node,
@@ -1094,10 +1102,10 @@ fn one_shot_readers_call_a_silent_owner_expired_within_the_skew_bound() {
             epoch: 1,
             ttl_ms: 2_000,
             renewed_at_ms: renewed,
-            released: false,
+            released: node == "gone",
             host_locked: true,
             address: None,
-            attrs: Default::default(),
+            attrs,
             nonce: format!("n-{node}"),
         };
         put(&format!("nodes/{node}"), r.encode().unwrap());
@@ -1130,6 +1138,15 @@ fn one_shot_readers_call_a_silent_owner_expired_within_the_skew_bound() {
     };
     assert_eq!(state("dead"), Some("expired".into()), "{nodes}");
     assert_eq!(state("ahead"), Some("held".into()), "{nodes}");
+    assert_eq!(state("gone"), Some("fenced".into()), "{nodes}");
+    let gone = run(&["nodes", "--store", &s]);
+    assert!(
+        stdout(&gone)
+            .lines()
+            .any(|l| l.starts_with("gone") && l.contains("fenced")),
+        "{}",
+        stdout(&gone)
+    );
     let ls = json(&run(&["ls", "--store", &s, "--json"]));
     let status = |n: &str| {
         ls.as_array()
@@ -1140,6 +1157,9 @@ fn one_shot_readers_call_a_silent_owner_expired_within_the_skew_bound() {
     };
     assert_eq!(status("on-dead"), Some("interrupted".into()), "{ls}");
     assert_eq!(status("on-ahead"), Some("running".into()), "{ls}");
+    // A session whose owner was fenced (its lease released by a peer that
+    // is taking it over) is interrupted, not running.
+    assert_eq!(status("on-gone"), Some("interrupted".into()), "{ls}");
     let o = run(&["resolve", "on-dead", "--store", &s, "--json"]);
     assert_eq!(code(&o), 1, "{}", stdout(&o));
     assert_eq!(json(&o)["owner_lease"], "expired");

@@ -224,7 +224,9 @@ pub async fn ls(
                         "epoch": r.epoch, "released": r.released, "address": r.address,
                         "capacity": r.attrs.get("capacity"), "load": r.attrs.get("load"),
                         "labels": r.attrs.get("labels"), "renewed_ms_ago_wall": now.saturating_sub(r.renewed_at_ms),
-                        "state": if r.released { "released" } else if r.expired_by_wall_clock(now, max_skew) { "expired" } else { "held" },
+                        // "fenced": released by a peer that took its sessions over.
+                        "state": if r.released && r.attrs.contains_key("released_by") { "fenced" } else if r.released { "released" } else if r.expired_by_wall_clock(now, max_skew) { "expired" } else { "held" },
+                        "released_by": r.attrs.get("released_by"),
                     }),
                     Err(err) => {
                         serde_json::json!({"node": &e.key["nodes/".len()..], "corrupt": err})
