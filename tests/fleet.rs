@@ -725,7 +725,7 @@ async fn wake_claims_on_the_callers_node_within_the_rules() {
     let addr = listener.local_addr().unwrap();
     let stop_http = CancellationToken::new();
     tokio::spawn(leasehold::http::serve(listener, state, stop_http.clone()));
-    let post = move |path: &str, auth: bool| {
+    let post_blocking = move |path: String, auth: bool| {
         use std::io::{Read, Write};
         let mut s = std::net::TcpStream::connect(addr).unwrap();
         let mut req = format!(
@@ -746,25 +746,23 @@ async fn wake_claims_on_the_callers_node_within_the_rules() {
                 .unwrap_or_default(),
         )
     };
-    let (code, _) = tokio::task::spawn_blocking(move || post("/v1/sessions/web/claim", false))
-        .await
-        .unwrap();
-    assert_eq!(code, 401);
-    let (code, body) =
-        tokio::task::spawn_blocking(move || post("/v1/sessions/Bad%20Name/claim", true))
+    // The client blocks; keep it off the runtime's threads.
+    let post = async |path: &str, auth: bool| {
+        let path = path.to_string();
+        tokio::task::spawn_blocking(move || post_blocking(path, auth))
             .await
-            .unwrap();
+            .unwrap()
+    };
+    let (code, _) = post("/v1/sessions/web/claim", false).await;
+    assert_eq!(code, 401);
+    let (code, body) = post("/v1/sessions/Bad%20Name/claim", true).await;
     assert_eq!(code, 400, "{body}");
-    let (code, body) = tokio::task::spawn_blocking(move || post("/v1/sessions/web/claim", true))
-        .await
-        .unwrap();
+    let (code, body) = post("/v1/sessions/web/claim", true).await;
     assert_eq!(code, 200, "{body}");
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(v["claim"], "already_owned");
     assert_eq!(v["epoch"], 1);
-    let (code, body) = tokio::task::spawn_blocking(move || post("/v1/sessions/zoned/claim", true))
-        .await
-        .unwrap();
+    let (code, body) = post("/v1/sessions/zoned/claim", true).await;
     assert_eq!(code, 409, "{body}");
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(v["claim"], "declined");
