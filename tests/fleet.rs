@@ -135,28 +135,13 @@ impl Fleet {
 
     /// No session ever ran on two nodes at overlapping times.
     fn assert_never_twice(&self) {
-        let mut runs: Vec<(String, u64, String, Duration, Duration)> = Vec::new();
+        let mut runs: Vec<common::Run<Duration>> = Vec::new();
         for n in self.nodes.iter().chain(self.dead.iter()) {
             for (s, e, a, b) in n.runner.history() {
                 runs.push((s, e, n.id.clone(), a.since_origin(), b.since_origin()));
             }
         }
-        for (i, x) in runs.iter().enumerate() {
-            for y in &runs[i + 1..] {
-                if x.0 == y.0 && x.2 != y.2 {
-                    assert!(
-                        x.4 <= y.3 || y.4 <= x.3,
-                        "{} ran on {} and {} at once: {x:?} {y:?}",
-                        x.0,
-                        x.2,
-                        y.2
-                    );
-                }
-                if x.0 == y.0 && x.1 == y.1 {
-                    assert_eq!(x.2, y.2, "two nodes ran {} at the same epoch", x.0);
-                }
-            }
-        }
+        common::assert_never_twice("", &runs);
     }
 
     /// Waits (bounded) until the claim of `name` reaches `state`; the caller

@@ -4,6 +4,7 @@
 /// `LEASEHOLD_TEST_S3`, Azurite for `LEASEHOLD_TEST_AZURE`), or None to skip.
 /// Under `scripts/test` (LEASEHOLD_REQUIRE_SERVERS set) a missing server
 /// fails the test instead of skipping it, so CI cannot pass by skipping.
+#[allow(dead_code)]
 pub fn server(var: &str) -> Option<String> {
     match std::env::var(var) {
         Ok(u) if !u.is_empty() => Some(u),
@@ -15,6 +16,34 @@ pub fn server(var: &str) -> Option<String> {
         _ => {
             eprintln!("SKIPPED: {var} not set; run scripts/test to start the real servers");
             None
+        }
+    }
+}
+
+/// One run of a session, as a recording runner saw it:
+/// (session, epoch, node, started, ended).
+#[allow(dead_code)]
+pub type Run<T> = (String, u64, String, T, T);
+
+/// The fleet's safety property over recorded runs: no session ran on two
+/// nodes at overlapping times, and no epoch ran on two nodes. `label` goes
+/// in front of a failure (a seed, a scenario).
+#[allow(dead_code)]
+pub fn assert_never_twice<T: PartialOrd + std::fmt::Debug>(label: &str, runs: &[Run<T>]) {
+    for (i, x) in runs.iter().enumerate() {
+        for y in &runs[i + 1..] {
+            if x.0 == y.0 && x.2 != y.2 {
+                assert!(
+                    x.4 <= y.3 || y.4 <= x.3,
+                    "{label}{} ran on {} and {} at once: {x:?} {y:?}",
+                    x.0,
+                    x.2,
+                    y.2
+                );
+            }
+            if x.0 == y.0 && x.1 == y.1 {
+                assert_eq!(x.2, y.2, "{label}two nodes ran {} at epoch {}", x.0, x.1);
+            }
         }
     }
 }
