@@ -63,14 +63,8 @@ impl Fleet {
         let runner = Arc::new(RecordingRunner::new(self.clock.clone()));
         let journal = Arc::new(Journal::new(10_000, 1 << 20));
         let deps = NodeDeps {
-            store: self.store.clone(),
-            clock: self.clock.clone(),
-            entropy: Arc::new(OsEntropy::new()),
-            runner: runner.clone(),
-            host_lock: None,
             journal: journal.clone(),
-            status: Default::default(),
-            claims: None,
+            ..NodeDeps::new(self.store.clone(), self.clock.clone(), runner.clone())
         };
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(node::run(cfg, deps, shutdown.clone()));
@@ -428,14 +422,9 @@ async fn steady_state_requests_per_node_hour() {
         let runner = Arc::new(RecordingRunner::new(Arc::new(clock.clone())));
         let status: Arc<leasehold::fleet::node::NodeStatus> = Default::default();
         let deps = NodeDeps {
-            store: store.clone(),
-            clock: Arc::new(clock.clone()),
-            entropy: Arc::new(OsEntropy::new()),
-            runner: runner.clone(),
-            host_lock: None,
             journal: Arc::new(Journal::new(1000, 1 << 20)),
             status: status.clone(),
-            claims: None,
+            ..NodeDeps::new(store.clone(), Arc::new(clock.clone()), runner.clone())
         };
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(node::run(cfg, deps, shutdown.clone()));
@@ -559,14 +548,9 @@ async fn wake_claims_on_the_callers_node_within_the_rules() {
     let (handle, inbox) = claim_channel(&id);
     let journal = Arc::new(Journal::new(1000, 1 << 20));
     let deps = NodeDeps {
-        store: store.clone(),
-        clock: clock.clone(),
-        entropy: Arc::new(OsEntropy::new()),
-        runner: runner.clone(),
-        host_lock: None,
         journal: journal.clone(),
-        status: Default::default(),
         claims: Some(inbox),
+        ..NodeDeps::new(store.clone(), clock.clone(), runner.clone())
     };
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(node::run(cfg, deps, shutdown.clone()));
@@ -1073,14 +1057,12 @@ async fn idle_fleet_reads_peer_records_only_every_node_refresh() {
         let mut cfg = NodeConfig::new(Name::new(id).unwrap(), Duration::from_secs(10));
         cfg.probe = false;
         let deps = NodeDeps {
-            store: store.clone(),
-            clock: Arc::new(clock.clone()),
-            entropy: Arc::new(OsEntropy::new()),
-            runner: Arc::new(RecordingRunner::new(Arc::new(clock.clone()))),
-            host_lock: None,
             journal: Arc::new(Journal::new(1000, 1 << 20)),
-            status: Default::default(),
-            claims: None,
+            ..NodeDeps::new(
+                store.clone(),
+                Arc::new(clock.clone()),
+                Arc::new(RecordingRunner::new(Arc::new(clock.clone()))),
+            )
         };
         tasks.push(tokio::spawn(node::run(cfg, deps, shutdown.clone())));
     }

@@ -79,14 +79,9 @@ async fn schedule(seed: u64, virtual_secs: u64) -> (Vec<Run>, u64) {
         cfg.grace = Duration::from_millis(100);
         let runner = Arc::new(RecordingRunner::new(dyn_clock.clone()));
         let deps = NodeDeps {
-            store: store.clone(),
-            clock: dyn_clock.clone(),
             entropy: Arc::new(SeededEntropy::new(seed * 17 + n)),
-            runner: runner.clone(),
-            host_lock: None,
             journal: Arc::new(Journal::new(100_000, 64 << 20)),
-            status: Default::default(),
-            claims: None,
+            ..NodeDeps::new(store.clone(), dyn_clock.clone(), runner.clone())
         };
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(node::run(cfg, deps, shutdown.clone()));

@@ -63,14 +63,12 @@ fn start(
     }
     let journal = Arc::new(Journal::new(1_000_000, 256 << 20));
     let deps = NodeDeps {
-        store: store.clone(),
-        clock: clock.clone(),
-        entropy: Arc::new(OsEntropy::new()),
-        runner: Arc::new(RecordingRunner::new(clock.clone())),
-        host_lock: None,
         journal: journal.clone(),
-        status: Default::default(),
-        claims: None,
+        ..NodeDeps::new(
+            store.clone(),
+            clock.clone(),
+            Arc::new(RecordingRunner::new(clock.clone())),
+        )
     };
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(node::run(cfg, deps, shutdown.clone()));

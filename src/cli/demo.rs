@@ -242,19 +242,16 @@ pub async fn fleet(store_url: Option<String>, ttl: Duration, sessions: u32) -> R
         cfg.probe = false; // probed once above
         let lock =
             crate::hostlock::HostLock::acquire(&lock_dir, &url, id, &crate::hostlock::hostname())?;
+        let runner = Arc::new(ExecRunner::new(
+            exe.clone(),
+            clock.clone(),
+            Duration::from_millis(500),
+        ));
         let deps = NodeDeps {
-            store: store.clone(),
-            clock: clock.clone(),
             entropy: entropy.clone(),
-            runner: Arc::new(ExecRunner::new(
-                exe.clone(),
-                clock.clone(),
-                Duration::from_millis(500),
-            )),
             host_lock: Some(Arc::new(lock)),
             journal: Arc::new(crate::fleet::journal::Journal::new(1000, 1 << 20)),
-            status: Default::default(),
-            claims: None,
+            ..NodeDeps::new(store.clone(), clock.clone(), runner)
         };
         let shutdown = tokio_util::sync::CancellationToken::new();
         let task = tokio::spawn(node::run(cfg, deps, shutdown.clone()));

@@ -984,14 +984,11 @@ async fn node(op: NodeOp) -> Result<(), Failure> {
     let status: Arc<fleet_node::NodeStatus> = Default::default();
     let (claim_handle, claim_inbox) = fleet_node::claim_channel(&cfg.id);
     let deps = fleet_node::NodeDeps {
-        store,
-        clock,
-        entropy: Arc::new(OsEntropy::new()),
-        runner,
         host_lock: Some(Arc::new(lock)),
         journal: journal.clone(),
         status: status.clone(),
         claims: Some(claim_inbox),
+        ..fleet_node::NodeDeps::new(store, clock, runner)
     };
     let shutdown = tokio_util::sync::CancellationToken::new();
     let server = match http {

@@ -173,6 +173,25 @@ pub struct NodeDeps {
     pub claims: Option<ClaimInbox>,
 }
 
+impl NodeDeps {
+    /// The usual dependencies around a store, a clock and a runner: OS
+    /// randomness, no host lock, a journal of 10,000 events / 4 MiB (the
+    /// daemon's), fresh status, no claim inbox. Override fields with struct
+    /// update syntax (`NodeDeps { host_lock: Some(l), ..NodeDeps::new(..) }`).
+    pub fn new(store: Arc<dyn Store>, clock: Arc<dyn Clock>, runner: Arc<dyn Runner>) -> Self {
+        NodeDeps {
+            store,
+            clock,
+            entropy: Arc::new(crate::clock::OsEntropy::new()),
+            runner,
+            host_lock: None,
+            journal: Arc::new(Journal::new(10_000, 4 << 20)),
+            status: Default::default(),
+            claims: None,
+        }
+    }
+}
+
 /// What a node answered when asked to claim a session now.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(tag = "claim", rename_all = "snake_case")]
