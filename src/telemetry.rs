@@ -19,6 +19,9 @@
 //! backend should not have to see each one on stderr too.
 
 use crate::error::Error;
+// Export errors can quote the endpoint URL, which may carry userinfo; header
+// values never reach our messages. Redacted like a store's URL.
+use crate::store::objstore::redact;
 use tracing_subscriber::Layer;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -56,7 +59,7 @@ impl Telemetry {
             // A collector that is down must not keep the CLI from exiting:
             // the SDK bounds the flush by its export timeout.
             if let Err(e) = p.shutdown() {
-                eprintln!("warning: OTLP export: {}", redact_otel(&e.to_string()));
+                eprintln!("warning: OTLP export: {}", redact(&e.to_string()));
             }
         }
     }
@@ -135,7 +138,7 @@ fn otlp_provider() -> Result<Option<opentelemetry_sdk::trace::SdkTracerProvider>
             "OTEL_EXPORTER_OTLP_ENDPOINT",
             format!(
                 "{:?}: expected an http:// or https:// URL",
-                redact_otel(&endpoint)
+                redact(&endpoint)
             ),
         ));
     }
@@ -144,7 +147,7 @@ fn otlp_provider() -> Result<Option<opentelemetry_sdk::trace::SdkTracerProvider>
         .with_http()
         .with_protocol(Protocol::HttpBinary)
         .build()
-        .map_err(|e| Error::invalid("OTLP exporter", redact_otel(&e.to_string())))?;
+        .map_err(|e| Error::invalid("OTLP exporter", redact(&e.to_string())))?;
     let mut resource = opentelemetry_sdk::Resource::builder();
     if var("OTEL_SERVICE_NAME").is_none() {
         resource = resource.with_service_name("leasehold");
@@ -159,10 +162,4 @@ fn otlp_provider() -> Result<Option<opentelemetry_sdk::trace::SdkTracerProvider>
             .with_resource(resource.build())
             .build(),
     ))
-}
-
-/// Export errors can quote an endpoint URL, which may carry userinfo; header
-/// values never reach our messages, but the URL is redacted like a store's.
-fn redact_otel(text: &str) -> String {
-    crate::store::objstore::redact(text)
 }

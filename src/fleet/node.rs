@@ -611,27 +611,34 @@ impl Node {
         {
             return Ok(true); // superseded or released: already final
         }
-        // Build the tombstone from the record at the watched version.
-        let current = self
-            .deps
-            .store
-            .get(&key)
-            .await
-            .map_err(|e| Error::from_store("get", &key, e))?;
-        let Some(o) = current else {
-            return Ok(true);
+        // Build the tombstone from the record at the watched version: the
+        // cached one if we read that very version (claim_now just did),
+        // else read it now.
+        let record = if n.fetched == n.listed {
+            n.record
+        } else {
+            let current = self
+                .deps
+                .store
+                .get(&key)
+                .await
+                .map_err(|e| Error::from_store("get", &key, e))?;
+            let Some(o) = current else {
+                return Ok(true);
+            };
+            if o.version != n.listed {
+                // It changed since the listing: not expired after all.
+                self.fetch_node(&key, None).await?;
+                return Ok(false);
+            }
+            let record = LeaseRecord::decode(&key, &o.bytes, Kind::Node)?;
+            if record.holder.instance != c.owner.instance || record.released {
+                self.fetch_node(&key, None).await?;
+                return Ok(true);
+            }
+            record
         };
-        if o.version != n.listed {
-            // It changed since the listing: not expired after all.
-            self.fetch_node(&key, None).await?;
-            return Ok(false);
-        }
-        let record = LeaseRecord::decode(&key, &o.bytes, Kind::Node)?;
-        if record.holder.instance != c.owner.instance || record.released {
-            self.fetch_node(&key, None).await?;
-            return Ok(true);
-        }
-        let mut tomb = record.clone();
+        let mut tomb = record;
         tomb.released = true;
         tomb.nonce = self.deps.entropy.hex_id();
         tomb.attrs
@@ -640,7 +647,7 @@ impl Node {
             &self.deps.store,
             &key,
             Bytes::from(tomb.encode()?),
-            Cond::Match(o.version.clone()),
+            Cond::Match(n.listed.clone()),
             &tomb.nonce,
             json_nonce,
         )
@@ -734,7 +741,7 @@ impl Node {
             return Ok(declined("this node's labels do not match the selector"));
         }
         let cv = claim.as_ref().map(|(_, c)| claim_view(c));
-        let views = self.node_views(self.deps.clock.now(), &self.claim_loads());
+        let views = self.node_views(&self.claim_loads());
         if plan::claimable(&mv, cv.as_ref(), &views, &self.me).is_none() {
             let reason = match &cv {
                 _ if mv.paused => "paused",
@@ -869,7 +876,7 @@ impl Node {
         // claims from this pass are not counted until the next): see
         // `claim_loads`.
         let loads = self.claim_loads();
-        let mut views = self.node_views(now, &loads);
+        let mut views = self.node_views(&loads);
         let mut refetched = std::collections::HashSet::new();
         changed |= self.handle_exits().await;
         changed |= self.reconcile_owned().await;
@@ -920,7 +927,7 @@ impl Node {
                 if stale && !refetched.contains(&key) {
                     refetched.insert(key.clone());
                     self.fetch_node(&key, None).await?;
-                    views = self.node_views(now, &loads);
+                    views = self.node_views(&loads);
                     if plan::claimable(&mv, cv.as_ref(), &views, &self.me).is_none() {
                         continue;
                     }
@@ -941,7 +948,7 @@ impl Node {
             if let Some((_, c)) = &claim
                 && !self.fence_owner(c).await?
             {
-                views = self.node_views(now, &loads);
+                views = self.node_views(&loads);
                 changed = true;
                 continue;
             }
@@ -973,7 +980,7 @@ impl Node {
         loads
     }
 
-    fn node_views(&self, now: MonoTime, loads: &HashMap<String, u32>) -> Vec<NodeView> {
+    fn node_views(&self, loads: &HashMap<String, u32>) -> Vec<NodeView> {
         let load_of = |node: &str, instance: &str| {
             loads
                 .get(&format!("{node}/{instance}"))
@@ -993,7 +1000,6 @@ impl Node {
             let ttl = Duration::from_millis(rec.ttl_ms);
             // Expiry by observation of the *listed* version, as of the send
             // time of the listing that last showed it (see `nodes_listed_at`).
-            let _ = now;
             let expired = self
                 .client
                 .observer()

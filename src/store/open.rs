@@ -175,6 +175,7 @@ pub async fn open_raw(url: &str, opts: &OpenOptions) -> Result<Raw, Error> {
 /// error: doctor's job is to explain, and the probe reports the failure itself.
 pub async fn credentials_source(url: &str) -> String {
     let scheme = url.split_once("://").map(|(s, _)| s).unwrap_or("");
+    let set = |k: &str| std::env::var(k).is_ok_and(|v| !v.is_empty());
     match scheme {
         "memory" | "file" | "" => "none needed".to_string(),
         "s3" => {
@@ -214,7 +215,6 @@ pub async fn credentials_source(url: &str) -> String {
             }
         }
         "az" | "azure" | "abfs" => {
-            let set = |k: &str| std::env::var(k).is_ok_and(|v| !v.is_empty());
             if std::env::var("AZURE_STORAGE_USE_EMULATOR").is_ok_and(|v| v == "true") {
                 "Azurite emulator (AZURE_STORAGE_USE_EMULATOR, well-known development key)".into()
             } else if set("AZURE_STORAGE_ACCOUNT_KEY") || set("AZURE_STORAGE_ACCESS_KEY") {
@@ -230,7 +230,6 @@ pub async fn credentials_source(url: &str) -> String {
             }
         }
         "gs" | "gcs" => {
-            let set = |k: &str| std::env::var(k).is_ok_and(|v| !v.is_empty());
             if set("GOOGLE_SERVICE_ACCOUNT") || set("GOOGLE_SERVICE_ACCOUNT_PATH") {
                 "service account file (GOOGLE_SERVICE_ACCOUNT)".into()
             } else if set("GOOGLE_SERVICE_ACCOUNT_KEY") {
