@@ -1047,6 +1047,19 @@ fn otlp_refuses_grpc_and_survives_a_missing_collector() {
         "{}",
         stderr(&o)
     );
+    // An endpoint that is not an http(s) URL is refused, and names itself.
+    let o = bin()
+        .args(["lease", "show", "x", "--store", &s])
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4318")
+        .env_remove("OTEL_EXPORTER_OTLP_PROTOCOL")
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("OTEL_EXPORTER_OTLP_ENDPOINT") && stderr(&o).contains("http://"),
+        "{}",
+        stderr(&o)
+    );
     // Nobody listens on the discard port: the command still does its job
     // and exits with its own status.
     let o = bin()
