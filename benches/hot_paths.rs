@@ -29,6 +29,7 @@ fn record() -> LeaseRecord {
         renewed_at_ms: 1_767_225_600_000,
         released: false,
         host_locked: true,
+        lock_id: None,
         address: Some("http://10.0.0.7:7400".into()),
         attrs: serde_json::json!({"capacity": 16, "load": 9, "labels": {"zone": "a"}})
             .as_object()

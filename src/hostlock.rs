@@ -1,12 +1,28 @@
 //! The host lock: proof, local to one machine, that no other instance of a
 //! node is alive on it.
 //!
-//! A node process holds an exclusive `flock` on a file named after (store,
-//! node id) for its whole life. The kernel drops the lock when the process
-//! dies, however it dies. So a new instance that obtains the lock knows every
-//! earlier instance of this node on this host is gone, and may take over that
-//! instance's leases at once (epoch + 1) instead of waiting a TTL. A record
-//! naming another host is never taken over this way: two machines
+//! A node process holds an exclusive `flock` on a file named after (the
+//! store's canonical identity, node id) for its whole life. The kernel drops
+//! the lock when the process dies, however it dies. So a new instance that
+//! obtains the lock knows every earlier instance of this node that held the
+//! *same file* is gone, and may take over that instance's leases at once
+//! (epoch + 1) instead of waiting a TTL.
+//!
+//! Identity, not an accident of spelling or environment:
+//!
+//! - the file is keyed by [`crate::store::Store::identity`], so
+//!   `file:///x/store` and `file:///x/store/` (or two S3 URLs with different
+//!   slashes) lock one file;
+//! - the lock has an id (the lock file's device and inode), which the node
+//!   lease records. An immediate takeover needs the record to name the very
+//!   lock the newcomer holds. Two instances that locked different files (a
+//!   different `LEASEHOLD_LOCK_DIR`, a lock file deleted and recreated) have
+//!   different ids: the later one waits out the TTL by observation, which a
+//!   live holder never lets pass, so it never serves beside the first;
+//! - the default directory is fixed per host (`/run/lock/leasehold`, else
+//!   `/tmp/leasehold-locks`), not derived from `XDG_RUNTIME_DIR` or the user.
+//!
+//! A record naming another host is never taken over this way: two machines
 //! misconfigured with one node id cannot steal from each other.
 
 use crate::error::Error;
@@ -21,20 +37,22 @@ pub struct HostLock {
     _file: File,
     path: PathBuf,
     host: String,
+    id: String,
 }
 
-/// The directory host locks live in: `$LEASEHOLD_LOCK_DIR`, else
-/// `$XDG_RUNTIME_DIR/leasehold`, else `/tmp/leasehold-<uid>`.
+/// The directory host locks live in: `$LEASEHOLD_LOCK_DIR` when set, else
+/// `/run/lock/leasehold` where `/run/lock` exists (not cleaned while the
+/// machine runs, and not private to a service the way `/tmp` may be), else
+/// `/tmp/leasehold-locks`. The same for every user and every environment;
+/// an override is safe (see the module docs), only slower to take over.
 pub fn default_lock_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("LEASEHOLD_LOCK_DIR") {
+    if let Some(d) = std::env::var_os("LEASEHOLD_LOCK_DIR").filter(|d| !d.is_empty()) {
         return PathBuf::from(d);
     }
-    if let Some(d) = std::env::var_os("XDG_RUNTIME_DIR") {
-        return PathBuf::from(d).join("leasehold");
+    if Path::new("/run/lock").is_dir() {
+        return PathBuf::from("/run/lock/leasehold");
     }
-    // SAFETY: getuid has no preconditions and cannot fail.
-    let uid = unsafe { libc::getuid() };
-    PathBuf::from(format!("/tmp/leasehold-{uid}"))
+    PathBuf::from("/tmp/leasehold-locks")
 }
 
 /// This machine's name, as recorded in `holder.host`.
@@ -45,14 +63,21 @@ pub fn hostname() -> String {
 }
 
 impl HostLock {
-    /// Takes the lock for `node` on `store` (its display URL) without waiting.
-    /// Fails with `Conflict` if another live process holds it.
+    /// Takes the lock for `node` on the store whose canonical identity is
+    /// `store` ([`crate::store::Store::identity`]) without waiting. Fails
+    /// with `Conflict` if another live process holds it.
     pub fn acquire(dir: &Path, store: &str, node: &str, host: &str) -> Result<HostLock, Error> {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-            .map_err(|e| Error::invalid("lock directory", format!("{}: {e}", dir.display())))?;
+        // Shared by every user of the host, like /tmp: world-writable and
+        // sticky, so nobody removes another's lock file.
+        if !dir.is_dir() {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o1777)
+                .create(dir)
+                .map_err(|e| Error::invalid("lock directory", format!("{}: {e}", dir.display())))?;
+            use std::os::unix::fs::PermissionsExt;
+            let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o1777));
+        }
         let path = dir.join(format!(
             "{node}-{:016x}.lock",
             crate::store::local::fnv1a64(store.as_bytes())
@@ -83,11 +108,22 @@ impl HostLock {
         // For operators: who holds it. Not used for any decision.
         let _ = f.set_len(0);
         let _ = writeln!(f, "pid {} store {store}", std::process::id());
+        use std::os::unix::fs::MetadataExt;
+        let md = f
+            .metadata()
+            .map_err(|e| Error::Internal(format!("stat {}: {e}", path.display())))?;
         Ok(HostLock {
             _file: f,
             path,
             host: host.to_string(),
+            id: format!("{:x}-{:x}", md.dev(), md.ino()),
         })
+    }
+
+    /// This lock's id (its file's device and inode), recorded in the node
+    /// lease as `lock_id`.
+    pub fn id(&self) -> &str {
+        &self.id
     }
 
     pub fn path(&self) -> &Path {
@@ -113,6 +149,18 @@ mod tests {
         let _b = HostLock::acquire(d.path(), "memory://", "n2", "h").unwrap();
         let _c = HostLock::acquire(d.path(), "file:///x", "n1", "h").unwrap();
         drop(a);
-        HostLock::acquire(d.path(), "memory://", "n1", "h").unwrap();
+        let again = HostLock::acquire(d.path(), "memory://", "n1", "h").unwrap();
+        // The same file: the same id. Another directory: another id.
+        let other = tempfile::tempdir().unwrap();
+        let elsewhere = HostLock::acquire(other.path(), "memory://", "n1", "h").unwrap();
+        assert_ne!(again.id(), elsewhere.id());
+        let id = again.id().to_string();
+        drop(again);
+        assert_eq!(
+            HostLock::acquire(d.path(), "memory://", "n1", "h")
+                .unwrap()
+                .id(),
+            id
+        );
     }
 }

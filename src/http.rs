@@ -3,11 +3,19 @@
 //! | route | auth | what |
 //! |---|---|---|
 //! | `GET /healthz` | no | 200 while the process serves |
-//! | `GET /readyz` | no | 200 while registered and within the node lease's validity, else 503 |
+//! | `GET /readyz` | no | 200 while registered, within the node lease's validity *now*, and with a pass of the pull loop completed within its bound; else 503 with the reason |
 //! | `GET /metrics` | no | Prometheus text: events by kind, bucket requests by kind, renew latency |
 //! | `GET /v1/sessions` | bearer | this node's view of its sessions |
 //! | `GET /v1/events?after=N&limit=M` | bearer | a JSON page of the journal |
 //! | `GET /v1/events` + `Accept: text/event-stream` | bearer | SSE, resumable with `Last-Event-ID` |
+//! | `GET /v1/sessions/{name}/logs?tail=N&follow=true` | bearer | the session's log on this node (stdout and stderr); `follow` streams new output until the session leaves this node |
+//! | `POST /v1/sessions/{name}/claim` | bearer | claim the session now (the wake path) |
+//!
+//! Connections: at most `max_connections` at once (256 by default, and never
+//! more than half the process's descriptor limit: bucket connections must
+//! always find a descriptor); a client has [`HEADER_TIMEOUT`] to send each
+//! request's headers, idle keep-alive connections included, then it is
+//! closed.
 //!
 //! A cursor older than retention gets an explicit gap (`"gap": [from, to]`
 //! in a page, an `event: gap` in a stream); a cursor beyond the latest event
@@ -44,8 +52,16 @@ pub struct HttpState {
     pub requests: Option<Arc<CountingStore>>,
     /// Serves `POST /v1/sessions/{name}/claim` when set.
     pub claimer: Option<crate::fleet::node::NodeHandle>,
+    /// Where session logs are, for `/v1/sessions/{name}/logs`.
+    pub logs: Option<std::path::PathBuf>,
+    max_connections: usize,
     token: Arc<Vec<u8>>,
 }
+
+/// How long a client may take to send a request's headers, counted from
+/// when the connection starts waiting for them (so an idle keep-alive
+/// connection is closed after this long too).
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl std::fmt::Debug for HttpState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -69,8 +85,22 @@ impl HttpState {
             status,
             requests,
             claimer: None,
+            logs: None,
+            max_connections: 256,
             token: Arc::new(token),
         })
+    }
+
+    /// Serves session logs from `dir` (the runner's log directory).
+    pub fn with_logs(mut self, dir: std::path::PathBuf) -> Self {
+        self.logs = Some(dir);
+        self
+    }
+
+    /// Caps concurrent connections (at least 1; see the module docs).
+    pub fn with_max_connections(mut self, n: usize) -> Self {
+        self.max_connections = n.max(1);
+        self
     }
 
     /// Lets callers ask this node to claim a session now (the wake path).
@@ -135,26 +165,91 @@ pub fn router(state: HttpState) -> Router {
         .route("/v1/sessions", get(sessions))
         .route("/v1/events", get(events))
         .route("/v1/sessions/{name}/claim", axum::routing::post(claim))
+        .route("/v1/sessions/{name}/logs", get(logs))
         .fallback(|| async { error(StatusCode::NOT_FOUND, "not_found", "no such route") })
         .with_state(state)
 }
 
 /// Serves `router` on `listener` until `shutdown`.
+///
+/// At most `max_connections` connections are served at once; past that, new
+/// ones wait in the kernel's backlog until one closes. An accept error (out
+/// of descriptors) backs off briefly instead of spinning. On shutdown, open
+/// connections get up to two seconds to finish (SSE streams never do).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: HttpState,
     shutdown: tokio_util::sync::CancellationToken,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(async move { shutdown.cancelled().await })
-        .await
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    let limit = state.max_connections.min(descriptor_limit() / 2).max(1);
+    let permits = Arc::new(tokio::sync::Semaphore::new(limit));
+    let app = router(state);
+    let mut conns = tokio::task::JoinSet::new();
+    loop {
+        // Reap finished connection tasks so the set stays small.
+        while conns.try_join_next().is_some() {}
+        let permit = tokio::select! {
+            p = permits.clone().acquire_owned() => p.expect("never closed"),
+            _ = shutdown.cancelled() => break,
+        };
+        let stream = tokio::select! {
+            r = listener.accept() => match r {
+                Ok((s, _)) => s,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept");
+                    // A pause, not a spin, while descriptors are short.
+                    // Not a protocol timer: nothing decides by this clock.
+                    #[allow(clippy::disallowed_methods)]
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = shutdown.cancelled() => break,
+        };
+        let svc = hyper_util::service::TowerToHyperService::new(app.clone());
+        let stop = shutdown.clone();
+        conns.spawn(async move {
+            let _permit = permit;
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
+                .serve_connection(TokioIo::new(stream), svc);
+            tokio::pin!(conn);
+            tokio::select! {
+                _ = conn.as_mut() => {}
+                _ = stop.cancelled() => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
+                }
+            }
+        });
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(2), async {
+        while conns.join_next().await.is_some() {}
+    })
+    .await;
+    Ok(())
+}
+
+/// This process's soft limit on open descriptors.
+fn descriptor_limit() -> usize {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit with a valid pointer.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } != 0 || r.rlim_cur == 0 {
+        return 1024;
+    }
+    usize::try_from(r.rlim_cur).unwrap_or(usize::MAX)
 }
 
 async fn readyz(State(s): State<HttpState>) -> Response {
     let snap = s.status.snapshot();
-    let body =
-        serde_json::json!({"ready": snap.ready, "node": snap.node, "instance": snap.instance});
-    let code = if snap.ready {
+    let r = s.status.readiness();
+    let body = serde_json::json!({"ready": r.ready, "reason": r.reason, "node": snap.node, "instance": snap.instance});
+    let code = if r.ready {
         StatusCode::OK
     } else {
         StatusCode::SERVICE_UNAVAILABLE
@@ -475,5 +570,170 @@ mod tests {
             let e = q(&pairs, last).unwrap_err();
             assert_eq!(e.0, code, "{pairs:?} {last:?}: {e:?}");
         }
+    }
+}
+
+/// Query of `GET /v1/sessions/{name}/logs`.
+#[derive(Debug, serde::Deserialize)]
+struct LogsQuery {
+    /// Last N lines (default: everything kept).
+    tail: Option<usize>,
+    #[serde(default)]
+    follow: bool,
+}
+
+/// The last `n` lines of `bytes` (all of it when `n` is None).
+pub fn tail_lines(bytes: &[u8], n: Option<usize>) -> &[u8] {
+    let Some(n) = n else { return bytes };
+    if n == 0 {
+        return &bytes[bytes.len()..];
+    }
+    // A final newline ends the last line; it does not start another.
+    let body = bytes.strip_suffix(b"\n").unwrap_or(bytes);
+    let mut seen = 0;
+    for (i, b) in body.iter().enumerate().rev() {
+        if *b == b'\n' {
+            seen += 1;
+            if seen == n {
+                return &bytes[i + 1..];
+            }
+        }
+    }
+    bytes
+}
+
+/// `GET /v1/sessions/{name}/logs`: the rotated file then the current one,
+/// cut to `tail` lines; with `follow`, new output as it is written, polled
+/// every 200 ms, until the session has not been on this node for two polls
+/// in a row (the client then asks its new owner).
+async fn logs(
+    State(s): State<HttpState>,
+    headers: HeaderMap,
+    axum::extract::Path(name): axum::extract::Path<String>,
+    q: Result<Query<LogsQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    if let Some(r) = unauthorised(&s, &headers) {
+        return r;
+    }
+    let Query(q) = match q {
+        Ok(q) => q,
+        Err(e) => return error(StatusCode::BAD_REQUEST, "invalid_query", e.body_text()),
+    };
+    let name = match crate::Name::new(name) {
+        Ok(n) => n,
+        Err(e) => return error(StatusCode::BAD_REQUEST, "invalid_name", e.to_string()),
+    };
+    let Some(dir) = s.logs.clone() else {
+        return error(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "this node keeps no session logs",
+        );
+    };
+    let path = dir.join(format!("{name}.log"));
+    let rotated = dir.join(format!("{name}.log.1"));
+    let mut all = std::fs::read(&rotated).unwrap_or_default();
+    let current = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let owned = s
+                .status
+                .snapshot()
+                .sessions
+                .iter()
+                .any(|x| x.name == name.as_str());
+            if !owned && all.is_empty() {
+                return error(
+                    StatusCode::NOT_FOUND,
+                    "not_found",
+                    format!("no log of session {name} on this node"),
+                );
+            }
+            Vec::new()
+        }
+        Err(e) => {
+            return error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "log_unreadable",
+                format!("{name}: {e}"),
+            );
+        }
+    };
+    let offset = current.len() as u64;
+    all.extend_from_slice(&current);
+    let first = bytes::Bytes::copy_from_slice(tail_lines(&all, q.tail));
+    let text = [(header::CONTENT_TYPE, "text/plain; charset=utf-8")];
+    if !q.follow {
+        return (text, first).into_response();
+    }
+    let status = s.status.clone();
+    let stream = futures::stream::unfold(
+        (Some(first), path, offset, 0u32),
+        move |(pending, path, mut offset, mut away)| {
+            let status = status.clone();
+            let name = name.clone();
+            async move {
+                if let Some(b) = pending {
+                    return Some((Ok::<_, std::io::Error>(b), (None, path, offset, away)));
+                }
+                loop {
+                    // A poll, not a protocol timer.
+                    #[allow(clippy::disallowed_methods)]
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    let len = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+                    if len < offset {
+                        offset = 0; // rotated: the new file starts over
+                    }
+                    if len > offset {
+                        let chunk = read_from(&path, offset, (len - offset).min(1 << 20));
+                        offset += chunk.len() as u64;
+                        if !chunk.is_empty() {
+                            return Some((
+                                Ok(bytes::Bytes::from(chunk)),
+                                (None, path, offset, away),
+                            ));
+                        }
+                    }
+                    let here = status
+                        .snapshot()
+                        .sessions
+                        .iter()
+                        .any(|x| x.name == name.as_str());
+                    away = if here { 0 } else { away + 1 };
+                    if away >= 2 {
+                        return None;
+                    }
+                }
+            }
+        },
+    );
+    (text, axum::body::Body::from_stream(stream)).into_response()
+}
+
+fn read_from(path: &std::path::Path, offset: u64, max: u64) -> Vec<u8> {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut f) = std::fs::File::open(path) else {
+        return Vec::new();
+    };
+    if f.seek(SeekFrom::Start(offset)).is_err() {
+        return Vec::new();
+    }
+    let mut buf = Vec::new();
+    let _ = f.take(max).read_to_end(&mut buf);
+    buf
+}
+
+#[cfg(test)]
+mod log_tests {
+    use super::tail_lines;
+
+    #[test]
+    fn tail_counts_lines_from_the_end() {
+        assert_eq!(tail_lines(b"a\nb\nc\n", Some(2)), b"b\nc\n");
+        assert_eq!(tail_lines(b"a\nb\nc", Some(2)), b"b\nc");
+        assert_eq!(tail_lines(b"a\nb\n", Some(5)), b"a\nb\n");
+        assert_eq!(tail_lines(b"a\nb\n", Some(0)), b"");
+        assert_eq!(tail_lines(b"a\nb\n", None), b"a\nb\n");
+        assert_eq!(tail_lines(b"", Some(3)), b"");
     }
 }

@@ -111,7 +111,7 @@ pub enum Takeover {
 pub fn decide_takeover(
     current: &LeaseRecord,
     me: &Holder,
-    holds_host_lock: bool,
+    my_lock: Option<&str>,
     observed_for: Duration,
     observer_margin: Duration,
 ) -> Option<Takeover> {
@@ -126,8 +126,8 @@ pub fn decide_takeover(
     {
         return Some(Takeover::Own);
     }
-    if holds_host_lock
-        && current.host_locked
+    if let Some(lock) = my_lock
+        && current.lock_id.as_deref() == Some(lock)
         && current.holder.node == me.node
         && current.holder.host == me.host
     {
@@ -326,6 +326,7 @@ impl LeaseClientBuilder {
             renewed_at_ms: 0,
             released: false,
             host_locked: false,
+            lock_id: None,
             address: None,
             attrs: Default::default(),
             nonce: "x".into(),
@@ -420,6 +421,7 @@ impl LeaseClient {
             renewed_at_ms: self.inner.clock.wall_ms(),
             released: false,
             host_locked: self.inner.host_lock.is_some(),
+            lock_id: self.inner.host_lock.as_ref().map(|l| l.id().to_string()),
             address: opts.address.clone(),
             attrs: opts.attrs.clone(),
             nonce: self.inner.entropy.hex_id(),
@@ -579,7 +581,7 @@ impl LeaseClient {
         let Some(why) = decide_takeover(
             &rec,
             &self.inner.holder,
-            self.inner.host_lock.is_some(),
+            self.inner.host_lock.as_ref().map(|l| l.id()),
             observed_for,
             observer_margin,
         ) else {
@@ -809,6 +811,12 @@ impl Lease {
         // Whoever writes says whether it holds the host lock (a resumed
         // one-shot holder does not, even if the node that acquired did).
         next.host_locked = self.client.inner.host_lock.is_some();
+        next.lock_id = self
+            .client
+            .inner
+            .host_lock
+            .as_ref()
+            .map(|l| l.id().to_string());
         let mut pending = std::mem::take(&mut self.pending);
         let r = self
             .client
@@ -962,6 +970,7 @@ mod tests {
         LeaseRecord {
             epoch: 5,
             host_locked: true,
+            lock_id: Some("lock-a".into()),
             ..crate::record::sample(instance, released)
         }
     }
@@ -981,14 +990,14 @@ mod tests {
         let z = Duration::ZERO;
         // A stranger waits for ttl + margin of unchanged observation.
         assert_eq!(
-            decide_takeover(&held, &me("n2", "h2", "j"), false, z, m),
+            decide_takeover(&held, &me("n2", "h2", "j"), None, z, m),
             None
         );
         assert_eq!(
             decide_takeover(
                 &held,
                 &me("n2", "h2", "j"),
-                true,
+                Some("lock-a"),
                 Duration::from_millis(1099),
                 m
             ),
@@ -998,7 +1007,7 @@ mod tests {
             decide_takeover(
                 &held,
                 &me("n2", "h2", "j"),
-                false,
+                None,
                 Duration::from_millis(1100),
                 m
             ),
@@ -1006,39 +1015,46 @@ mod tests {
         );
         // Released: at once, by anyone, including the previous holder.
         assert_eq!(
-            decide_takeover(&rec("i1", true), &me("n2", "h2", "j"), false, z, m),
+            decide_takeover(&rec("i1", true), &me("n2", "h2", "j"), None, z, m),
             Some(Takeover::Released)
         );
         assert_eq!(
-            decide_takeover(&rec("i1", true), &me("n1", "h1", "i1"), false, z, m),
+            decide_takeover(&rec("i1", true), &me("n1", "h1", "i1"), None, z, m),
             Some(Takeover::Released)
         );
         // Our own live record.
         assert_eq!(
-            decide_takeover(&held, &me("n1", "h1", "i1"), false, z, m),
+            decide_takeover(&held, &me("n1", "h1", "i1"), None, z, m),
             Some(Takeover::Own)
         );
         // Predecessor on this host: only with the host lock.
         assert_eq!(
-            decide_takeover(&held, &me("n1", "h1", "i2"), false, z, m),
+            decide_takeover(&held, &me("n1", "h1", "i2"), None, z, m),
             None
         );
         assert_eq!(
-            decide_takeover(&held, &me("n1", "h1", "i2"), true, z, m),
+            decide_takeover(&held, &me("n1", "h1", "i2"), Some("lock-a"), z, m),
             Some(Takeover::PredecessorDead)
         );
         // A predecessor that never held the host lock proves nothing.
         let unlocked = LeaseRecord {
             host_locked: false,
+            lock_id: None,
             ..held.clone()
         };
         assert_eq!(
-            decide_takeover(&unlocked, &me("n1", "h1", "i2"), true, z, m),
+            decide_takeover(&unlocked, &me("n1", "h1", "i2"), Some("lock-a"), z, m),
+            None
+        );
+        // Nor does one that held another lock (another lock directory, a
+        // recreated lock file): we hold ours, which says nothing of its.
+        assert_eq!(
+            decide_takeover(&held, &me("n1", "h1", "i2"), Some("lock-b"), z, m),
             None
         );
         // Same node id on another host never steals early.
         assert_eq!(
-            decide_takeover(&held, &me("n1", "h9", "i2"), true, z, m),
+            decide_takeover(&held, &me("n1", "h9", "i2"), Some("lock-a"), z, m),
             None
         );
     }

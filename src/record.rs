@@ -57,6 +57,12 @@ pub struct LeaseRecord {
     /// that never took the lock (a one-shot CLI holder) proves nothing.
     #[serde(default)]
     pub host_locked: bool,
+    /// Which host lock the writer held ([`crate::hostlock::HostLock::id`]):
+    /// an immediate takeover of a predecessor needs this very lock, so two
+    /// instances that locked different files (another lock directory, a
+    /// recreated file) can never take each other over at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lock_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub address: Option<String>,
     #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
@@ -119,6 +125,11 @@ impl LeaseRecord {
         }
         if !id_like(&self.nonce) {
             return Err("nonce must be 1-64 of [A-Za-z0-9-]".into());
+        }
+        if let Some(l) = &self.lock_id
+            && !id_like(l)
+        {
+            return Err("lock_id must be 1-64 of [A-Za-z0-9-]".into());
         }
         if let Some(a) = &self.address
             && !printable(a, 1024)
@@ -219,6 +230,7 @@ pub(crate) fn sample(instance: &str, released: bool) -> LeaseRecord {
         renewed_at_ms: 0,
         released,
         host_locked: false,
+        lock_id: None,
         address: None,
         attrs: Default::default(),
         nonce: "n".into(),

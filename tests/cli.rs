@@ -80,6 +80,7 @@ fn node_with_api(
             .arg("--token-file")
             .arg(token_file)
             .env("LEASEHOLD_LOCK_DIR", lock_dir)
+            .env("LEASEHOLD_STATE_DIR", lock_dir.join("state"))
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
@@ -1117,6 +1118,7 @@ fn one_shot_readers_call_a_silent_owner_expired_within_the_skew_bound() {
             renewed_at_ms: renewed,
             released: node == "gone",
             host_locked: true,
+            lock_id: None,
             address: None,
             attrs,
             nonce: format!("n-{node}"),

@@ -104,6 +104,9 @@ async fn health_ready_and_auth() {
         .await
         .unwrap();
     assert_eq!(c, 503, "not registered yet");
+    // Readiness is computed when asked, from the lease's validity and the
+    // age of the last completed pass; a stored flag saying "ready" is not
+    // believed.
     s.status.set(StatusSnapshot {
         node: "n1".into(),
         instance: "i".into(),
@@ -113,8 +116,50 @@ async fn health_ready_and_auth() {
     let (c, _, b) = tokio::task::spawn_blocking(move || get(addr, "/readyz", &[]))
         .await
         .unwrap();
+    assert_eq!(c, 503, "a stored flag is not readiness: {b}");
+    let clock = leasehold::clock::ManualClock::new();
+    let dyn_clock: Arc<dyn leasehold::clock::Clock> = Arc::new(clock.clone());
+    let t0 = leasehold::clock::Clock::now(&clock);
+    s.status
+        .set_valid_until(&dyn_clock, Some(t0 + Duration::from_secs(9)));
+    s.status.pass_completed(t0, Duration::from_secs(5));
+    let (c, _, b) = tokio::task::spawn_blocking(move || get(addr, "/readyz", &[]))
+        .await
+        .unwrap();
     assert_eq!(c, 200);
     assert_eq!(json(&b)["node"], "n1");
+    // The pull loop stops completing passes: not ready once the bound passes,
+    // though the lease is still valid, and the reason says so.
+    clock.advance(Duration::from_secs(6));
+    let (c, _, b) = tokio::task::spawn_blocking(move || get(addr, "/readyz", &[]))
+        .await
+        .unwrap();
+    assert_eq!(c, 503);
+    assert!(
+        json(&b)["reason"].as_str().unwrap().contains("last pass"),
+        "{b}"
+    );
+    // A pass completes, but the validity has gone by (renewals stopped).
+    s.status
+        .pass_completed(leasehold::clock::Clock::now(&clock), Duration::from_secs(5));
+    clock.advance(Duration::from_secs(4));
+    let (c, _, b) = tokio::task::spawn_blocking(move || get(addr, "/readyz", &[]))
+        .await
+        .unwrap();
+    assert_eq!(c, 503);
+    assert!(
+        json(&b)["reason"].as_str().unwrap().contains("validity"),
+        "{b}"
+    );
+    // Renewed: ready again.
+    s.status.set_valid_until(
+        &dyn_clock,
+        Some(leasehold::clock::Clock::now(&clock) + Duration::from_secs(9)),
+    );
+    let (c, _, _) = tokio::task::spawn_blocking(move || get(addr, "/readyz", &[]))
+        .await
+        .unwrap();
+    assert_eq!(c, 200);
     // /v1/* needs the token; a wrong or missing one is 401, in constant time.
     for hdr in [
         None,

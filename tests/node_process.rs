@@ -85,6 +85,7 @@ impl Env {
                 "500ms",
             ])
             .env("LEASEHOLD_LOCK_DIR", self.path("locks"))
+            .env("LEASEHOLD_STATE_DIR", self.path("state"))
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()

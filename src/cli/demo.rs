@@ -240,13 +240,16 @@ pub async fn fleet(store_url: Option<String>, ttl: Duration, sessions: u32) -> R
         let mut cfg = NodeConfig::new(Name::new(id)?, ttl);
         cfg.capacity = sessions.max(1);
         cfg.probe = false; // probed once above
-        let lock =
-            crate::hostlock::HostLock::acquire(&lock_dir, &url, id, &crate::hostlock::hostname())?;
-        let runner = Arc::new(ExecRunner::new(
-            exe.clone(),
-            clock.clone(),
-            Duration::from_millis(500),
-        ));
+        let lock = crate::hostlock::HostLock::acquire(
+            &lock_dir,
+            &store.identity(),
+            id,
+            &crate::hostlock::hostname(),
+        )?;
+        let runner = Arc::new(
+            ExecRunner::new(exe.clone(), clock.clone(), Duration::from_millis(500))
+                .with_containment(crate::fleet::contain::Mode::Auto)?,
+        );
         let deps = NodeDeps {
             entropy: entropy.clone(),
             host_lock: Some(Arc::new(lock)),

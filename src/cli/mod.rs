@@ -16,6 +16,7 @@
 
 mod demo;
 mod inventory;
+mod logs;
 mod watch;
 
 use crate::Name;
@@ -163,6 +164,22 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Print a session's output (stdout and stderr), read from its owner
+    /// node's API; with --follow, keep printing, following the session to
+    /// its next owner.
+    Logs {
+        name: String,
+        #[command(flatten)]
+        store: StoreArgs,
+        /// File with the fleet's bearer token.
+        #[arg(long, env = "LEASEHOLD_TOKEN_FILE")]
+        token_file: std::path::PathBuf,
+        #[arg(short, long)]
+        follow: bool,
+        /// Only the last N lines (default: all that is kept).
+        #[arg(long)]
+        tail: Option<usize>,
+    },
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions {
         #[arg(value_enum)]
@@ -236,7 +253,71 @@ enum NodeOp {
         /// File holding the bearer token for /v1/* (required with --listen).
         #[arg(long)]
         token_file: Option<std::path::PathBuf>,
+        /// How session process trees are contained: auto (a cgroup v2 per
+        /// session where the host allows one, else the subreaper sweep),
+        /// cgroup (refuse to run without), subreaper.
+        #[arg(long, default_value = "auto")]
+        containment: crate::fleet::contain::Mode,
+        /// Where session logs go (stdout and stderr, rotated by size). Default:
+        /// <state>/logs/<node>-<store hash>, state being $LEASEHOLD_STATE_DIR,
+        /// else /var/lib/leasehold for root, else $XDG_STATE_HOME/leasehold or
+        /// ~/.local/state/leasehold.
+        #[arg(long, env = "LEASEHOLD_LOG_DIR")]
+        log_dir: Option<std::path::PathBuf>,
+        /// Most bytes kept of one session's log (the current file and one
+        /// rotated file).
+        #[arg(long, default_value_t = 8 << 20)]
+        log_max_bytes: u64,
+        /// Names of this node's environment variables that sessions also get
+        /// (comma-separated, repeatable). Sessions get nothing else of the
+        /// node's environment but PATH, HOME, LANG and TZ: credentials reach
+        /// a session only when named here.
+        #[arg(long, value_delimiter = ',', value_parser = parse_env_name)]
+        pass_env: Vec<String>,
+        /// Most HTTP connections served at once (kept below the descriptor
+        /// limit, so idle clients can never starve the node's bucket
+        /// connections).
+        #[arg(long, default_value_t = 256)]
+        max_connections: usize,
     },
+}
+
+fn parse_env_name(s: &str) -> Result<String, String> {
+    let ok = !s.is_empty()
+        && !s.starts_with(|c: char| c.is_ascii_digit())
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if ok {
+        Ok(s.to_string())
+    } else {
+        Err(format!(
+            "{s:?} is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)"
+        ))
+    }
+}
+
+/// The default directory for session logs (see `node run --log-dir`).
+fn default_log_dir(node: &str, store_identity: &str) -> std::path::PathBuf {
+    use std::path::PathBuf;
+    let state = std::env::var_os("LEASEHOLD_STATE_DIR")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| {
+            // SAFETY: getuid has no preconditions.
+            (unsafe { libc::getuid() } == 0).then(|| PathBuf::from("/var/lib/leasehold"))
+        })
+        .or_else(|| {
+            std::env::var_os("XDG_STATE_HOME")
+                .filter(|d| !d.is_empty())
+                .map(|d| PathBuf::from(d).join("leasehold"))
+        })
+        .or_else(|| {
+            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state/leasehold"))
+        })
+        .unwrap_or_else(|| PathBuf::from("/tmp/leasehold-state"));
+    state.join("logs").join(format!(
+        "{node}-{:016x}",
+        crate::store::local::fnv1a64(store_identity.as_bytes())
+    ))
 }
 
 fn parse_labels(s: &str) -> Result<std::collections::BTreeMap<String, String>, String> {
@@ -562,6 +643,13 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             duration,
             json,
         } => watch::run(&store, &token_file, from_start, duration, json).await,
+        Command::Logs {
+            name,
+            store,
+            token_file,
+            follow,
+            tail,
+        } => logs::run(name, &store, &token_file, follow, tail).await,
         Command::Completions { shell } => {
             use clap::CommandFactory;
             clap_complete::generate(
@@ -928,6 +1016,11 @@ async fn node(op: NodeOp) -> Result<(), Failure> {
         stop_grace,
         listen,
         token_file,
+        containment,
+        log_dir,
+        log_max_bytes,
+        pass_env,
+        max_connections,
     } = op;
     let id = Name::new(id)?;
     // HTTP first: a bad address or token fails before anything is written.
@@ -963,19 +1056,24 @@ async fn node(op: NodeOp) -> Result<(), Failure> {
     let host = crate::hostlock::hostname();
     let lock = crate::hostlock::HostLock::acquire(
         &crate::hostlock::default_lock_dir(),
-        &store.to_string(),
+        &store.identity(),
         id.as_str(),
         &host,
     )?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
     let exe = std::env::current_exe()
         .map_err(|e| Error::Internal(format!("cannot find this executable: {e}")))?;
-    let runner = Arc::new(
-        ExecRunner::new(exe, clock.clone(), stop_grace).with_launcher(
+    let log_dir = log_dir.unwrap_or_else(|| default_log_dir(id.as_str(), &store.identity()));
+    let runner = ExecRunner::new(exe, clock.clone(), stop_grace)
+        .with_launcher(
             exec.map(|e| e.split_whitespace().map(str::to_string).collect())
                 .unwrap_or_default(),
-        ),
-    );
+        )
+        .with_pass_env(pass_env)
+        .with_log_dir(log_dir.clone(), log_max_bytes)?
+        .with_containment(containment)?;
+    tracing::info!(containment = runner.containment(), logs = %log_dir.display(), "sessions contained");
+    let runner = Arc::new(runner);
     let mut cfg = fleet_node::NodeConfig::new(id, ttl);
     cfg.capacity = capacity;
     cfg.labels = labels;
@@ -994,7 +1092,9 @@ async fn node(op: NodeOp) -> Result<(), Failure> {
     let server = match http {
         Some((listener, token, bound)) => {
             let state = crate::http::HttpState::new(journal, status, Some(counting), token)?
-                .with_claimer(claim_handle);
+                .with_claimer(claim_handle)
+                .with_logs(log_dir)
+                .with_max_connections(max_connections);
             tracing::info!(%bound, "serving the node API");
             Some(tokio::spawn(crate::http::serve(
                 listener,

@@ -11,6 +11,7 @@
 //! - [`node`]: the pull loop, `run(..., shutdown)`.
 
 pub mod claim;
+pub mod contain;
 pub mod journal;
 pub mod manifest;
 pub mod node;

@@ -89,6 +89,28 @@ impl NodeConfig {
 pub struct NodeStatus {
     inner: std::sync::RwLock<StatusSnapshot>,
     renew: std::sync::Mutex<RenewHistogram>,
+    live: std::sync::Mutex<Liveness>,
+}
+
+/// What readiness is computed from, at the moment it is asked: never a
+/// stored flag, which a hung pull loop would leave saying "ready".
+#[derive(Debug, Default)]
+struct Liveness {
+    clock: Option<Arc<dyn Clock>>,
+    /// The node lease's validity as the renew task last extended it.
+    valid_until: Option<MonoTime>,
+    /// When the pull loop last completed a pass, and how old that may get.
+    last_pass: Option<MonoTime>,
+    pass_bound: Duration,
+}
+
+/// The answer to [`NodeStatus::readiness`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Readiness {
+    pub ready: bool,
+    /// Why not, when not ready.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// Upper bounds of the renew-latency buckets, in seconds (Prometheus style).
@@ -126,8 +148,56 @@ pub struct SessionStatus {
 }
 
 impl NodeStatus {
+    /// The last published snapshot, with `ready` computed now.
     pub fn snapshot(&self) -> StatusSnapshot {
-        self.inner.read().unwrap().clone()
+        let mut s = self.inner.read().unwrap().clone();
+        s.ready = self.readiness().ready;
+        s
+    }
+
+    /// Ready means: registered, within the node lease's validity as of now,
+    /// and a pass of the pull loop completed within its bound (a loop stuck
+    /// on a store call or a session is not ready, whatever it last said).
+    pub fn readiness(&self) -> Readiness {
+        let l = self.live.lock().unwrap();
+        let not = |r: &str| Readiness {
+            ready: false,
+            reason: Some(r.to_string()),
+        };
+        let (Some(clock), Some(until), Some(pass)) = (&l.clock, l.valid_until, l.last_pass) else {
+            return not("not registered");
+        };
+        let now = clock.now();
+        if now >= until {
+            return not("the node lease's validity has passed");
+        }
+        let age = now.saturating_since(pass);
+        if age > l.pass_bound {
+            return not(&format!(
+                "the last pass of the pull loop completed {} ago (bound {})",
+                humantime::format_duration(Duration::from_millis(age.as_millis() as u64)),
+                humantime::format_duration(l.pass_bound)
+            ));
+        }
+        Readiness {
+            ready: true,
+            reason: None,
+        }
+    }
+
+    /// The renew task: the node lease is valid until `until` (None: lost,
+    /// released or not yet registered).
+    pub fn set_valid_until(&self, clock: &Arc<dyn Clock>, until: Option<MonoTime>) {
+        let mut l = self.live.lock().unwrap();
+        l.clock = Some(clock.clone());
+        l.valid_until = until;
+    }
+
+    /// The pull loop completed a pass at `at`; the next is due within `bound`.
+    pub fn pass_completed(&self, at: MonoTime, bound: Duration) {
+        let mut l = self.live.lock().unwrap();
+        l.last_pass = Some(at);
+        l.pass_bound = bound;
     }
 
     /// Records one successful renew's latency (send to response).
@@ -498,6 +568,9 @@ impl Node {
             stop_renew.clone(),
         )));
         self.validity = Some(valid_rx.clone());
+        self.deps
+            .status
+            .set_valid_until(&self.deps.clock, Some(valid_rx.borrow().until));
         let mut valid_rx = valid_rx;
         // Held for this instance's lifetime; the next instance takes it over.
         let mut inbox = match &self.deps.claims {
@@ -530,6 +603,10 @@ impl Node {
             };
             let _ = load_tx.send(self.owned.len() as u32);
             self.publish_status(self.deps.clock.now() < valid_rx.borrow().until);
+            self.deps.status.pass_completed(
+                self.deps.clock.now(),
+                self.cfg.max_poll.max(self.cfg.poll) * 2 + self.cfg.ttl,
+            );
             self.idle_ticks = if changed {
                 0
             } else {
@@ -558,6 +635,7 @@ impl Node {
             }
         };
         self.publish_status(false);
+        self.deps.status.set_valid_until(&self.deps.clock, None);
         stop_renew.cancel();
         let lease = (&mut renew.0)
             .await
@@ -1197,6 +1275,7 @@ impl Node {
         }
         let start = SessionStart {
             name: name.to_string(),
+            node: self.me.node.clone(),
             epoch,
             spec: manifest.spec.clone(),
             deadline: valid_until,
@@ -1326,7 +1405,13 @@ impl Node {
                 format!(
                     "code {}{}",
                     x.code,
-                    if x.deadline { " (deadline)" } else { "" }
+                    if x.deadline {
+                        " (deadline)"
+                    } else if x.watchdog_lost {
+                        " (its watchdog was killed; every process of it was killed)"
+                    } else {
+                        ""
+                    }
                 ),
             );
             if x.deadline {
@@ -1562,12 +1647,15 @@ async fn renew_task(
         match r {
             Ok(()) => {
                 deps.runner.announce(lease.valid_until());
+                deps.status
+                    .set_valid_until(&deps.clock, Some(lease.valid_until()));
                 let _ = valid.send(Validity {
                     until: lease.valid_until(),
                     lost: false,
                 });
             }
             Err(e) => {
+                deps.status.set_valid_until(&deps.clock, None);
                 deps.journal.record(
                     deps.clock.wall_ms(),
                     "lease-lost",

@@ -17,11 +17,13 @@ use crate::clock::{Clock, MonoTime};
 use crate::error::{Error, Result};
 use async_trait::async_trait;
 use std::collections::HashMap;
+use std::collections::HashSet;
 use std::fmt::Debug;
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 /// The error `start` returns when the deadline has already passed: the
@@ -38,6 +40,8 @@ pub fn deadline_passed(name: &str, epoch: u64) -> Error {
 #[derive(Debug, Clone)]
 pub struct SessionStart {
     pub name: String,
+    /// The node running it; passed to the process as LEASEHOLD_NODE.
+    pub node: String,
     /// The fencing token; passed to the process as LEASEHOLD_EPOCH.
     pub epoch: u64,
     pub spec: Spec,
@@ -52,6 +56,9 @@ pub struct Exit {
     pub code: i32,
     /// Killed because the announced deadline passed.
     pub deadline: bool,
+    /// Its watchdog died without reporting (killed from outside): the
+    /// session's processes were killed when that was seen.
+    pub watchdog_lost: bool,
 }
 
 /// Runs sessions. See the module docs for the contract.
@@ -128,6 +135,7 @@ impl RecordingRunner {
                 epoch: e,
                 code: 137,
                 deadline: true,
+                watchdog_lost: false,
             });
         }
     }
@@ -177,6 +185,7 @@ impl Runner for RecordingRunner {
                     epoch: e,
                     code,
                     deadline: false,
+                    watchdog_lost: false,
                 });
             }
         }
@@ -194,19 +203,87 @@ impl Runner for RecordingRunner {
     }
 }
 
+/// The environment every session gets besides its spec's `env`: these, when
+/// the node has them. Nothing else of the node's environment (credentials,
+/// store URLs, telemetry headers) reaches a session unless named with
+/// [`ExecRunner::with_pass_env`].
+pub const BASE_ENV: &[&str] = &["PATH", "HOME", "LANG", "TZ"];
+/// PATH for a session when the node has none.
+const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+/// Process-wide: the watchdogs every [`ExecRunner`] in this process started,
+/// so the orphan sweep never mistakes one for an orphan (a process may hold
+/// several runners: the demo runs three nodes). Spawns happen under this
+/// lock, so a watchdog is registered before a sweep can see it.
+fn watchdogs() -> &'static Mutex<HashSet<i32>> {
+    static W: OnceLock<Mutex<HashSet<i32>>> = OnceLock::new();
+    W.get_or_init(Default::default)
+}
+
+/// Kills what re-parented to this process (a subreaper) from a session whose
+/// watchdog died: every child that is not in this process's own session and
+/// is not a watchdog we started. Session processes can never be in the
+/// node's session (the watchdog called `setsid`; a session cannot be
+/// joined), and the node's own helpers (a credentials process) are.
+fn sweep_orphans() -> usize {
+    let me = std::process::id() as i32;
+    // SAFETY: getsid(0) has no preconditions.
+    let my_sid = unsafe { libc::getsid(0) };
+    let registered = watchdogs().lock().unwrap();
+    let mut n = 0;
+    for p in super::contain::scan() {
+        if p.ppid != me || p.sid == my_sid || registered.contains(&p.pid) {
+            continue;
+        }
+        if !p.zombie {
+            // SAFETY: a child of ours that we did not start as a watchdog.
+            unsafe { libc::kill(p.pid, libc::SIGKILL) };
+            n += 1;
+        }
+        let mut st = 0;
+        // SAFETY: reaps that one child only (never -1: std's Child handles
+        // of our watchdogs must keep their statuses).
+        unsafe { libc::waitpid(p.pid, &mut st, libc::WNOHANG) };
+    }
+    n
+}
+
 /// Runs each session as a process under a dead-man switch (see
-/// [`super::watchdog`]): `<watchdog> __watchdog <grace_ms> <deadline_ns>
-/// <command> <args...>`, with LEASEHOLD_SESSION, LEASEHOLD_EPOCH (the fencing
-/// token) and LEASEHOLD_SPEC (the spec as JSON) in its environment.
+/// [`super::watchdog`]) and contains its whole process tree
+/// ([`super::contain`]): `<watchdog> __watchdog ... -- <command> <args...>`.
+///
+/// The session's environment is [`BASE_ENV`], the names passed with
+/// [`with_pass_env`](Self::with_pass_env), its spec's `env`, then
+/// LEASEHOLD_SESSION, LEASEHOLD_EPOCH (the fencing token), LEASEHOLD_NODE and
+/// LEASEHOLD_SPEC (the spec as JSON). Its stdin is `/dev/null`; its output
+/// goes to `<log dir>/<session>.log` (rotated by size) when a log directory
+/// is set, else nowhere.
+///
+/// A monitor thread checks every watchdog each 50 ms: one that died without
+/// reporting its end was killed from outside, so its session is killed at
+/// once (its cgroup, its process group, and the orphan sweep) and reported as
+/// an exit with `watchdog_lost`. The node never blocks on a session's pipes:
+/// each watchdog's reports are read by a thread of their own.
 #[derive(Debug)]
 pub struct ExecRunner {
     /// The program that provides `__watchdog` (the leasehold binary).
     watchdog: PathBuf,
     clock: Arc<dyn Clock>,
     grace: Duration,
+    launcher: Vec<String>,
+    pass_env: Vec<String>,
+    log_dir: Option<PathBuf>,
+    log_max: u64,
+    cgroups: Option<super::contain::CgroupRoot>,
+    shared: Arc<Shared>,
+    runs: AtomicU32,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
     children: Mutex<HashMap<String, Proc>>,
     exits: Mutex<Vec<Exit>>,
-    launcher: Vec<String>,
+    closed: AtomicBool,
 }
 
 #[derive(Debug)]
@@ -214,19 +291,55 @@ struct Proc {
     epoch: u64,
     child: Child,
     stdin: Option<ChildStdin>,
-    stdout: BufReader<ChildStdout>,
     pgid: i32,
+    cgroup: Option<super::contain::Cgroup>,
+    /// The watchdog's `end <reason> <code>`, once its reader saw it.
+    end: Arc<Mutex<Option<(String, i32)>>>,
+    reader_done: std::sync::mpsc::Receiver<()>,
+}
+
+impl Proc {
+    /// After the watchdog exited: its report, waiting briefly for the reader
+    /// (the pipe is at its end: the watchdog was its only writer).
+    fn report(&self) -> Option<(String, i32)> {
+        let _ = self.reader_done.recv_timeout(Duration::from_millis(500));
+        self.end.lock().unwrap().clone()
+    }
+
+    /// Kills whatever of the session may be left (cgroup, process group).
+    fn contain(&self) {
+        if let Some(cg) = &self.cgroup {
+            cg.kill_and_remove(Duration::from_secs(1));
+        }
+        if self.pgid > 1 {
+            // SAFETY: the session's process group, which we started.
+            unsafe { libc::kill(-self.pgid, libc::SIGKILL) };
+        }
+    }
 }
 
 impl ExecRunner {
+    /// A runner with subreaper containment and no session logs; see the
+    /// `with_*` methods.
     pub fn new(watchdog: PathBuf, clock: Arc<dyn Clock>, grace: Duration) -> Self {
+        super::contain::become_subreaper();
+        let shared = Arc::new(Shared::default());
+        let weak = Arc::downgrade(&shared);
+        std::thread::Builder::new()
+            .name("leasehold-monitor".into())
+            .spawn(move || monitor(weak))
+            .expect("spawn the session monitor thread");
         ExecRunner {
             watchdog,
             clock,
             grace,
-            children: Mutex::new(HashMap::new()),
-            exits: Mutex::new(Vec::new()),
             launcher: Vec::new(),
+            pass_env: Vec::new(),
+            log_dir: None,
+            log_max: 8 << 20,
+            cgroups: None,
+            shared,
+            runs: AtomicU32::new(0),
         }
     }
 
@@ -236,42 +349,136 @@ impl ExecRunner {
         self
     }
 
+    /// Names of the node's environment variables that sessions also get.
+    pub fn with_pass_env(mut self, names: Vec<String>) -> Self {
+        self.pass_env = names;
+        self
+    }
+
+    /// Where session logs go (created if missing), and the most bytes one
+    /// session's log (current file plus one rotated) may hold.
+    pub fn with_log_dir(mut self, dir: PathBuf, max_bytes: u64) -> Result<Self> {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| Error::invalid("log directory", format!("{}: {e}", dir.display())))?;
+        self.log_dir = Some(dir);
+        self.log_max = max_bytes.max(1024);
+        Ok(self)
+    }
+
+    /// Chooses how sessions are contained: `Auto` uses a cgroup v2 per
+    /// session where this host allows one; `Cgroup` refuses to run without.
+    pub fn with_containment(mut self, mode: super::contain::Mode) -> Result<Self> {
+        use super::contain::{CgroupRoot, Mode};
+        static ROOTS: AtomicU32 = AtomicU32::new(0);
+        self.cgroups = match mode {
+            Mode::Subreaper => None,
+            Mode::Auto | Mode::Cgroup => {
+                let root = CgroupRoot::new(ROOTS.fetch_add(1, Ordering::Relaxed));
+                if root.is_none() && mode == Mode::Cgroup {
+                    return Err(Error::invalid(
+                        "--containment",
+                        "cgroup: no writable cgroup v2 hierarchy here (use auto or subreaper)",
+                    ));
+                }
+                root
+            }
+        };
+        Ok(self)
+    }
+
+    /// The containment in force: "cgroup" or "subreaper".
+    pub fn containment(&self) -> &'static str {
+        if self.cgroups.is_some() {
+            "cgroup"
+        } else {
+            "subreaper"
+        }
+    }
+
+    /// The log file of session `name` (when logs are kept).
+    pub fn log_path(&self, name: &str) -> Option<PathBuf> {
+        self.log_dir.as_ref().map(|d| d.join(format!("{name}.log")))
+    }
+
     /// A deadline on our clock as absolute CLOCK_MONOTONIC nanoseconds.
     fn absolute(&self, deadline: MonoTime) -> u64 {
         let remaining = deadline.saturating_since(self.clock.now());
         super::watchdog::monotonic_ns() + remaining.as_nanos() as u64
     }
 
-    fn reap(&self) {
-        let mut children = self.children.lock().unwrap();
-        let mut done = Vec::new();
-        for (name, p) in children.iter_mut() {
-            if let Ok(Some(status)) = p.child.try_wait() {
-                let mut last = String::new();
-                let mut line = String::new();
-                while p.stdout.read_line(&mut line).unwrap_or(0) > 0 {
-                    last = std::mem::take(&mut line);
-                }
-                let mut parts = last.split_whitespace().skip(1);
-                let reason = parts.next().unwrap_or("unknown").to_string();
-                let code = parts
-                    .next()
-                    .and_then(|c| c.parse().ok())
-                    .or(status.code())
-                    .unwrap_or(137);
-                done.push((name.clone(), p.epoch, code, reason == "deadline"));
+    fn command(&self, s: &SessionStart, args: &super::watchdog::Args) -> Command {
+        let mut cmd = Command::new(&self.watchdog);
+        cmd.arg("__watchdog").args(args.to_argv()).env_clear();
+        for k in BASE_ENV
+            .iter()
+            .copied()
+            .chain(self.pass_env.iter().map(String::as_str))
+        {
+            if let Some(v) = std::env::var_os(k) {
+                cmd.env(k, v);
             }
         }
-        let mut exits = self.exits.lock().unwrap();
-        for (name, epoch, code, deadline) in done {
-            children.remove(&name);
-            exits.push(Exit {
+        if std::env::var_os("PATH").is_none() {
+            cmd.env("PATH", DEFAULT_PATH);
+        }
+        cmd.envs(&s.spec.env)
+            .env("LEASEHOLD_SESSION", &s.name)
+            .env("LEASEHOLD_EPOCH", s.epoch.to_string())
+            .env("LEASEHOLD_NODE", &s.node)
+            .env(
+                "LEASEHOLD_SPEC",
+                serde_json::to_string(&s.spec).expect("spec serialises"),
+            )
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped());
+        cmd
+    }
+}
+
+/// The monitor thread: see [`ExecRunner`]. Ends when the runner is dropped.
+fn monitor(shared: std::sync::Weak<Shared>) {
+    loop {
+        std::thread::sleep(Duration::from_millis(50));
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        if shared.closed.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut done = Vec::new();
+        {
+            let mut children = shared.children.lock().unwrap();
+            let exited: Vec<String> = children
+                .iter_mut()
+                .filter_map(|(n, p)| matches!(p.child.try_wait(), Ok(Some(_))).then(|| n.clone()))
+                .collect();
+            for name in exited {
+                let p = children.remove(&name).expect("present");
+                watchdogs().lock().unwrap().remove(&(p.child.id() as i32));
+                done.push((name, p));
+            }
+        }
+        for (name, p) in done {
+            let report = p.report();
+            p.contain();
+            let lost = report.is_none();
+            if lost {
+                tracing::warn!(session = %name, "the session's watchdog died; its processes were killed");
+            }
+            let (reason, code) = report.unwrap_or(("watchdog-lost".into(), 137));
+            shared.exits.lock().unwrap().push(Exit {
                 name,
-                epoch,
+                epoch: p.epoch,
                 code,
-                deadline,
+                deadline: reason == "deadline",
+                watchdog_lost: lost,
             });
         }
+        sweep_orphans();
     }
 }
 
@@ -281,55 +488,100 @@ impl Runner for ExecRunner {
         if self.clock.now() >= s.deadline {
             return Err(deadline_passed(&s.name, s.epoch));
         }
-        let abs = self.absolute(s.deadline);
-        let mut cmd = Command::new(&self.watchdog);
-        cmd.arg("__watchdog")
-            .arg(self.grace.as_millis().to_string())
-            .arg(abs.to_string())
-            .args(&self.launcher)
-            .arg(&s.spec.command)
-            .args(&s.spec.args)
-            .envs(&s.spec.env)
-            .env("LEASEHOLD_SESSION", &s.name)
-            .env("LEASEHOLD_EPOCH", s.epoch.to_string())
-            .env(
-                "LEASEHOLD_SPEC",
-                serde_json::to_string(&s.spec).expect("spec serialises"),
-            )
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped());
-        let mut child = cmd.spawn().map_err(|e| {
-            Error::Internal(format!(
-                "cannot start the watchdog {}: {e}",
-                self.watchdog.display()
-            ))
-        })?;
+        let n = self.runs.fetch_add(1, Ordering::Relaxed);
+        let cgroup = match &self.cgroups {
+            Some(root) => Some(
+                super::contain::Cgroup::create(
+                    root.dir().join(format!("{}-e{}-{n}", s.name, s.epoch)),
+                )
+                .map_err(|e| Error::Internal(format!("session cgroup: {e}")))?,
+            ),
+            None => None,
+        };
+        let args = super::watchdog::Args {
+            grace_ms: self.grace.as_millis() as u64,
+            deadline_ns: self.absolute(s.deadline),
+            cgroup: cgroup.as_ref().map(|c| c.path().to_path_buf()),
+            log: self.log_path(&s.name),
+            log_max: self.log_max,
+            program: self.launcher.first().unwrap_or(&s.spec.command).clone(),
+            args: self
+                .launcher
+                .iter()
+                .skip(1)
+                .chain(if self.launcher.is_empty() {
+                    None
+                } else {
+                    Some(&s.spec.command)
+                })
+                .chain(&s.spec.args)
+                .cloned()
+                .collect(),
+        };
+        let mut cmd = self.command(&s, &args);
+        let mut child = {
+            let mut registry = watchdogs().lock().unwrap();
+            let child = cmd.spawn().map_err(|e| {
+                Error::Internal(format!(
+                    "cannot start the watchdog {}: {e}",
+                    self.watchdog.display()
+                ))
+            })?;
+            registry.insert(child.id() as i32);
+            child
+        };
         let stdin = child.stdin.take();
-        let mut stdout = BufReader::new(child.stdout.take().expect("piped"));
+        let stdout = BufReader::new(child.stdout.take().expect("piped"));
+        let end = Arc::new(Mutex::new(None));
+        let (first_tx, first) = tokio::sync::oneshot::channel::<String>();
+        let (done_tx, reader_done) = std::sync::mpsc::channel();
+        let end2 = end.clone();
+        std::thread::spawn(move || {
+            let mut first_tx = Some(first_tx);
+            for line in stdout.lines() {
+                let Ok(line) = line else { break };
+                if let Some(rest) = line.strip_prefix("end ") {
+                    let mut parts = rest.split_whitespace();
+                    let reason = parts.next().unwrap_or("unknown").to_string();
+                    let code = parts.next().and_then(|c| c.parse().ok()).unwrap_or(137);
+                    *end2.lock().unwrap() = Some((reason, code));
+                }
+                if let Some(tx) = first_tx.take() {
+                    let _ = tx.send(line);
+                }
+            }
+            let _ = done_tx.send(());
+        });
         // The first line is `pid <pid>` (or `end ...` if it could not start).
-        let line = tokio::task::block_in_place(|| {
-            let mut l = String::new();
-            stdout.read_line(&mut l).map(|_| l)
-        })
-        .map_err(|e| Error::Internal(format!("watchdog: {e}")))?;
+        let line = tokio::select! {
+            l = first => l.unwrap_or_default(),
+            _ = self.clock.sleep(Duration::from_secs(10)) => String::new(),
+        };
         let pgid = match line.strip_prefix("pid ") {
             Some(p) => p.trim().parse().unwrap_or(0),
             None => {
+                let _ = child.kill();
                 let _ = child.wait();
+                watchdogs().lock().unwrap().remove(&(child.id() as i32));
+                if let Some(cg) = &cgroup {
+                    cg.kill_and_remove(Duration::from_secs(1));
+                }
                 return Err(Error::invalid(
                     format!("spec.command of session {}", s.name),
                     format!("could not start {:?} ({})", s.spec.command, line.trim()),
                 ));
             }
         };
-        self.children.lock().unwrap().insert(
+        self.shared.children.lock().unwrap().insert(
             s.name,
             Proc {
                 epoch: s.epoch,
                 child,
                 stdin,
-                stdout,
                 pgid,
+                cgroup,
+                end,
+                reader_done,
             },
         );
         Ok(())
@@ -337,18 +589,19 @@ impl Runner for ExecRunner {
 
     fn announce(&self, deadline: MonoTime) {
         let abs = self.absolute(deadline);
-        let mut children = self.children.lock().unwrap();
+        let mut children = self.shared.children.lock().unwrap();
         for p in children.values_mut() {
             if let Some(stdin) = p.stdin.as_mut() {
-                // A few bytes into a pipe: does not block in practice. A
-                // failure means the watchdog is gone; reap() will see it.
+                // A few bytes into a pipe only the watchdog reads: does not
+                // block in practice. A failure means the watchdog is gone;
+                // the monitor sees it.
                 let _ = writeln!(stdin, "deadline {abs}").and_then(|_| stdin.flush());
             }
         }
     }
 
     async fn stop(&self, name: &str) {
-        let proc = self.children.lock().unwrap().remove(name);
+        let proc = self.shared.children.lock().unwrap().remove(name);
         let Some(mut p) = proc else { return };
         if let Some(stdin) = p.stdin.as_mut() {
             let _ = writeln!(stdin, "stop").and_then(|_| stdin.flush());
@@ -356,28 +609,28 @@ impl Runner for ExecRunner {
         let limit = self.clock.now() + self.grace + Duration::from_secs(1);
         loop {
             if let Ok(Some(_)) = p.child.try_wait() {
-                return;
+                break;
             }
             if self.clock.now() >= limit {
-                // The watchdog did not finish: kill both.
-                // SAFETY: plain syscalls on ids we started.
-                unsafe { libc::kill(-p.pgid, libc::SIGKILL) };
+                // The watchdog did not finish: kill it; contain() below
+                // kills what it leaves.
                 let _ = p.child.kill();
                 let _ = p.child.wait();
-                return;
+                break;
             }
             self.clock.sleep(Duration::from_millis(10)).await;
         }
+        watchdogs().lock().unwrap().remove(&(p.child.id() as i32));
+        p.contain();
     }
 
     fn take_exits(&self) -> Vec<Exit> {
-        self.reap();
-        std::mem::take(&mut self.exits.lock().unwrap())
+        std::mem::take(&mut self.shared.exits.lock().unwrap())
     }
 
     fn running(&self) -> Vec<(String, u64)> {
-        self.reap();
-        self.children
+        self.shared
+            .children
             .lock()
             .unwrap()
             .iter()
@@ -388,9 +641,10 @@ impl Runner for ExecRunner {
 
 impl Drop for ExecRunner {
     fn drop(&mut self) {
+        self.shared.closed.store(true, Ordering::Relaxed);
         // Closing the watchdogs' stdin tells them the node is gone: they kill
         // their sessions at once.
-        for p in self.children.get_mut().unwrap().values_mut() {
+        for p in self.shared.children.lock().unwrap().values_mut() {
             p.stdin = None;
         }
     }

@@ -2,26 +2,36 @@
 //!
 //! A node whose main process is frozen (SIGSTOP, a debugger, a long pause)
 //! cannot stop its children, yet its lease lapses and a peer takes over. So
-//! each session's process group is owned by a separate small process, this
-//! watchdog (`leasehold __watchdog`), which:
+//! each session is owned by a separate small process, this watchdog
+//! (`leasehold __watchdog`), which:
 //!
-//! - starts the session command in a new process group;
-//! - reads deadlines from its stdin, as absolute `CLOCK_MONOTONIC`
-//!   nanoseconds (one clock for every process on the machine, so no transit
-//!   delay stretches the deadline), sent by the node after every successful
-//!   renew;
-//! - SIGKILLs the group the moment the last announced deadline passes;
-//! - SIGKILLs it at once when its stdin closes (the node is gone);
-//! - on `stop`, sends SIGTERM, then SIGKILL after the grace period;
+//! - becomes a child subreaper and calls `setsid`, then starts the session
+//!   command in a new process group, with stdin `/dev/null`, stdout and
+//!   stderr into a pipe it copies to the session's bounded log, and (where
+//!   the node made one) inside the session's own cgroup, joined before exec;
+//!   the session's first process gets `PR_SET_PDEATHSIG`, so it dies with
+//!   the watchdog;
+//! - reads deadlines on its stdin, the node's control pipe, as absolute
+//!   `CLOCK_MONOTONIC` nanoseconds (one clock for every process on the
+//!   machine, so no transit delay stretches the deadline), sent by the node
+//!   after every successful renew. The session never sees this pipe: its
+//!   stdin is `/dev/null` and every other descriptor is close-on-exec;
+//! - kills the session's whole tree ([`super::contain`]: `cgroup.kill` and
+//!   the descendant sweep) the moment the last announced deadline passes, at
+//!   once when its stdin closes (the node is gone), and when the session's
+//!   first process exits (a leftover `setsid` child dies with it);
+//! - on `stop`, sends SIGTERM to every descendant, then kills the tree after
+//!   the grace period (never later than the deadline);
 //! - reports on stdout `pid <pid>` at start and `end <reason> <code>` at the
 //!   end, and exits.
 //!
-//! The watchdog runs in its own session (`setsid`), so a terminal's Ctrl-C
-//! aimed at the node does not reach it; it acts only on what the node tells
-//! it or on the node's disappearance.
+//! It acts only on what the node tells it or on the node's disappearance:
+//! its own session keeps a terminal's Ctrl-C aimed at the node away from it.
 
-use std::io::{BufRead, Write};
-use std::process::{Command, ExitCode};
+use super::contain;
+use std::io::{BufRead, Read, Write};
+use std::path::PathBuf;
+use std::process::{Command, ExitCode, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -49,50 +59,263 @@ enum Msg {
     Gone,
 }
 
-fn kill_group(pgid: i32, sig: i32) {
-    // SAFETY: plain syscall; a negative pid addresses the process group.
-    unsafe { libc::kill(-pgid, sig) };
+/// What the runner passes on the command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Args {
+    pub grace_ms: u64,
+    pub deadline_ns: u64,
+    pub cgroup: Option<PathBuf>,
+    pub log: Option<PathBuf>,
+    pub log_max: u64,
+    pub program: String,
+    pub args: Vec<String>,
 }
 
-/// The watchdog's main: `__watchdog <grace_ms> <initial_deadline_ns> <program> [args...]`.
-pub fn main(args: &[String]) -> ExitCode {
-    let (Some(grace), Some(deadline), Some(program)) = (args.first(), args.get(1), args.get(2))
-    else {
-        let _ = writeln!(
-            std::io::stderr(),
-            "error: usage: leasehold __watchdog <grace_ms> <deadline_ns> <program> [args...]"
-        );
-        return ExitCode::from(2);
+impl Args {
+    /// The argv after `__watchdog`.
+    pub fn to_argv(&self) -> Vec<String> {
+        let mut v = vec![
+            "--grace-ms".into(),
+            self.grace_ms.to_string(),
+            "--deadline-ns".into(),
+            self.deadline_ns.to_string(),
+        ];
+        if let Some(c) = &self.cgroup {
+            v.extend(["--cgroup".into(), c.display().to_string()]);
+        }
+        if let Some(l) = &self.log {
+            v.extend(["--log".into(), l.display().to_string()]);
+            v.extend(["--log-max".into(), self.log_max.to_string()]);
+        }
+        v.push("--".into());
+        v.push(self.program.clone());
+        v.extend(self.args.iter().cloned());
+        v
+    }
+
+    pub fn parse(argv: &[String]) -> Result<Args, String> {
+        let mut a = Args {
+            grace_ms: 0,
+            deadline_ns: 0,
+            cgroup: None,
+            log: None,
+            log_max: 8 << 20,
+            program: String::new(),
+            args: Vec::new(),
+        };
+        let mut it = argv.iter();
+        let num = |v: Option<&String>, f: &str| {
+            v.and_then(|s| s.parse::<u64>().ok())
+                .ok_or_else(|| format!("{f} needs an integer"))
+        };
+        let mut deadline = false;
+        while let Some(arg) = it.next() {
+            match arg.as_str() {
+                "--grace-ms" => a.grace_ms = num(it.next(), arg)?,
+                "--deadline-ns" => {
+                    a.deadline_ns = num(it.next(), arg)?;
+                    deadline = true;
+                }
+                "--log-max" => a.log_max = num(it.next(), arg)?,
+                "--cgroup" => a.cgroup = it.next().map(PathBuf::from),
+                "--log" => a.log = it.next().map(PathBuf::from),
+                "--" => {
+                    a.program = it.next().ok_or("no program after --")?.clone();
+                    a.args = it.cloned().collect();
+                    break;
+                }
+                other => return Err(format!("unknown argument {other:?}")),
+            }
+        }
+        if !deadline || a.program.is_empty() {
+            return Err("usage: leasehold __watchdog --grace-ms N --deadline-ns N [--cgroup DIR] [--log FILE --log-max BYTES] -- PROGRAM [ARGS...]".into());
+        }
+        Ok(a)
+    }
+}
+
+/// Copies the session's output into its log, rotating at half of `max`
+/// (`<log>` becomes `<log>.1`), so the two files never hold more than `max`.
+/// It keeps reading whatever happens to the file, so the session never
+/// blocks on a full pipe.
+fn copy_log(mut from: std::io::PipeReader, path: PathBuf, max: u64) {
+    let open = |p: &PathBuf| {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(p)
+            .ok()
     };
-    let (Ok(grace_ms), Ok(mut deadline)) = (grace.parse::<u64>(), deadline.parse::<u64>()) else {
-        let _ = writeln!(
-            std::io::stderr(),
-            "error: __watchdog: grace and deadline must be integers"
-        );
-        return ExitCode::from(2);
+    let mut file = open(&path);
+    let mut size = file
+        .as_ref()
+        .and_then(|f| f.metadata().ok())
+        .map_or(0, |m| m.len());
+    let half = (max / 2).max(1);
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match from.read(&mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        if let Some(f) = file.as_mut()
+            && f.write_all(&buf[..n]).is_ok()
+        {
+            size += n as u64;
+        }
+        if size >= half {
+            let mut rotated = path.clone().into_os_string();
+            rotated.push(".1");
+            let _ = std::fs::rename(&path, rotated);
+            file = open(&path);
+            size = 0;
+        }
+    }
+}
+
+struct Session {
+    me: i32,
+    leader: i32,
+    pgid: i32,
+    leader_status: Option<i32>,
+    cgroup: Option<contain::Cgroup>,
+}
+
+impl Session {
+    fn reap(&mut self) {
+        let leader = self.leader;
+        let mut got = None;
+        contain::reap_all(|pid, st| {
+            if pid == leader {
+                got = Some(st);
+            }
+        });
+        if got.is_some() {
+            self.leader_status = got;
+        }
+    }
+
+    /// Ends every process of the session: the cgroup first (atomic), then
+    /// the sweep of our descendants (whatever left the cgroup, or all of it
+    /// without one).
+    fn contain(&mut self) {
+        if let Some(cg) = &self.cgroup {
+            let _ = std::fs::write(cg.path().join("cgroup.kill"), b"1");
+        }
+        // SAFETY: plain syscall; a negative pid addresses the process group.
+        unsafe { libc::kill(-self.pgid, libc::SIGKILL) };
+        let leader = self.leader;
+        let mut got = None;
+        contain::kill_descendants(self.me, 200, |pid, st| {
+            if pid == leader {
+                got = Some(st);
+            }
+        });
+        if got.is_some() {
+            self.leader_status = got;
+        }
+        if let Some(cg) = &self.cgroup {
+            cg.kill_and_remove(Duration::from_secs(2));
+        }
+    }
+
+    fn terminate(&self) {
+        // SAFETY: plain syscalls on our own descendants.
+        unsafe { libc::kill(-self.pgid, libc::SIGTERM) };
+        for p in contain::descendants(self.me, &contain::scan()) {
+            unsafe { libc::kill(p.pid, libc::SIGTERM) };
+        }
+    }
+}
+
+/// The watchdog's main: `__watchdog` followed by [`Args::to_argv`].
+pub fn main(argv: &[String]) -> ExitCode {
+    let a = match Args::parse(argv) {
+        Ok(a) => a,
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "error: __watchdog: {e}");
+            return ExitCode::from(2);
+        }
     };
     // SAFETY: setsid has no memory-safety preconditions; failure (already a
     // group leader) is harmless.
     unsafe { libc::setsid() };
+    contain::become_subreaper();
+    let mut deadline = a.deadline_ns;
     if monotonic_ns() >= deadline {
         say("end deadline -1");
         return ExitCode::from(137);
     }
-    use std::os::unix::process::CommandExt;
-    let mut child = match Command::new(program)
-        .args(&args[3..])
-        .process_group(0)
-        .spawn()
-    {
-        Ok(c) => c,
-        Err(e) => {
-            say("end spawn-failed 127");
-            let _ = writeln!(std::io::stderr(), "error: cannot start {program:?}: {e}");
-            return ExitCode::from(127);
-        }
+    let cgroup = a.cgroup.clone().map(contain::Cgroup);
+    let fail = |what: &str, e: &dyn std::fmt::Display| {
+        say("end spawn-failed 127");
+        let _ = writeln!(std::io::stderr(), "error: {what}: {e}");
+        ExitCode::from(127)
     };
-    let pgid = child.id() as i32;
-    say(&format!("pid {pgid}"));
+    let (out_r, out_w) = match std::io::pipe() {
+        Ok(p) => p,
+        Err(e) => return fail("session output pipe", &e),
+    };
+    let leader = {
+        use std::os::unix::process::CommandExt;
+        let mut cmd = Command::new(&a.program);
+        cmd.args(&a.args).stdin(Stdio::null()).process_group(0);
+        match (&a.log, out_w.try_clone()) {
+            (Some(_), Ok(w2)) => {
+                cmd.stdout(out_w).stderr(w2);
+            }
+            _ => {
+                cmd.stdout(Stdio::null()).stderr(Stdio::null());
+            }
+        }
+        if let Some(cg) = &cgroup
+            && let Err(e) = contain::join_before_exec(&mut cmd, cg)
+        {
+            return fail("session cgroup", &e);
+        }
+        // SAFETY: getpid and prctl only; the pid is read before the fork.
+        let me = unsafe { libc::getpid() };
+        unsafe {
+            cmd.pre_exec(move || {
+                // Dies with the watchdog, whoever kills it. If it is already
+                // gone (between fork and here), go too.
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+                if libc::getppid() != me {
+                    libc::_exit(137);
+                }
+                Ok(())
+            });
+        }
+        match cmd.spawn() {
+            Ok(c) => c.id() as i32,
+            Err(e) => return fail(&format!("cannot start {:?}", a.program), &e),
+        }
+        // `cmd` (and with it our copies of the pipe's write end) is dropped
+        // here, so the copier sees end-of-file once the session's last
+        // process closes it.
+    };
+    // Signalled when the copier has drained the pipe, so the last lines of
+    // a session that just ended reach its log before we report the end.
+    let (copied_tx, copied) = mpsc::channel::<()>();
+    if let Some(log) = a.log.clone() {
+        let max = a.log_max;
+        std::thread::spawn(move || {
+            copy_log(out_r, log, max);
+            let _ = copied_tx.send(());
+        });
+    } else {
+        drop(out_r);
+        drop(copied_tx);
+    }
+    say(&format!("pid {leader}"));
+    let mut s = Session {
+        // SAFETY: getpid cannot fail.
+        me: unsafe { libc::getpid() },
+        leader,
+        pgid: leader,
+        leader_status: None,
+        cgroup,
+    };
 
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
@@ -114,52 +337,69 @@ pub fn main(args: &[String]) -> ExitCode {
     });
 
     let finish = |reason: &str, code: i32| {
+        // Every process of the session is dead, so the pipe is at its end
+        // (bounded: a process we could not kill must not hold us here).
+        let _ = copied.recv_timeout(Duration::from_millis(500));
         say(&format!("end {reason} {code}"));
         ExitCode::from(code.clamp(0, 255) as u8)
     };
-    let code_of = |s: std::process::ExitStatus| {
-        use std::os::unix::process::ExitStatusExt;
-        s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0))
-    };
     loop {
-        if let Ok(Some(status)) = child.try_wait() {
-            // The leader exited; take the rest of its group with it.
-            kill_group(pgid, libc::SIGKILL);
-            return finish("exited", code_of(status));
+        s.reap();
+        if let Some(st) = s.leader_status {
+            // The leader exited; the rest of its tree goes with it.
+            s.contain();
+            return finish("exited", contain::code_of_status(st));
         }
         let now = monotonic_ns();
         if now >= deadline {
-            kill_group(pgid, libc::SIGKILL);
-            let _ = child.wait();
+            s.contain();
             return finish("deadline", 137);
         }
         let wait = Duration::from_nanos((deadline - now).min(20_000_000));
         match rx.recv_timeout(wait) {
             Ok(Msg::Deadline(d)) => deadline = d,
             Ok(Msg::Stop) => {
-                kill_group(pgid, libc::SIGTERM);
-                let until = monotonic_ns() + grace_ms * 1_000_000;
+                s.terminate();
+                let until = monotonic_ns() + a.grace_ms * 1_000_000;
                 loop {
-                    if let Ok(Some(status)) = child.try_wait() {
-                        kill_group(pgid, libc::SIGKILL);
-                        return finish("stopped", code_of(status));
-                    }
+                    s.reap();
                     // The lease deadline still binds during a graceful stop.
                     let now = monotonic_ns();
-                    if now >= until || now >= deadline {
-                        kill_group(pgid, libc::SIGKILL);
-                        let status = child.wait().ok().map_or(137, code_of);
-                        return finish("stopped", status);
+                    if s.leader_status.is_some() || now >= until || now >= deadline {
+                        s.contain();
+                        let code = s.leader_status.map_or(137, contain::code_of_status);
+                        return finish("stopped", code);
                     }
                     std::thread::sleep(Duration::from_millis(10));
                 }
             }
             Ok(Msg::Gone) | Err(mpsc::RecvTimeoutError::Disconnected) => {
-                kill_group(pgid, libc::SIGKILL);
-                let _ = child.wait();
+                s.contain();
                 return finish("node-gone", 137);
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn argv_round_trips_and_bad_argv_is_refused() {
+        let a = Args {
+            grace_ms: 500,
+            deadline_ns: 42,
+            cgroup: Some("/sys/fs/cgroup/x".into()),
+            log: Some("/tmp/web.log".into()),
+            log_max: 1024,
+            program: "sh".into(),
+            args: vec!["-c".into(), "--grace-ms".into()],
+        };
+        assert_eq!(Args::parse(&a.to_argv()).unwrap(), a);
+        assert!(Args::parse(&["--grace-ms".into(), "x".into()]).is_err());
+        assert!(Args::parse(&["--grace-ms".into(), "1".into()]).is_err());
+        assert!(Args::parse(&["--bogus".into()]).is_err());
     }
 }

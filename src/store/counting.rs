@@ -128,4 +128,8 @@ impl Store for CountingStore {
             })
             .boxed()
     }
+
+    fn identity(&self) -> String {
+        self.inner.identity()
+    }
 }

@@ -219,6 +219,10 @@ impl Store for FaultStore {
             _ => futures::stream::once(async { Err(injected(false)) }).boxed(),
         }
     }
+
+    fn identity(&self) -> String {
+        self.inner.identity()
+    }
 }
 
 /// A deliberately broken store that ignores `If-None-Match` and/or
@@ -266,5 +270,9 @@ impl Store for IgnoreConditions {
     }
     fn list(&self, prefix: &str) -> BoxStream<'static, Result<Entry, StoreError>> {
         self.inner.list(prefix)
+    }
+
+    fn identity(&self) -> String {
+        self.inner.identity()
     }
 }

@@ -100,9 +100,11 @@ impl LocalDirStore {
                 reason: format!("{} is not a directory", root.display()),
             });
         }
+        // Named by its canonical path, so every spelling of it displays alike.
+        let root = fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
         Ok(LocalDirStore {
             inner: Arc::new(Inner {
-                root: root.to_path_buf(),
+                root,
                 dev: md.dev(),
                 ino: md.ino(),
                 entropy,
@@ -546,5 +548,11 @@ impl Store for LocalDirStore {
                 Err(e) => futures::stream::once(async move { Err(e) }).boxed(),
             })
             .boxed()
+    }
+
+    /// The root's device and inode: one directory reached by two paths
+    /// (symlinks, bind mounts, `/x/store` and `/x//store/`) is one store.
+    fn identity(&self) -> String {
+        format!("file-inode:{}:{}", self.inner.dev, self.inner.ino)
     }
 }

@@ -155,6 +155,15 @@ pub trait Store: Send + Sync + Debug + Display + 'static {
     /// Unconditional delete; only garbage collection and probe clean-up use it.
     async fn delete(&self, key: &str) -> Result<(), StoreError>;
     fn list(&self, prefix: &str) -> BoxStream<'static, Result<Entry, StoreError>>;
+
+    /// The store's canonical identity: equal for two handles on the same
+    /// bucket and prefix however their URLs were spelled (trailing or
+    /// doubled slashes, scheme aliases; for a directory, its device and
+    /// inode). The host lock is keyed by it. Wrappers forward it. The default
+    /// is the display name.
+    fn identity(&self) -> String {
+        self.to_string()
+    }
 }
 
 /// Checks a key against the contract's shape. Stores call this before touching

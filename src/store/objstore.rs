@@ -25,6 +25,7 @@ pub struct ObjectStoreBackend {
     inner: Arc<dyn ObjectStore>,
     root: String,
     display: String,
+    identity: Option<String>,
 }
 
 impl ObjectStoreBackend {
@@ -36,7 +37,15 @@ impl ObjectStoreBackend {
             inner,
             root: root.trim_matches('/').to_string(),
             display: display.into(),
+            identity: None,
         }
+    }
+
+    /// Sets the canonical identity ([`Store::identity`]): the URL with the
+    /// endpoint or account it resolves to, normalised.
+    pub fn with_identity(mut self, id: impl Into<String>) -> Self {
+        self.identity = Some(id.into());
+        self
     }
 
     /// [`Version`] ETags are kept without quotes, because some services quote
@@ -312,6 +321,12 @@ impl Store for ObjectStoreBackend {
                 futures::future::ready(out)
             })
             .boxed()
+    }
+
+    fn identity(&self) -> String {
+        self.identity
+            .clone()
+            .unwrap_or_else(|| self.display.clone())
     }
 }
 

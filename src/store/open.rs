@@ -45,7 +45,8 @@ pub async fn open_store(url: &str, opts: &OpenOptions) -> Result<Arc<dyn Store>,
             store,
             prefix,
             display,
-        } => Arc::new(ObjectStoreBackend::new(store, &prefix, display)),
+            identity,
+        } => Arc::new(ObjectStoreBackend::new(store, &prefix, display).with_identity(identity)),
     };
     Ok(Arc::new(super::TracedStore::new(store)))
 }
@@ -58,6 +59,8 @@ pub enum Raw {
         store: Arc<dyn object_store::ObjectStore>,
         prefix: String,
         display: String,
+        /// See [`Store::identity`].
+        identity: String,
     },
 }
 
@@ -69,6 +72,8 @@ pub async fn open_raw(url: &str, opts: &OpenOptions) -> Result<Raw, Error> {
             store: Arc::new(object_store::memory::InMemory::new()),
             prefix: String::new(),
             display: "memory://".into(),
+            // Every open is a new in-process store.
+            identity: "memory://".into(),
         });
     }
     let (scheme, rest) = url
@@ -89,6 +94,15 @@ pub async fn open_raw(url: &str, opts: &OpenOptions) -> Result<Raw, Error> {
         ));
     }
     let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    // `b/p/`, `b//p` and `b/p` name one prefix: empty segments are dropped
+    // (object stores would treat them as part of the key, and the host lock
+    // would see two stores).
+    let prefix = prefix
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .collect::<Vec<_>>()
+        .join("/");
+    let prefix = prefix.as_str();
     if bucket.is_empty() {
         return Err(bad("missing bucket or container name"));
     }
@@ -107,6 +121,12 @@ pub async fn open_raw(url: &str, opts: &OpenOptions) -> Result<Raw, Error> {
         "{scheme}://{bucket}{}{prefix}",
         if prefix.is_empty() { "" } else { "/" }
     );
+    let canonical_scheme = match scheme {
+        "azure" | "abfs" => "az",
+        "gcs" => "gs",
+        s => s,
+    };
+    let mut identity = format!("{canonical_scheme}://{bucket}/{prefix}");
     let inner: Arc<dyn object_store::ObjectStore> = match scheme {
         "s3" => {
             let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
@@ -127,6 +147,13 @@ pub async fn open_raw(url: &str, opts: &OpenOptions) -> Result<Raw, Error> {
                 .with_region(region)
                 .with_client_options(client)
                 .with_retry(retry);
+            identity = format!(
+                "s3://{}/{bucket}/{prefix}",
+                endpoint.as_deref().map_or_else(
+                    || "aws".to_string(),
+                    |e| super::objstore::redact(e.trim_end_matches('/')).to_ascii_lowercase()
+                )
+            );
             if let Some(ep) = endpoint {
                 b = b
                     .with_allow_http(ep.starts_with("http://"))
@@ -138,14 +165,20 @@ pub async fn open_raw(url: &str, opts: &OpenOptions) -> Result<Raw, Error> {
             b = b.with_credentials(Arc::new(AwsConfigCredentials::new(provider)));
             Arc::new(b.build().map_err(|e| bad(&e.to_string()))?)
         }
-        "az" | "azure" | "abfs" => Arc::new(
-            MicrosoftAzureBuilder::from_env()
-                .with_container_name(bucket)
-                .with_client_options(client)
-                .with_retry(retry)
-                .build()
-                .map_err(|e| bad(&super::objstore::redact(&e.to_string())))?,
-        ),
+        "az" | "azure" | "abfs" => {
+            let account = std::env::var("AZURE_STORAGE_ACCOUNT_NAME")
+                .or_else(|_| std::env::var("AZURE_STORAGE_ACCOUNT"))
+                .unwrap_or_else(|_| "default".into());
+            identity = format!("az://{account}/{bucket}/{prefix}");
+            Arc::new(
+                MicrosoftAzureBuilder::from_env()
+                    .with_container_name(bucket)
+                    .with_client_options(client)
+                    .with_retry(retry)
+                    .build()
+                    .map_err(|e| bad(&super::objstore::redact(&e.to_string())))?,
+            )
+        }
         "gs" | "gcs" => Arc::new(
             GoogleCloudStorageBuilder::from_env()
                 .with_bucket_name(bucket)
@@ -160,6 +193,7 @@ pub async fn open_raw(url: &str, opts: &OpenOptions) -> Result<Raw, Error> {
         store: inner,
         prefix: prefix.to_string(),
         display,
+        identity,
     })
 }
 

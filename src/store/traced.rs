@@ -124,6 +124,10 @@ impl Store for TracedStore {
             done: false,
         })
     }
+
+    fn identity(&self) -> String {
+        self.inner.identity()
+    }
 }
 
 /// A listing under one span that lasts from the first request to the last
