@@ -358,6 +358,10 @@ async fn metrics(State(s): State<HttpState>) -> Response {
     let snap = s.status.snapshot();
     out.push_str("# TYPE leasehold_ready gauge\n");
     out.push_str(&format!("leasehold_ready {}\n", u8::from(snap.ready)));
+    let corrupt = s.status.corrupt();
+    out.push_str("# HELP leasehold_corrupt_objects Listed keys skipped as corrupt or foreign (each affects its own key only).\n");
+    out.push_str("# TYPE leasehold_corrupt_objects gauge\n");
+    out.push_str(&format!("leasehold_corrupt_objects {}\n", corrupt.len()));
     out.push_str("# TYPE leasehold_sessions gauge\n");
     out.push_str(&format!("leasehold_sessions {}\n", snap.sessions.len()));
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()

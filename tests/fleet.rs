@@ -51,6 +51,18 @@ impl Fleet {
     }
 
     fn start(&mut self, id: &str, capacity: u32, labels: &[(&str, &str)]) {
+        self.start_on(self.store.clone(), id, capacity, labels);
+    }
+
+    /// As `start`, with a store of its own (a wrapper that misbehaves for
+    /// this node only).
+    fn start_on(
+        &mut self,
+        store: Arc<dyn Store>,
+        id: &str,
+        capacity: u32,
+        labels: &[(&str, &str)],
+    ) {
         let mut cfg = NodeConfig::new(Name::new(id).unwrap(), TTL);
         cfg.capacity = capacity;
         cfg.poll = Duration::from_millis(50);
@@ -64,7 +76,7 @@ impl Fleet {
         let journal = Arc::new(Journal::new(10_000, 1 << 20));
         let deps = NodeDeps {
             journal: journal.clone(),
-            ..NodeDeps::new(self.store.clone(), self.clock.clone(), runner.clone())
+            ..NodeDeps::new(store, self.clock.clone(), runner.clone())
         };
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(node::run(cfg, deps, shutdown.clone()));
@@ -1097,4 +1109,88 @@ async fn idle_fleet_reads_peer_records_only_every_node_refresh() {
     for t in tasks {
         t.await.unwrap().unwrap();
     }
+}
+
+/// A claim deleted while its owner's pass is stuck (its listing of
+/// `sessions/` hangs; its renewals go on, so its node lease stays valid).
+/// The owner cannot see the deletion, so what ends its session is the
+/// confirmation bound: no deadline past its last listing's send time +
+/// max(max_poll, ttl) + ttl − margin. The peer, which saw the claim, waits
+/// out that much absence (+ margin) before making it again at epoch 2.
+/// Without the bound the owner's session runs on beside the peer's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stalled_owner_cannot_outlive_the_confirmation_of_its_claims() {
+    use async_trait::async_trait;
+    use futures::stream::BoxStream;
+    use leasehold::store::{Cond, Conditional, Entry, Object, StoreError, Version};
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    #[derive(Debug)]
+    struct StallSessions(Arc<dyn Store>, Arc<AtomicBool>, Arc<dyn Clock>);
+    impl std::fmt::Display for StallSessions {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "stall({})", self.0)
+        }
+    }
+    #[async_trait]
+    impl Store for StallSessions {
+        async fn get(&self, key: &str) -> Result<Option<Object>, StoreError> {
+            self.0.get(key).await
+        }
+        async fn get_if_changed(
+            &self,
+            key: &str,
+            known: &Version,
+        ) -> Result<Conditional, StoreError> {
+            self.0.get_if_changed(key, known).await
+        }
+        async fn put(
+            &self,
+            key: &str,
+            bytes: bytes::Bytes,
+            cond: Cond,
+        ) -> Result<Version, StoreError> {
+            self.0.put(key, bytes, cond).await
+        }
+        async fn delete(&self, key: &str) -> Result<(), StoreError> {
+            self.0.delete(key).await
+        }
+        fn list(&self, prefix: &str) -> BoxStream<'static, Result<Entry, StoreError>> {
+            use futures::StreamExt;
+            let (inner, stall, clock) = (self.0.clone(), self.1.clone(), self.2.clone());
+            let prefix = prefix.to_string();
+            futures::stream::once(async move {
+                while prefix == "sessions/" && stall.load(Ordering::SeqCst) {
+                    clock.sleep(Duration::from_millis(10)).await;
+                }
+                inner.list(&prefix)
+            })
+            .flatten()
+            .boxed()
+        }
+    }
+
+    let inner: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());
+    let stall = Arc::new(AtomicBool::new(false));
+    let mut f = Fleet::new(inner.clone());
+    let owner_store: Arc<dyn Store> =
+        Arc::new(StallSessions(inner.clone(), stall.clone(), f.clock.clone()));
+    f.start_on(owner_store, "owner", 8, &[]);
+    apply(&inner, "web", &spec("sleep")).await;
+    f.wait_for("web on owner", |p| {
+        p.get("web").is_some_and(|v| v[0].0 == "owner")
+    })
+    .await;
+    f.start("peer", 8, &[]);
+    f.wait_registered(2).await;
+    stall.store(true, Ordering::SeqCst);
+    inner.delete("sessions/web").await.unwrap();
+    f.wait_for("web on peer at epoch 2", |p| {
+        p.get("web")
+            .is_some_and(|v| v.contains(&("peer".to_string(), 2)))
+    })
+    .await;
+    f.assert_never_twice();
+    stall.store(false, Ordering::SeqCst);
+    f.finish().await;
 }

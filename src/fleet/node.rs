@@ -50,6 +50,9 @@ pub struct NodeConfig {
     /// Listing interval when things change; an idle fleet backs off to
     /// `max_poll`.
     pub poll: Duration,
+    /// Published in the node lease (`max_poll_ms`): the node's belief in its
+    /// claims is renewed by its listings, and peers wait for a vanished
+    /// claim accordingly (see `Node::confirmed_until`).
     pub max_poll: Duration,
     /// Placement delay per rank: the node ranked r waits r × grace. Keep it
     /// above `poll`, or rank 1 races rank 0.
@@ -90,6 +93,7 @@ pub struct NodeStatus {
     inner: std::sync::RwLock<StatusSnapshot>,
     renew: std::sync::Mutex<RenewHistogram>,
     live: std::sync::Mutex<Liveness>,
+    corrupt: std::sync::Mutex<Vec<String>>,
 }
 
 /// What readiness is computed from, at the moment it is asked: never a
@@ -191,6 +195,16 @@ impl NodeStatus {
         let mut l = self.live.lock().unwrap();
         l.clock = Some(clock.clone());
         l.valid_until = until;
+    }
+
+    /// Keys the pull loop skips as corrupt or foreign (for `/metrics`).
+    pub fn set_corrupt(&self, mut keys: Vec<String>) {
+        keys.sort();
+        *self.corrupt.lock().unwrap() = keys;
+    }
+
+    pub fn corrupt(&self) -> Vec<String> {
+        self.corrupt.lock().unwrap().clone()
     }
 
     /// The pull loop completed a pass at `at`; the next is due within `bound`.
@@ -416,6 +430,10 @@ pub async fn run(cfg: NodeConfig, deps: NodeDeps, shutdown: CancellationToken) -
 fn node_attrs(cfg: &NodeConfig, load: u32) -> serde_json::Map<String, serde_json::Value> {
     let mut m = serde_json::Map::new();
     m.insert("capacity".into(), cfg.capacity.into());
+    m.insert(
+        "max_poll_ms".into(),
+        (cfg.max_poll.as_millis() as u64).into(),
+    );
     m.insert("load".into(), load.into());
     m.insert(
         "labels".into(),
@@ -486,10 +504,25 @@ struct Node {
     /// Listed node keys whose record is corrupt: their owners' claims are
     /// never taken over (corruption is not absence).
     corrupt_nodes: std::collections::HashSet<String>,
+    /// Listed manifest and claim keys that cannot be decoded (or are not
+    /// ours at all), with the version found so: each affects its own key
+    /// only. A corrupt manifest leaves its session as last known; a corrupt
+    /// claim is never taken over; our own claim turning corrupt is lost.
+    corrupt: HashMap<String, Version>,
     manifests: HashMap<String, (Version, ManifestRecord)>,
     claims: HashMap<String, (Version, ClaimRecord)>,
     /// When each session was first seen claimable (for rank × grace).
     first_claimable: HashMap<String, MonoTime>,
+    /// Absence is an observation, never a death certificate. Node keys a
+    /// claim names that we found absent: since when (the arrival of the
+    /// first response that showed them absent) and the TTL of the last
+    /// record we had (else ours).
+    absent_nodes: HashMap<String, (MonoTime, Duration)>,
+    /// Claim keys of listed manifests that no listing shows, since when.
+    absent_claims: HashMap<String, MonoTime>,
+    /// The highest epoch we have seen for each claim key (listed manifests
+    /// only): a claim that vanished is made again above it, not at 1.
+    seen_claims: HashMap<String, (u64, String)>,
     idle_ticks: u32,
     /// When the last `nodes/` listing was sent. A peer counts as expired only
     /// if a listing *sent* ttl + margin after its version first arrived still
@@ -499,6 +532,13 @@ struct Node {
     nodes_listed_at: MonoTime,
     /// The node lease's validity as the renew task last published it.
     validity: Option<watch::Receiver<Validity>>,
+    /// When the last complete `sessions/` listing was sent. Our belief in the
+    /// claims it showed ends `2 × ttl − margin` later (see
+    /// `confirmed_until`); sessions are given no later deadline.
+    claims_listed_at: Option<MonoTime>,
+    /// Shares `confirmed_until` with the renew task, which announces
+    /// min(lease validity, it) to the runner.
+    confirmed_tx: watch::Sender<MonoTime>,
 }
 
 /// The next claim request, or never when this node has no inbox.
@@ -529,12 +569,18 @@ impl Node {
             owned: HashMap::new(),
             nodes: HashMap::new(),
             corrupt_nodes: Default::default(),
+            corrupt: HashMap::new(),
             manifests: HashMap::new(),
             claims: HashMap::new(),
             first_claimable: HashMap::new(),
+            absent_nodes: HashMap::new(),
+            absent_claims: HashMap::new(),
+            seen_claims: HashMap::new(),
             idle_ticks: 0,
             nodes_listed_at: MonoTime::ZERO,
             validity: None,
+            claims_listed_at: None,
+            confirmed_tx: watch::Sender::new(MonoTime::ZERO),
         }
     }
 
@@ -565,6 +611,7 @@ impl Node {
             self.deps.clone(),
             valid_tx,
             load_rx,
+            self.confirmed_tx.subscribe(),
             stop_renew.clone(),
         )));
         self.validity = Some(valid_rx.clone());
@@ -675,11 +722,17 @@ impl Node {
         }
         let key = format!("nodes/{}", c.owner.node);
         if !self.nodes.contains_key(&key) {
-            // Not in our view: read it. Absent in the bucket, the owner's
-            // renewals (If-Match) fail too; present, it was just written or
-            // just listed, and has not been watched for a TTL.
+            // Not in our view: read it. Present, it was just written or just
+            // listed, and has not been watched for a TTL. Absent, it is
+            // judged like an unchanged version: the owner may still be
+            // acting on the validity of its last renewal (its next one fails
+            // on the missing record and it stops), so only an absence
+            // observed for ttl + margin lets us take over.
             self.fetch_node(&key, None).await?;
-            return Ok(!self.nodes.contains_key(&key) && !self.corrupt_nodes.contains(&key));
+            if self.nodes.contains_key(&key) || self.corrupt_nodes.contains(&key) {
+                return Ok(false);
+            }
+            return Ok(self.node_absent_long_enough(&key));
         }
         let Some(n) = self.nodes.get(&key).cloned() else {
             return Ok(false);
@@ -829,9 +882,19 @@ impl Node {
             };
             return Ok(declined(reason));
         }
+        if claim.is_none()
+            && let Some(left) = self.absent_claim_wait(name.as_str())
+        {
+            return Ok(declined(&format!(
+                "its claim vanished from the bucket; waiting for the absence to be observed ({} left)",
+                humantime::format_duration(Duration::from_millis(left.as_millis() as u64))
+            )));
+        }
         if let Some((_, c)) = &claim {
             if !self.fence_owner(c).await? {
-                return Ok(declined("its owner renewed its lease"));
+                return Ok(declined(
+                    "its owner renewed its lease, or its absence is too recent",
+                ));
             }
             round_trips += 1;
         }
@@ -901,14 +964,112 @@ impl Node {
     /// The end of this node's validity now: the latest the renew task
     /// published, or zero once lost. Sessions are started with it, so they
     /// never get a deadline older than the lease's.
+    /// Until when we may act on our sessions: the node lease's validity,
+    /// and no later than `confirmed_until`.
     fn valid_until(&self) -> MonoTime {
-        match &self.validity {
+        let lease = match &self.validity {
             Some(rx) => {
                 let v = *rx.borrow();
                 if v.lost { MonoTime::ZERO } else { v.until }
             }
             None => MonoTime::ZERO,
+        };
+        match self.confirmed_until() {
+            Some(c) => lease.min(c),
+            None => lease,
         }
+    }
+
+    /// Our belief in the claims we hold, as of the last complete listing of
+    /// `sessions/` that showed them: until its *send* time + `hold` − margin,
+    /// `hold` being max(max_poll, ttl) + ttl. A claim deleted from the bucket
+    /// does not fence our node lease, so this is what bounds us: a peer makes
+    /// a vanished claim again only after observing it absent for `hold` +
+    /// margin (with the owner's published `max_poll_ms` and ttl) from the
+    /// *arrival* of a response that showed it absent, and the deletion came
+    /// after our listing was sent (or the listing would not have shown it).
+    /// Passes come at least every `max_poll`, and the first that no longer
+    /// shows our claim stops the session at once; a stalled pass lets the
+    /// sessions' deadlines lapse (they restart at the next pass).
+    fn confirmed_until(&self) -> Option<MonoTime> {
+        let hold = self.cfg.max_poll.max(self.cfg.ttl) + self.cfg.ttl;
+        self.claims_listed_at
+            .map(|t| t + hold - default_margin(self.cfg.ttl))
+    }
+
+    /// See `absent_claims` and `seen_claims`; called after each complete
+    /// listing of `manifests/` and `sessions/`.
+    fn observe_claim_absence(&mut self, now: MonoTime) {
+        let listed: std::collections::HashSet<String> = self
+            .manifests
+            .keys()
+            .chain(self.corrupt.keys().filter(|k| k.starts_with("manifests/")))
+            .cloned()
+            .collect();
+        for m in &listed {
+            let ckey = format!("sessions/{}", &m["manifests/".len()..]);
+            match self.claims.get(&ckey) {
+                Some((_, c)) => {
+                    let e = self
+                        .seen_claims
+                        .entry(ckey.clone())
+                        .or_insert((0, String::new()));
+                    if c.epoch >= e.0 {
+                        *e = (c.epoch, c.owner.node.clone());
+                    }
+                    self.absent_claims.remove(&ckey);
+                }
+                None if !self.corrupt.contains_key(&ckey) => {
+                    self.absent_claims.entry(ckey).or_insert(now);
+                }
+                None => {}
+            }
+        }
+        let wanted =
+            |k: &String| listed.contains(&format!("manifests/{}", &k["sessions/".len()..]));
+        self.absent_claims.retain(|k, _| wanted(k));
+        self.seen_claims.retain(|k, _| wanted(k));
+    }
+
+    /// May we create the missing claim of `name` now? At once if we never
+    /// saw a claim for it (a new session); else once its absence has been
+    /// observed for the hold period + margin (see `confirmed_until`).
+    /// Returns how long is left otherwise.
+    ///
+    /// A node that starts after a claim was deleted cannot tell it from a
+    /// session never claimed, and creates it at once: the owner stops at its
+    /// next pass, and no later than `confirmed_until` (docs/protocol.md,
+    /// "Absence").
+    fn absent_claim_wait(&self, name: &str) -> Option<Duration> {
+        let ckey = format!("sessions/{name}");
+        if !self.seen_claims.contains_key(&ckey) {
+            return None;
+        }
+        // The last owner we saw may hold on for its max(max_poll, ttl) + ttl
+        // (as it published them); never less than ours.
+        let mut max_poll = self.cfg.max_poll;
+        let mut ttl = self.cfg.ttl;
+        if let Some((_, owner)) = self.seen_claims.get(&ckey)
+            && let Some(n) = self.nodes.get(&format!("nodes/{owner}"))
+        {
+            ttl = ttl.max(Duration::from_millis(n.record.ttl_ms));
+            let mp = n.record.attrs.get("max_poll_ms").and_then(|v| v.as_u64());
+            max_poll = max_poll.max(Duration::from_millis(mp.unwrap_or(0)));
+        }
+        let need = max_poll.max(ttl) + ttl + default_margin(ttl);
+        let since = self.absent_claims.get(&ckey).copied()?;
+        let absent_for = self.deps.clock.now().saturating_since(since);
+        (absent_for < need).then(|| need - absent_for)
+    }
+
+    /// Has node record `key`, a claim's owner, been observed absent for its
+    /// TTL + margin? (Absent: neither listed nor readable.)
+    fn node_absent_long_enough(&self, key: &str) -> bool {
+        let Some((since, ttl)) = self.absent_nodes.get(key) else {
+            return false;
+        };
+        let ttl = (*ttl).max(self.cfg.ttl);
+        self.deps.clock.now().saturating_since(*since) >= ttl + default_margin(ttl)
     }
 
     #[tracing::instrument(level = "debug", name = "node pass", skip_all)]
@@ -918,24 +1079,44 @@ impl Node {
         let node_entries = self.client.observe_listing("nodes/").await?;
         self.nodes_listed_at = listed_at;
         let manifest_entries = self.client.observe_listing("manifests/").await?;
+        let claims_listed_at = self.deps.clock.now();
         let claim_entries = self.client.observe_listing("sessions/").await?;
         // Peers renew every ttl/3, so their versions always change: that is
         // not news (it does not reset pacing) and needs no read.
         self.refresh_nodes(&node_entries).await?;
         changed |= refresh(
             &self.deps.store,
+            "manifests/",
             &manifest_entries,
             &mut self.manifests,
+            &mut self.corrupt,
             ManifestRecord::decode,
         )
         .await?;
         changed |= refresh(
             &self.deps.store,
+            "sessions/",
             &claim_entries,
             &mut self.claims,
+            &mut self.corrupt,
             ClaimRecord::decode,
         )
         .await?;
+        self.deps.status.set_corrupt(
+            self.corrupt
+                .keys()
+                .chain(&self.corrupt_nodes)
+                .cloned()
+                .collect(),
+        );
+        self.observe_claim_absence(self.deps.clock.now());
+        // Every claim we hold that this listing showed is confirmed as of
+        // the listing's send time (see `confirmed_until`).
+        self.claims_listed_at = Some(claims_listed_at);
+        if let Some(c) = self.confirmed_until() {
+            self.confirmed_tx.send_replace(c);
+        }
+        self.deps.runner.announce(self.valid_until());
 
         let now = self.deps.clock.now();
         // Keep the brisk pace while a peer's lease is about to expire (its
@@ -973,6 +1154,9 @@ impl Node {
             if self.owned.contains_key(&name) {
                 continue;
             }
+            if self.corrupt.contains_key(&format!("sessions/{name}")) {
+                continue; // a claim we cannot read is never taken over
+            }
             let m = self.manifests[&format!("manifests/{name}")].1.clone();
             let mv = manifest_view(&m);
             let claim = self.claims.get(&format!("sessions/{name}")).cloned();
@@ -988,6 +1172,10 @@ impl Node {
                 self.first_claimable.remove(&name);
                 continue;
             };
+            if why == Claimable::Fresh && self.absent_claim_wait(&name).is_some() {
+                changed = true; // a vanished claim: wait out its absence
+                continue;
+            }
             // A cached peer record may be stale. If it names an instance other
             // than the claim's owner, read it again before believing the owner
             // superseded: records only move to newer instances, so a fresh
@@ -1104,11 +1292,14 @@ impl Node {
     /// Reads a peer's node record now. `listed` is the version the listing
     /// showed (None: keep the one we had).
     async fn fetch_node(&mut self, key: &str, listed: Option<Version>) -> Result<()> {
+        let got = self.deps.store.get(key).await;
+        // As of the response's arrival: absence is observed from then on.
         let now = self.deps.clock.now();
-        match self.deps.store.get(key).await {
+        match got {
             Ok(Some(o)) => match LeaseRecord::decode(key, &o.bytes, Kind::Node) {
                 Ok(record) => {
                     self.corrupt_nodes.remove(key);
+                    self.absent_nodes.remove(key);
                     let listed = listed
                         .or_else(|| self.nodes.get(key).map(|n| n.listed.clone()))
                         .unwrap_or_else(|| o.version.clone());
@@ -1135,6 +1326,20 @@ impl Node {
                 }
             },
             Ok(None) => {
+                let ttl = self
+                    .nodes
+                    .remove(key)
+                    .map_or(self.cfg.ttl, |n| Duration::from_millis(n.record.ttl_ms));
+                self.absent_nodes
+                    .entry(key.to_string())
+                    .or_insert((now, ttl));
+            }
+            Err(
+                e @ (crate::store::StoreError::Corrupt { .. }
+                | crate::store::StoreError::Invalid { .. }),
+            ) => {
+                tracing::warn!(key, error = %e, "unreadable node record; its sessions are left alone");
+                self.corrupt_nodes.insert(key.to_string());
                 self.nodes.remove(key);
             }
             Err(e) => return Err(Error::from_store("get", key, e)),
@@ -1154,9 +1359,27 @@ impl Node {
         let mine = format!("nodes/{}", self.me.node);
         let listed: std::collections::HashSet<&str> =
             entries.iter().map(|e| e.key.as_str()).collect();
+        let now = self.deps.clock.now();
+        // A peer that vanished from the listing is absent as of now (after
+        // the listing arrived), not dead: see `node_absent_long_enough`.
+        for (k, n) in &self.nodes {
+            if !listed.contains(k.as_str()) {
+                self.absent_nodes
+                    .entry(k.clone())
+                    .or_insert((now, Duration::from_millis(n.record.ttl_ms)));
+            }
+        }
+        self.absent_nodes
+            .retain(|k, _| !listed.contains(k.as_str()));
+        // Bounded: only keys some claim still names are worth remembering.
+        let owners: std::collections::HashSet<String> = self
+            .claims
+            .values()
+            .map(|(_, c)| format!("nodes/{}", c.owner.node))
+            .collect();
+        self.absent_nodes.retain(|k, _| owners.contains(k));
         self.nodes.retain(|k, _| listed.contains(k.as_str()));
         self.corrupt_nodes.retain(|k| listed.contains(k.as_str()));
-        let now = self.deps.clock.now();
         for e in entries {
             if e.key == mine {
                 continue;
@@ -1201,7 +1424,12 @@ impl Node {
         }
         let key = format!("sessions/{name}");
         let (cond, epoch, restarts) = match &existing {
-            None => (Cond::Create, 1, 0),
+            // Above any epoch we saw for it, should it have vanished.
+            None => (
+                Cond::Create,
+                self.seen_claims.get(&key).map_or(1, |(e, _)| e + 1),
+                0,
+            ),
             Some((v, c)) => (Cond::Match(v.clone()), c.epoch + 1, 0),
         };
         let record = ClaimRecord {
@@ -1468,6 +1696,38 @@ impl Node {
                 changed = true;
                 continue;
             }
+            // Our claim is not in the listing: read it (a listing may lag a
+            // write on some stores). Gone, it is lost at once: a holder whose
+            // own record vanishes has lost it.
+            if !self.claims.contains_key(&key) && !self.corrupt.contains_key(&key) {
+                match super::claim::get(&self.deps.store, &name).await {
+                    Ok(Some((c, v))) if v == o.version => {
+                        self.claims.insert(key.clone(), (v, c));
+                    }
+                    Ok(Some(_)) => {
+                        self.lose(&name, "claim changed by another writer").await;
+                        changed = true;
+                        continue;
+                    }
+                    Ok(None) => {
+                        self.lose(&name, "claim deleted from the bucket").await;
+                        changed = true;
+                        continue;
+                    }
+                    Err(e) => {
+                        // Unreadable now; `confirmed_until` bounds us.
+                        tracing::warn!(session = name, error = %e, "reading our own claim");
+                    }
+                }
+            }
+            // Bytes we cannot read where our claim was: we cannot show we
+            // hold it, and our next fenced write would fail. Stop.
+            if self.corrupt.contains_key(&key) {
+                self.lose(&name, "claim overwritten with bytes that are not a claim")
+                    .await;
+                changed = true;
+                continue;
+            }
             let manifest = self
                 .manifests
                 .get(&format!("manifests/{name}"))
@@ -1564,8 +1824,10 @@ const REFRESH_CONCURRENCY: usize = 16;
 /// out (never overwritten); it stays out until its version changes.
 async fn refresh<T>(
     store: &Arc<dyn Store>,
+    prefix: &str,
     entries: &[Entry],
     cache: &mut HashMap<String, (Version, T)>,
+    corrupt: &mut HashMap<String, Version>,
     decode: impl Fn(&str, &[u8]) -> Result<T>,
 ) -> Result<bool> {
     let mut changed = false;
@@ -1573,13 +1835,30 @@ async fn refresh<T>(
     let before = cache.len();
     cache.retain(|k, _| listed.contains(k.as_str()));
     changed |= cache.len() != before;
+    corrupt.retain(|k, _| !k.starts_with(prefix) || listed.contains(k.as_str()));
     // Read what changed, a few at a time: on a real store a tick after a
-    // burst of manifests would otherwise take one round trip per object.
-    let stale: Vec<Entry> = entries
-        .iter()
-        .filter(|e| !cache.get(&e.key).is_some_and(|(v, _)| *v == e.version))
-        .cloned()
-        .collect();
+    // burst of manifests would otherwise take one round trip per object. A
+    // version already found corrupt is not read again until it changes.
+    let mut stale: Vec<Entry> = Vec::new();
+    for e in entries {
+        if cache.get(&e.key).is_some_and(|(v, _)| *v == e.version)
+            || corrupt.get(&e.key) == Some(&e.version)
+        {
+            continue;
+        }
+        // A key that is not `<prefix><name>` is not ours (a stray
+        // `notes.txt`, a nested path): reported once, never read.
+        let ours = e
+            .key
+            .strip_prefix(prefix)
+            .is_some_and(|n| !n.contains('/') && Name::new(n).is_ok());
+        if !ours {
+            tracing::warn!(key = e.key, "skipping a foreign key (not a valid name)");
+            corrupt.insert(e.key.clone(), e.version.clone());
+            continue;
+        }
+        stale.push(e.clone());
+    }
     let fetched: Vec<(Entry, _)> = futures::stream::iter(stale)
         .map(|e| {
             let store = store.clone();
@@ -1593,20 +1872,33 @@ async fn refresh<T>(
         .await;
     for (e, got) in fetched {
         changed = true;
-        match got {
+        let bad = match got {
             Ok(Some(o)) => match decode(&e.key, &o.bytes) {
                 Ok(rec) => {
+                    corrupt.remove(&e.key);
                     cache.insert(e.key.clone(), (o.version, rec));
+                    None
                 }
-                Err(err) => {
-                    tracing::warn!(key = e.key, error = %err, "skipping corrupt object");
-                    cache.remove(&e.key);
-                }
+                Err(err) => Some((err.to_string(), o.version)),
             },
             Ok(None) => {
+                corrupt.remove(&e.key);
                 cache.remove(&e.key);
+                None
             }
+            // Foreign bytes, an oversized object, a key the store refuses:
+            // this key's problem only.
+            Err(
+                err @ (crate::store::StoreError::Corrupt { .. }
+                | crate::store::StoreError::Invalid { .. }),
+            ) => Some((err.to_string(), e.version.clone())),
             Err(err) => return Err(Error::from_store("get", &e.key, err)),
+        };
+        if let Some((reason, version)) = bad {
+            // Never read as deleted: the last good record (if any) stays as
+            // it was, and the key is reported until it is repaired.
+            tracing::warn!(key = e.key, error = %reason, "skipping a corrupt object (its session is left as it was)");
+            corrupt.insert(e.key.clone(), version);
         }
     }
     Ok(changed)
@@ -1621,6 +1913,7 @@ async fn renew_task(
     deps: NodeDeps,
     valid: watch::Sender<Validity>,
     load: watch::Receiver<u32>,
+    confirmed: watch::Receiver<MonoTime>,
     stop: CancellationToken,
 ) -> Option<Lease> {
     let period = cfg.ttl / 3;
@@ -1646,7 +1939,14 @@ async fn renew_task(
         }
         match r {
             Ok(()) => {
-                deps.runner.announce(lease.valid_until());
+                // Never past the pull loop's confirmation of our claims.
+                let c = *confirmed.borrow();
+                let until = if c == MonoTime::ZERO {
+                    lease.valid_until()
+                } else {
+                    lease.valid_until().min(c)
+                };
+                deps.runner.announce(until);
                 deps.status
                     .set_valid_until(&deps.clock, Some(lease.valid_until()));
                 let _ = valid.send(Validity {

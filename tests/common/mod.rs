@@ -1,5 +1,7 @@
 //! Helpers shared by the integration tests.
 
+pub mod procs;
+
 /// The URL of a real server started by `scripts/test` (moto for
 /// `LEASEHOLD_TEST_S3`, Azurite for `LEASEHOLD_TEST_AZURE`), or None to skip.
 /// Under `scripts/test` (LEASEHOLD_REQUIRE_SERVERS set) a missing server

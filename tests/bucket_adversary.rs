@@ -1,0 +1,272 @@
+//! The bucket as an adversary, with real node processes on the local store:
+//! objects deleted under a running fleet, stray and oversized objects,
+//! corrupt and newer-schema manifests. None may let two nodes run one
+//! session, reissue a fencing token a node has seen, or stall the fleet.
+//!
+//! Each session appends `<epoch> <pid>` to `<name>.runs` when it starts, so a
+//! test sees every run of it and whether it is alive.
+
+mod common;
+
+use common::procs::*;
+use leasehold::fleet::claim::ClaimState;
+use leasehold::store::{Cond, Store};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A session that records its runs and sleeps.
+fn recorder(env: &Env, name: &str) -> String {
+    format!(
+        "echo \"$LEASEHOLD_EPOCH $$\" >> {}/{name}.runs; exec sleep 1000",
+        env.dir()
+    )
+}
+
+/// (epoch, pid) of every run so far.
+fn runs(env: &Env, name: &str) -> Vec<(u64, i32)> {
+    std::fs::read_to_string(env.path(&format!("{name}.runs")))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let (e, p) = l.split_once(' ')?;
+            Some((e.parse().ok()?, p.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Watches `name`'s runs for `dur`: every time a run starts, no earlier run
+/// may still be alive (two holders at once). Returns the runs seen.
+async fn never_two_alive(env: &Env, name: &str, dur: Duration) -> Vec<(u64, i32)> {
+    let steps = dur.as_millis() / 10;
+    for _ in 0..steps {
+        let r = runs(env, name);
+        let live: Vec<_> = r.iter().filter(|(_, p)| alive(*p)).collect();
+        assert!(live.len() <= 1, "{name} runs twice at once: {r:?}");
+        pause(10).await;
+    }
+    runs(env, name)
+}
+
+/// Two nodes with the session on n1 (n2, listening, has seen its claim).
+async fn fleet_of_two(env: &Env, name: &str) -> (Node, Node, Arc<dyn Store>) {
+    let s = env.store().await;
+    let token = env.path("token");
+    let n1 = env.node("n1", &[]);
+    env.apply(name, &recorder(env, name), "always");
+    wait_until("the session on n1", Duration::from_secs(20), async || {
+        runs(env, name).len() == 1
+    })
+    .await;
+    let n2 = env.node(
+        "n2",
+        &["--listen", "0", "--token-file", token.to_str().unwrap()],
+    );
+    wait_until("n2 registered", Duration::from_secs(10), async || {
+        node_record(&s, "n2").await.is_some()
+    })
+    .await;
+    pause(500).await; // a few passes of n2: it has seen the claim
+    (n1, n2, s)
+}
+
+fn api_port(n: &Node) -> Option<u16> {
+    log_of(n)
+        .split("bound=127.0.0.1:")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|p| p.parse().ok())
+}
+
+/// `POST /v1/sessions/{name}/claim` on a node's API; (status, body).
+fn post_claim(port: u16, name: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(
+        s,
+        "POST /v1/sessions/{name}/claim HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let code = out
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (code, out)
+}
+
+/// Case 1: `nodes/n1` deleted while n1 runs. A peer's claim endpoint once
+/// took the session over 6 ms later. Absence is an observation: the peer
+/// declines, n1 finds its record gone at its next renewal and stops, and
+/// the session never runs twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_node_record_is_not_a_death_certificate() {
+    let env = Env::new();
+    let (n1, n2, s) = fleet_of_two(&env, "web").await;
+    let port = api_port(&n2).unwrap();
+    s.delete("nodes/n1").await.unwrap();
+    let (code, body) = tokio::task::spawn_blocking(move || post_claim(port, "web"))
+        .await
+        .unwrap();
+    assert_eq!(code, 409, "{body}");
+    assert!(body.contains("declined"), "{body}");
+    let seen = never_two_alive(&env, "web", Duration::from_secs(5)).await;
+    // Someone runs it again in the end (n1's new instance, or n2), at a
+    // higher epoch, after the first run died.
+    assert!(seen.len() >= 2, "{seen:?}\nn1:\n{}", log_of(&n1));
+    assert!(seen[1].0 > seen[0].0, "{seen:?}");
+    assert!(!alive(seen[0].1));
+    drop((n1, n2));
+}
+
+/// Case 2: `sessions/web` deleted while n1 runs it. The owner once kept
+/// running and a peer made the claim again at epoch 1. Now the owner stops
+/// at its next pass, the peer waits out the absence, and the claim comes
+/// back above the epoch it had.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_claim_stops_its_owner_and_is_not_reissued_at_epoch_1() {
+    let env = Env::new();
+    let (n1, n2, s) = fleet_of_two(&env, "web").await;
+    let first = runs(&env, "web")[0];
+    s.delete("sessions/web").await.unwrap();
+    wait_until("the owner stops", Duration::from_secs(3), async || {
+        !alive(first.1)
+    })
+    .await;
+    wait_until("the owner says why", Duration::from_secs(2), async || {
+        log_of(&n1).contains("claim deleted")
+    })
+    .await;
+    let seen = never_two_alive(&env, "web", Duration::from_secs(6)).await;
+    assert!(seen.len() >= 2, "never ran again: {seen:?}");
+    assert!(
+        seen[1..].iter().all(|(e, _)| *e >= 2),
+        "epoch reissued: {seen:?}"
+    );
+    let c = claim(&s, "web").await.unwrap();
+    assert!(c.epoch >= 2 && c.state == ClaimState::Running, "{c:?}");
+    drop((n1, n2));
+}
+
+/// Case 4: stray and oversized objects under every prefix. Once, one such
+/// object made every pass of every node fail, and a killed node's sessions
+/// stayed down. Now each affects its own key: failover goes on, and `ls`
+/// shows the objects as corrupt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stray_and_oversized_objects_do_not_stop_failover() {
+    let env = Env::new();
+    let s = env.store().await;
+    let mut n1 = env.node("n1", &[]);
+    for i in 0..4 {
+        env.apply(
+            &format!("s{i}"),
+            &recorder(&env, &format!("s{i}")),
+            "always",
+        );
+    }
+    wait_until("all four on n1", Duration::from_secs(20), async || {
+        (0..4).all(|i| runs(&env, &format!("s{i}")).len() == 1)
+    })
+    .await;
+    let n2 = env.node("n2", &[]);
+    pause(500).await;
+    // Foreign files (no local-store header) and a 2 MiB object under each
+    // prefix, written behind the store's back, as another tool would.
+    let root = env.path("bucket");
+    for prefix in ["sessions", "manifests", "nodes"] {
+        std::fs::write(root.join(prefix).join("notes.txt"), "hello\n").unwrap();
+        std::fs::write(root.join(prefix).join("big"), vec![b'x'; 2 << 20]).unwrap();
+    }
+    n1.child.kill().unwrap();
+    n1.child.wait().unwrap();
+    wait_until(
+        "all four moved to n2",
+        Duration::from_secs(20),
+        async || (0..4).all(|i| runs(&env, &format!("s{i}")).len() == 2),
+    )
+    .await;
+    for i in 0..4 {
+        let c = claim(&s, &format!("s{i}")).await.unwrap();
+        assert_eq!((c.owner.node.as_str(), c.epoch), ("n2", 2));
+    }
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["ls", "--store", &env.url])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.to_lowercase().contains("corrupt"), "{out}");
+    drop(n2);
+}
+
+/// Case 5: a manifest overwritten with garbage, truncated, emptied, or
+/// written by a newer version. The owner once logged "manifest deleted"
+/// and released the claim. Now the session runs on as last known, and the
+/// key is reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_or_newer_manifest_leaves_its_session_running() {
+    let env = Env::new();
+    let s = env.store().await;
+    let n1 = env.node("n1", &[]);
+    env.apply("web", &recorder(&env, "web"), "always");
+    wait_until("web running", Duration::from_secs(20), async || {
+        runs(&env, "web").len() == 1
+    })
+    .await;
+    let good = s.get("manifests/web").await.unwrap().unwrap();
+    let text = String::from_utf8_lossy(&good.bytes).into_owned();
+    let newer = text.replace("leasehold/v1", "leasehold/v9");
+    let truncated = text[..text.len() / 2].to_string();
+    let mut version = good.version.clone();
+    for bad in ["garbage", truncated.as_str(), "", newer.as_str()] {
+        version = s
+            .put(
+                "manifests/web",
+                bytes::Bytes::from(bad.to_string()),
+                Cond::Match(version),
+            )
+            .await
+            .unwrap();
+        pause(1500).await; // several passes
+        let r = runs(&env, "web");
+        assert_eq!(r.len(), 1, "restarted after {bad:?}: {r:?}");
+        assert!(alive(r[0].1), "stopped after {bad:?}");
+        let c = claim(&s, "web").await.unwrap();
+        assert_eq!(c.state, ClaimState::Running, "after {bad:?}: {c:?}");
+    }
+    let log = log_of(&n1);
+    assert!(!log.contains("manifest deleted"), "{log}");
+    assert!(log.contains("corrupt"), "{log}");
+    // Repaired: the same spec again, the session untouched.
+    s.put("manifests/web", good.bytes.clone(), Cond::Match(version))
+        .await
+        .unwrap();
+    pause(1000).await;
+    assert_eq!(runs(&env, "web").len(), 1);
+    drop(n1);
+}
+
+/// Case 2, with an owner that cannot notice: n1 is frozen (SIGSTOP) when its
+/// claim is deleted. Its session lives on until n1's deadline (its lease's
+/// validity, at most ttl − margin); n2 has seen the claim, so it waits out
+/// the absence (max(max_poll, ttl) + ttl + margin) before making it again,
+/// by which time the frozen owner's session is dead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_claim_of_a_frozen_owner_waits_out_its_absence() {
+    let env = Env::new();
+    let (n1, n2, s) = fleet_of_two(&env, "web").await;
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(n1.child.id() as i32, libc::SIGSTOP) };
+    s.delete("sessions/web").await.unwrap();
+    let seen = never_two_alive(&env, "web", Duration::from_secs(6)).await;
+    assert!(
+        seen.len() >= 2,
+        "never ran again: {seen:?}\n{}",
+        log_of(&n2)
+    );
+    assert!(
+        seen[1..].iter().all(|(e, _)| *e >= 2),
+        "epoch reissued: {seen:?}"
+    );
+    drop((n1, n2));
+}
