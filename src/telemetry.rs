@@ -65,6 +65,41 @@ impl Telemetry {
     }
 }
 
+/// The log writer: every event line goes to stderr through [`redact`], so
+/// a dependency's trace logs (request URLs with a signed query string, an
+/// endpoint with userinfo) never print a secret, whatever `LEASEHOLD_LOG`
+/// lets through. The fmt layer makes one writer per event and writes the
+/// whole line into it; the line is redacted and written when it is dropped.
+struct Redacting;
+
+struct RedactedLine(Vec<u8>);
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Redacting {
+    type Writer = RedactedLine;
+    fn make_writer(&'a self) -> RedactedLine {
+        RedactedLine(Vec::new())
+    }
+}
+
+impl std::io::Write for RedactedLine {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for RedactedLine {
+    fn drop(&mut self) {
+        use std::io::Write;
+        let line = redact(&String::from_utf8_lossy(&self.0));
+        // A closed stderr loses the line, never the process.
+        let _ = std::io::stderr().lock().write_all(line.as_bytes());
+    }
+}
+
 /// Installs the global subscriber: the log layer filtered by `LEASEHOLD_LOG`
 /// (else `default_filter`), and the OTLP layer when configured.
 ///
@@ -76,12 +111,12 @@ pub fn init(default_filter: &str, format: LogFormat) -> Result<Telemetry, Error>
     let log = match format {
         LogFormat::Json => tracing_subscriber::fmt::layer()
             .json()
-            .with_writer(std::io::stderr)
+            .with_writer(Redacting)
             .with_filter(filter)
             .boxed(),
         LogFormat::Human => tracing_subscriber::fmt::layer()
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .with_writer(std::io::stderr)
+            .with_writer(Redacting)
             .with_filter(filter)
             .boxed(),
     };

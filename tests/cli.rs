@@ -1200,3 +1200,52 @@ fn one_shot_readers_call_a_silent_owner_expired_within_the_skew_bound() {
     assert_eq!(json(&o)["outcome"]["outcome"], "owner_gone");
     assert_eq!(json(&o)["outcome"]["lease"], "expired");
 }
+
+/// URLs are never echoed with what they should not hold: a refused URL's
+/// userinfo and query, and `doctor --json`'s endpoint userinfo.
+#[test]
+fn refused_urls_and_doctor_json_redact_userinfo_and_queries() {
+    for url in [
+        "s3://AKIAMARKER:SECRETMARKER@bucket/p",
+        "az://user:SECRETMARKER@container",
+        "gs://bucket/p?token=SECRETMARKER",
+    ] {
+        let o = run(&["ls", "--store", url]);
+        assert_eq!(code(&o), 2, "{url}: {}", stderr(&o));
+        let all = stdout(&o) + &stderr(&o);
+        assert!(
+            !all.contains("SECRETMARKER") && !all.contains("AKIAMARKER"),
+            "{all}"
+        );
+        assert!(all.contains("do not belong in the URL"), "{all}");
+    }
+    let (_d, s) = store();
+    let o = bin()
+        .args(["doctor", "--store", &s, "--json"])
+        .env("AWS_ENDPOINT_URL", "http://user:SECRETMARKER@127.0.0.1:9/")
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let all = stdout(&o) + &stderr(&o);
+    assert!(!all.contains("SECRETMARKER"), "{all}");
+    assert_eq!(json(&o)["endpoint"], "http://127.0.0.1:9/");
+}
+
+/// Dependency logs at trace level (hyper's pool logs the bare authority,
+/// userinfo included) go through the same redaction.
+#[test]
+fn trace_logs_of_dependencies_are_redacted() {
+    let o = bin()
+        .args(["ls", "--store", "s3://bucket"])
+        .env("AWS_ENDPOINT_URL", "http://user:SECRETMARKER@127.0.0.1:9")
+        .env("AWS_ACCESS_KEY_ID", "a")
+        .env("AWS_SECRET_ACCESS_KEY", "b")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env("LEASEHOLD_LOG", "trace")
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert!(err.contains("TRACE"), "no trace output: {err}");
+    assert!(err.contains("<redacted>@127.0.0.1:9"), "{err}");
+    assert!(!err.contains("SECRETMARKER"), "secret leaked");
+}

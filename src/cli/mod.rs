@@ -738,7 +738,8 @@ async fn doctor(args: &StoreArgs, json: bool) -> Result<(), Failure> {
                     "store": report.store, "ok": true, "steps": report.steps,
                     "clock_offset_ms": offset.map(|o| o.0), "clock_offset_uncertainty_ms": offset.map(|o| o.1),
                     "config_file": config.map(|p| p.display().to_string()), "config_file_found": config_found,
-                    "lock_dir": lock_dir.display().to_string(), "endpoint": endpoint,
+                    "lock_dir": lock_dir.display().to_string(),
+                    "endpoint": endpoint.as_deref().map(crate::store::objstore::redact),
                     "credentials": credentials,
                 }));
             } else {

@@ -172,6 +172,33 @@ pub fn redact(s: &str) -> String {
         rest = &rest[end..];
     }
     out.push_str(rest);
+    strip_userinfo(&out)
+}
+
+/// Replaces `user:secret@` wherever it stands, with or without a scheme
+/// before it (connection pools log bare authorities: `user:pw@host:9000`).
+/// A token with an `@` but no `:` before it (an e-mail address) stays.
+fn strip_userinfo(s: &str) -> String {
+    let stop =
+        |c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '(' | ',' | '/' | '=' | '[' | '<');
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(at) = rest.find('@') {
+        let head = &rest[..at];
+        let start = head.rfind(stop).map_or(0, |i| {
+            i + head[i..].chars().next().map_or(1, char::len_utf8)
+        });
+        let token = &head[start..];
+        if token.contains(':') {
+            out.push_str(&head[..start]);
+            out.push_str("<redacted>@");
+        } else {
+            out.push_str(head);
+            out.push('@');
+        }
+        rest = &rest[at + 1..];
+    }
+    out.push_str(rest);
     out
 }
 
@@ -343,5 +370,11 @@ mod tests {
         let s = "http://user:pw@host:9000/b/k failed";
         assert_eq!(redact(s), "http://host:9000/b/k failed");
         assert_eq!(redact("no urls here"), "no urls here");
+        // Bare authorities, as a connection pool logs them.
+        assert_eq!(
+            redact("checkout for (\"http\", user:pw@127.0.0.1:9)"),
+            "checkout for (\"http\", <redacted>@127.0.0.1:9)"
+        );
+        assert_eq!(redact("mail ops@example.com"), "mail ops@example.com");
     }
 }

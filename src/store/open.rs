@@ -66,7 +66,9 @@ pub enum Raw {
 
 /// Opens the backend named by `url` without leasehold's adapter.
 pub async fn open_raw(url: &str, opts: &OpenOptions) -> Result<Raw, Error> {
-    let bad = |reason: &str| Error::invalid("store URL", format!("{url:?}: {reason}"));
+    // Never echo what the URL should not have held (userinfo, a query).
+    let shown = super::objstore::redact(url);
+    let bad = |reason: &str| Error::invalid("store URL", format!("{shown:?}: {reason}"));
     if url == "memory://" || url == "memory:" {
         return Ok(Raw::Object {
             store: Arc::new(object_store::memory::InMemory::new()),
