@@ -71,8 +71,9 @@ pub enum Error {
     #[error("corrupt object {key}: {reason}")]
     Corrupt { key: String, reason: String },
 
-    /// The store failed the conditional-write probe.
-    #[error("store {store} refused: probe step \"{step}\" failed: {detail}")]
+    /// The store failed the conditional-write probe (`step` names the probe
+    /// step), or the continuous audit caught it (`step` is "audit").
+    #[error("store {store} refused at step \"{step}\": {detail}")]
     Unsupported {
         store: String,
         step: String,

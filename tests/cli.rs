@@ -1249,3 +1249,64 @@ fn trace_logs_of_dependencies_are_redacted() {
     assert!(err.contains("<redacted>@127.0.0.1:9"), "{err}");
     assert!(!err.contains("SECRETMARKER"), "secret leaked");
 }
+
+/// A store the audit refused stays refused on this host (exit 6, saying
+/// why and how to clear it) until `doctor` passes on it.
+#[test]
+fn an_audit_refusal_holds_until_doctor_passes() {
+    let (d, s) = store();
+    let locks = d.path().join("locks");
+    std::fs::create_dir_all(&locks).unwrap();
+    // What `node run` writes when its audit catches the store (keyed by the
+    // store's identity: the directory's device and inode).
+    use std::os::unix::fs::MetadataExt;
+    let md = std::fs::metadata(d.path()).unwrap();
+    let identity = format!("file-inode:{}:{}", md.dev(), md.ino());
+    let marker = leasehold::fleet::refusal_marker(&locks, &identity);
+    std::fs::write(&marker, "sessions/web: two writers won\n").unwrap();
+    let node = || {
+        bin()
+            .args(["node", "run", "--store", &s, "--id", "n1", "--ttl", "1s"])
+            .env("LEASEHOLD_LOCK_DIR", &locks)
+            .env("LEASEHOLD_STATE_DIR", d.path().join("state"))
+            .spawn()
+            .unwrap()
+    };
+    let o = node().wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(6));
+    let o = bin()
+        .args(["node", "run", "--store", &s, "--id", "n1", "--ttl", "1s"])
+        .env("LEASEHOLD_LOCK_DIR", &locks)
+        .env("LEASEHOLD_STATE_DIR", d.path().join("state"))
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 6);
+    let err = stderr(&o);
+    assert!(
+        err.contains("two writers won") && err.contains("leasehold doctor"),
+        "{err}"
+    );
+    let o = bin()
+        .args(["doctor", "--store", &s])
+        .env("LEASEHOLD_LOCK_DIR", &locks)
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(stderr(&o).contains("cleared"), "{}", stderr(&o));
+    assert!(!marker.exists());
+    // Serving again: it registers.
+    let mut n = node();
+    let lease = d.path().join("nodes").join("n1");
+    for _ in 0..200 {
+        if lease.exists() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+    let _ = n.kill();
+    let _ = n.wait();
+    assert!(
+        lease.exists(),
+        "the node did not register after doctor passed"
+    );
+}

@@ -338,3 +338,45 @@ async fn losing_the_final_cas_is_conflict_and_the_winner_stays() {
         "the winner's write stands"
     );
 }
+
+/// The probe's power against a store that checks conditions without a lock
+/// (reads, compares, yields once, overwrites): refused in at least 999 of
+/// 1,000 probes at the default settings, always at a race step; and a
+/// correct store is never refused. Counts go to stderr for docs/stores.md.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probe_refuses_a_lock_free_store_with_measured_power() {
+    use leasehold::clock::{OsEntropy, SystemClock};
+    use leasehold::store::fault::LockFreeConditions;
+    let entropy = OsEntropy::new();
+    let (mut refused, mut at_race) = (0, 0);
+    let mut counts = 0;
+    for _ in 0..1000 {
+        let racy: Arc<dyn Store> = Arc::new(LockFreeConditions {
+            inner: Arc::new(ObjectStoreBackend::memory()),
+            window: Duration::ZERO,
+            clock: Arc::new(SystemClock::new()),
+        });
+        match leasehold::probe::probe(&racy, &entropy).await {
+            Ok(r) => panic!("a lock-free store passed: {:?}", r.steps),
+            Err(e) => {
+                assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
+                refused += 1;
+                if e.to_string().contains("race") {
+                    at_race += 1;
+                }
+            }
+        }
+    }
+    eprintln!("lock-free store: refused {refused} of 1000 probes ({at_race} at a race step)");
+    assert!(refused >= 999);
+    assert_eq!(at_race, refused, "the sequential steps cannot see this bug");
+    // A correct store: never refused, and what one probe costs.
+    for _ in 0..1000 {
+        let good = Arc::new(CountingStore::new(Arc::new(ObjectStoreBackend::memory())));
+        let s: Arc<dyn Store> = good.clone();
+        leasehold::probe::probe(&s, &entropy).await.unwrap();
+        counts = good.counts().total();
+    }
+    eprintln!("a passing probe costs {counts} requests");
+    assert!(counts <= 320, "{counts}");
+}

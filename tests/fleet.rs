@@ -1102,8 +1102,13 @@ async fn idle_fleet_reads_peer_records_only_every_node_refresh() {
     let before = counting.counts();
     settle(36_000).await; // one virtual hour
     let used = counting.counts().since(&before);
-    assert!(used.get <= 800, "{used:?}");
-    assert!(used.get >= 600, "peers are still re-read: {used:?}");
+    // Besides peer records, the audit reads back one in AUDIT_SAMPLE of each
+    // node's renewals (its only conditional writes here): count those apart.
+    let audits = used.put_match / leasehold::fleet::node::AUDIT_SAMPLE + 3;
+    let peer_reads = used.get.saturating_sub(audits);
+    assert!(used.get >= audits.saturating_sub(6), "the audit did not run: {used:?}");
+    assert!(peer_reads <= 800, "{used:?}");
+    assert!(peer_reads >= 600, "peers are still re-read: {used:?}");
     shutdown.cancel();
     clock.advance(step);
     for t in tasks {
@@ -1193,4 +1198,80 @@ async fn a_stalled_owner_cannot_outlive_the_confirmation_of_its_claims() {
     f.assert_never_twice();
     stall.store(false, Ordering::SeqCst);
     f.finish().await;
+}
+
+/// The continuous audit: a store that passes the probe and later reports a
+/// takeover of a claim committed without writing it (another writer's
+/// record stays, at a lower epoch) is caught by the read-back after the
+/// takeover. The node stops serving with `Unsupported` at step "audit" and
+/// never starts the session it was told it had won.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_audit_refuses_a_store_that_reports_a_takeover_it_did_not_make() {
+    use async_trait::async_trait;
+    use futures::stream::BoxStream;
+    use leasehold::store::{Cond, Conditional, Entry, Object, StoreError, Version};
+
+    #[derive(Debug)]
+    struct DropsClaimUpdates(Arc<dyn Store>);
+    impl std::fmt::Display for DropsClaimUpdates {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "drops({})", self.0)
+        }
+    }
+    #[async_trait]
+    impl Store for DropsClaimUpdates {
+        async fn get(&self, key: &str) -> Result<Option<Object>, StoreError> {
+            self.0.get(key).await
+        }
+        async fn get_if_changed(
+            &self,
+            key: &str,
+            known: &Version,
+        ) -> Result<Conditional, StoreError> {
+            self.0.get_if_changed(key, known).await
+        }
+        async fn put(
+            &self,
+            key: &str,
+            bytes: bytes::Bytes,
+            cond: Cond,
+        ) -> Result<Version, StoreError> {
+            if key.starts_with("sessions/") && matches!(cond, Cond::Match(_)) {
+                // "Committed", and nothing written.
+                return Ok(Version {
+                    etag: Some("never-written".into()),
+                    version: None,
+                });
+            }
+            self.0.put(key, bytes, cond).await
+        }
+        async fn delete(&self, key: &str) -> Result<(), StoreError> {
+            self.0.delete(key).await
+        }
+        fn list(&self, prefix: &str) -> BoxStream<'static, Result<Entry, StoreError>> {
+            self.0.list(prefix)
+        }
+    }
+
+    let inner: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());
+    let mut f = Fleet::new(inner.clone());
+    f.start("a", 8, &[]);
+    apply(&inner, "web", &spec("sleep")).await;
+    f.wait_for("web on a", |p| p.contains_key("web")).await;
+    let a = f.nodes.remove(0);
+    a.task.abort();
+    f.dead.push(a);
+    f.start_on(Arc::new(DropsClaimUpdates(inner.clone())), "b", 8, &[]);
+    let b = f.nodes.pop().unwrap();
+    let r = tokio::time::timeout(Duration::from_secs(20), b.task)
+        .await
+        .expect("b stops serving")
+        .unwrap();
+    let e = r.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
+    assert!(e.to_string().contains("audit"), "{e}");
+    assert!(b.journal.totals().contains_key("store-violation"));
+    assert!(leasehold::fleet::runner::Runner::running(b.runner.as_ref()).is_empty());
+    let c = f.claim("web").await;
+    assert_eq!((c.owner.node.as_str(), c.epoch), ("a", 1));
 }

@@ -359,8 +359,12 @@ enum LeaseOp {
         /// Keep observing a held lease this long; take it if it expires.
         #[arg(long, value_parser = parse_duration)]
         wait: Option<Duration>,
-        /// Skip the conditional-write probe (saves ~20 requests; only for a
-        /// store already checked with `leasehold doctor`).
+        /// Skip the conditional-write probe (about 300 requests, 32 rounds of
+        /// concurrent writes). What it gives up: nothing then checks that
+        /// the store honours conditional writes, and on one that ignores
+        /// them or checks them without a lock, two callers can both be told
+        /// they hold the lease at the same epoch. Only for a store that
+        /// `leasehold doctor` has passed.
         #[arg(long)]
         no_probe: bool,
         #[arg(long)]
@@ -724,6 +728,17 @@ async fn doctor(args: &StoreArgs, json: bool) -> Result<(), Failure> {
     let result = crate::probe::probe(&store, &OsEntropy::new()).await;
     match &result {
         Ok(report) => {
+            // A passing probe clears an audit's refusal on this host.
+            let marker = crate::fleet::refusal_marker(
+                &crate::hostlock::default_lock_dir(),
+                &store.identity(),
+            );
+            if std::fs::remove_file(&marker).is_ok() {
+                eprintln!(
+                    "cleared the audit's refusal of this store ({})",
+                    marker.display()
+                );
+            }
             let offset = clock_offset(&store).await.ok().flatten();
             let config = config_path();
             let config_found = config.as_ref().is_some_and(|p| p.exists());
@@ -1055,6 +1070,22 @@ async fn node(op: NodeOp) -> Result<(), Failure> {
     let counting = Arc::new(crate::store::CountingStore::new(store));
     let store: Arc<dyn Store> = counting.clone();
     let host = crate::hostlock::hostname();
+    // A store this host's audit caught breaking its conditions stays refused
+    // until `leasehold doctor` passes on it.
+    let refusal =
+        crate::fleet::refusal_marker(&crate::hostlock::default_lock_dir(), &store.identity());
+    if let Ok(why) = std::fs::read_to_string(&refusal) {
+        return Err(Error::Unsupported {
+            store: store.to_string(),
+            step: "audit".into(),
+            detail: format!(
+                "refused since an audit on this host found: {}; run `leasehold doctor` on it to clear ({})",
+                why.trim(),
+                refusal.display()
+            ),
+        }
+        .into());
+    }
     let lock = crate::hostlock::HostLock::acquire(
         &crate::hostlock::default_lock_dir(),
         &store.identity(),
@@ -1122,6 +1153,11 @@ async fn node(op: NodeOp) -> Result<(), Failure> {
         trigger.cancel();
     });
     let r = fleet_node::run(cfg, deps, shutdown.clone()).await;
+    if let Err(Error::Unsupported { step, detail, .. }) = &r
+        && step == "audit"
+    {
+        let _ = std::fs::write(&refusal, format!("{detail}\n"));
+    }
     shutdown.cancel();
     if let Some(server) = server {
         let _ = server.await;

@@ -72,3 +72,56 @@ pub(crate) fn json_nonce(bytes: &[u8]) -> Option<String> {
     let v: serde_json::Value = serde_json::from_slice(bytes).ok()?;
     v.get("nonce")?.as_str().map(str::to_string)
 }
+
+/// The continuous audit: reads `key` back after a write the store reported
+/// committed (`nonce`, `epoch`). Finding another writer's record at the same
+/// or a lower epoch means two writers were both told they won: the store
+/// does not honour its conditions (a lock-free check, a lost quorum). That
+/// is [`Error::Unsupported`] at step "audit"; the node stops serving and the
+/// store is refused until `leasehold doctor` passes again. A higher epoch is
+/// a legitimate later takeover; an absent or undecodable object is left to
+/// the absence and corruption rules.
+pub(crate) async fn audit(
+    store: &Arc<dyn Store>,
+    key: &str,
+    nonce: &str,
+    epoch: u64,
+) -> Result<()> {
+    let Some(o) = store
+        .get(key)
+        .await
+        .map_err(|e| Error::from_store("get", key, e))?
+    else {
+        return Ok(());
+    };
+    let Ok(v) = serde_json::from_slice::<serde_json::Value>(&o.bytes) else {
+        return Ok(());
+    };
+    let (Some(theirs), Some(their_epoch)) = (
+        v.get("nonce").and_then(|n| n.as_str()),
+        v.get("epoch").and_then(|e| e.as_u64()),
+    ) else {
+        return Ok(());
+    };
+    if theirs != nonce && their_epoch <= epoch {
+        return Err(Error::Unsupported {
+            store: store.to_string(),
+            step: "audit".into(),
+            detail: format!(
+                "{key}: our conditional write at epoch {epoch} was reported committed, \
+                 yet the read-back holds another writer's record at epoch {their_epoch}: \
+                 the store let two writers win"
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Where the audit's refusal of a store is remembered on this host, until
+/// `leasehold doctor` passes on it: `<lock dir>/refused-<hash(identity)>`.
+pub fn refusal_marker(lock_dir: &std::path::Path, store_identity: &str) -> std::path::PathBuf {
+    lock_dir.join(format!(
+        "refused-{:016x}",
+        crate::store::local::fnv1a64(store_identity.as_bytes())
+    ))
+}

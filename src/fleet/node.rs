@@ -19,7 +19,7 @@ use super::journal::Journal;
 use super::manifest::{ManifestRecord, RestartPolicy};
 use super::plan::{self, Claimable, ManifestView, NodeView};
 use super::runner::{Runner, SessionStart};
-use super::{Put, json_nonce, put_checked};
+use super::{Put, audit, json_nonce, put_checked};
 use crate::clock::{Clock, Entropy, MonoTime};
 use crate::error::{Error, Result};
 use crate::hostlock::HostLock;
@@ -414,6 +414,7 @@ pub async fn run(cfg: NodeConfig, deps: NodeDeps, shutdown: CancellationToken) -
         let mut node = Node::new(cfg.clone(), deps.clone(), client);
         match node.serve(lease, &shutdown).await? {
             Ended::Shutdown => return Ok(()),
+            Ended::StoreRefused(e) => return Err(e),
             Ended::LeaseLost => {
                 deps.journal.record(
                     deps.clock.wall_ms(),
@@ -491,6 +492,8 @@ impl<T> Drop for AbortOnDrop<T> {
 enum Ended {
     Shutdown,
     LeaseLost,
+    /// The audit caught the store breaking its conditions.
+    StoreRefused(Error),
 }
 
 struct Node {
@@ -539,7 +542,16 @@ struct Node {
     /// Shares `confirmed_until` with the renew task, which announces
     /// min(lease validity, it) to the runner.
     confirmed_tx: watch::Sender<MonoTime>,
+    /// Set when an audit read-back contradicts a write the store reported
+    /// committed (here or in the renew task): the node stops serving.
+    violation: Arc<std::sync::Mutex<Option<String>>>,
+    /// Conditional writes of claims so far, for the audit's sample.
+    claim_writes: u64,
 }
+
+/// One in this many of a node's own renewals and claim updates is read back
+/// by the audit (every claim creation, takeover and fence is).
+pub const AUDIT_SAMPLE: u64 = 16;
 
 /// The next claim request, or never when this node has no inbox.
 async fn recv(
@@ -581,6 +593,8 @@ impl Node {
             validity: None,
             claims_listed_at: None,
             confirmed_tx: watch::Sender::new(MonoTime::ZERO),
+            violation: Default::default(),
+            claim_writes: 0,
         }
     }
 
@@ -596,6 +610,24 @@ impl Node {
             .record(self.deps.clock.wall_ms(), kind, session, epoch, detail);
     }
 
+    /// Reads back a write the store reported committed (see
+    /// [`super::audit`]). A contradiction is a store violation, recorded for
+    /// the serve loop to act on; a read that fails is no evidence either way.
+    async fn audit(&mut self, key: &str, nonce: &str, epoch: u64) {
+        match audit(&self.deps.store, key, nonce, epoch).await {
+            Err(e) if e.kind() == crate::ErrorKind::Unsupported => {
+                tracing::error!(error = %e, "store violation: stopping");
+                self.event("store-violation", None, Some(epoch), e.to_string());
+                *self.violation.lock().unwrap() = Some(match e {
+                    Error::Unsupported { detail, .. } => detail,
+                    other => other.to_string(),
+                });
+            }
+            Err(e) => tracing::warn!(key, error = %e, "audit read-back failed"),
+            Ok(()) => {}
+        }
+    }
+
     async fn serve(&mut self, lease: Lease, shutdown: &CancellationToken) -> Result<Ended> {
         let (valid_tx, valid_rx) = watch::channel(Validity {
             until: lease.valid_until(),
@@ -609,10 +641,13 @@ impl Node {
             lease,
             self.cfg.clone(),
             self.deps.clone(),
-            valid_tx,
-            load_rx,
-            self.confirmed_tx.subscribe(),
-            stop_renew.clone(),
+            RenewLinks {
+                valid: valid_tx,
+                load: load_rx,
+                confirmed: self.confirmed_tx.subscribe(),
+                violation: self.violation.clone(),
+                stop: stop_renew.clone(),
+            },
         )));
         self.validity = Some(valid_rx.clone());
         self.deps
@@ -626,6 +661,19 @@ impl Node {
         };
         let mut request: Option<ClaimRequest> = None;
         let ended = loop {
+            // First: a store caught breaking its conditions is refused, not
+            // re-registered with.
+            let violation = self.violation.lock().unwrap().clone();
+            if let Some(detail) = violation {
+                self.stop_all("the store broke its conditional writes")
+                    .await;
+                self.owned.clear();
+                break Ended::StoreRefused(Error::Unsupported {
+                    store: self.deps.store.to_string(),
+                    step: "audit".into(),
+                    detail,
+                });
+            }
             // Marks the value seen, so `changed()` below waits for the next one.
             let v = *valid_rx.borrow_and_update();
             if v.lost || self.deps.clock.now() >= v.until {
@@ -785,6 +833,7 @@ impl Node {
         .await?;
         match put {
             Put::Committed(version) => {
+                self.audit(&key, &tomb.nonce, tomb.epoch).await;
                 self.event(
                     "fenced",
                     None,
@@ -1456,6 +1505,10 @@ impl Node {
         .await?;
         match put {
             Put::Committed(version) => {
+                self.audit(&key, &record.nonce, epoch).await;
+                if self.violation.lock().unwrap().is_some() {
+                    return Ok(true);
+                }
                 self.first_claimable.remove(name);
                 self.event(
                     "claimed",
@@ -1585,6 +1638,10 @@ impl Node {
         .await?
         {
             Put::Committed(v) => {
+                self.claim_writes += 1;
+                if self.claim_writes.is_multiple_of(AUDIT_SAMPLE) {
+                    self.audit(&key, &next.nonce, next.epoch).await;
+                }
                 self.claims.insert(key, (v.clone(), next.clone()));
                 if next.state == ClaimState::Released {
                     self.owned.remove(name);
@@ -1904,6 +1961,19 @@ async fn refresh<T>(
     Ok(changed)
 }
 
+/// What the renew task shares with the pull loop.
+struct RenewLinks {
+    /// Out: the lease's validity after each renewal.
+    valid: watch::Sender<Validity>,
+    /// In: the node's load, published in its attributes.
+    load: watch::Receiver<u32>,
+    /// In: the pull loop's confirmation of its claims (`confirmed_until`).
+    confirmed: watch::Receiver<MonoTime>,
+    /// Out: a store violation the audit of a renewal found.
+    violation: Arc<std::sync::Mutex<Option<String>>>,
+    stop: CancellationToken,
+}
+
 /// Renews the node lease every ttl/3 (publishing the node's load in its
 /// attributes), announces each new deadline to the runner, and publishes the
 /// validity. Returns the lease when stopped, for release.
@@ -1911,12 +1981,17 @@ async fn renew_task(
     mut lease: Lease,
     cfg: NodeConfig,
     deps: NodeDeps,
-    valid: watch::Sender<Validity>,
-    load: watch::Receiver<u32>,
-    confirmed: watch::Receiver<MonoTime>,
-    stop: CancellationToken,
+    links: RenewLinks,
 ) -> Option<Lease> {
+    let RenewLinks {
+        valid,
+        load,
+        confirmed,
+        violation,
+        stop,
+    } = links;
     let period = cfg.ttl / 3;
+    let mut renewals: u64 = 0;
     loop {
         tokio::select! {
             _ = deps.clock.sleep(period) => {}
@@ -1939,6 +2014,36 @@ async fn renew_task(
         }
         match r {
             Ok(()) => {
+                renewals += 1;
+                if renewals.is_multiple_of(AUDIT_SAMPLE) {
+                    let r = audit(
+                        &deps.store,
+                        lease.key(),
+                        &lease.record().nonce,
+                        lease.epoch(),
+                    )
+                    .await;
+                    if let Err(e) = r
+                        && e.kind() == crate::ErrorKind::Unsupported
+                    {
+                        deps.journal.record(
+                            deps.clock.wall_ms(),
+                            "store-violation",
+                            None,
+                            Some(lease.epoch()),
+                            e.to_string(),
+                        );
+                        *violation.lock().unwrap() = Some(match e {
+                            Error::Unsupported { detail, .. } => detail,
+                            other => other.to_string(),
+                        });
+                        let _ = valid.send(Validity {
+                            until: lease.valid_until(),
+                            lost: true,
+                        });
+                        return None;
+                    }
+                }
                 // Never past the pull loop's confirmation of our claims.
                 let c = *confirmed.borrow();
                 let until = if c == MonoTime::ZERO {

@@ -276,3 +276,67 @@ impl Store for IgnoreConditions {
         self.inner.identity()
     }
 }
+
+/// A store that *checks* conditions but without a lock, as racy stores have
+/// shipped (SeaweedFS issue 8800, RustFS 1659, MinIO 21603 while read quorum
+/// is lost): a conditional put reads the current version, compares, waits
+/// `window` (zero: one yield to the scheduler), then overwrites whatever is
+/// there. Sequential use looks perfect; concurrent writers can all win. Used
+/// to measure the probe's power.
+#[derive(Debug)]
+pub struct LockFreeConditions {
+    pub inner: Arc<dyn Store>,
+    pub window: std::time::Duration,
+    pub clock: Arc<dyn crate::clock::Clock>,
+}
+
+impl fmt::Display for LockFreeConditions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (conditions checked without a lock)", self.inner)
+    }
+}
+
+#[async_trait]
+impl Store for LockFreeConditions {
+    async fn get(&self, key: &str) -> Result<Option<Object>, StoreError> {
+        self.inner.get(key).await
+    }
+    async fn get_if_changed(&self, key: &str, known: &Version) -> Result<Conditional, StoreError> {
+        self.inner.get_if_changed(key, known).await
+    }
+    async fn put(&self, key: &str, bytes: Bytes, cond: Cond) -> Result<Version, StoreError> {
+        let cur = self.inner.get(key).await?;
+        match (&cond, &cur) {
+            (Cond::Create, None) => {}
+            (Cond::Create, Some(_)) => return Err(StoreError::AlreadyExists),
+            (Cond::Match(v), Some(o)) if o.version == *v => {}
+            (Cond::Match(_), _) => return Err(StoreError::Precondition),
+        }
+        if self.window.is_zero() {
+            tokio::task::yield_now().await;
+        } else {
+            self.clock.sleep(self.window).await;
+        }
+        // Overwrite, whoever wrote in between.
+        loop {
+            let cond = match self.inner.get(key).await? {
+                Some(o) => Cond::Match(o.version),
+                None => Cond::Create,
+            };
+            match self.inner.put(key, bytes.clone(), cond).await {
+                Err(StoreError::AlreadyExists | StoreError::Precondition) => continue,
+                other => return other,
+            }
+        }
+    }
+    async fn delete(&self, key: &str) -> Result<(), StoreError> {
+        self.inner.delete(key).await
+    }
+    fn list(&self, prefix: &str) -> BoxStream<'static, Result<Entry, StoreError>> {
+        self.inner.list(prefix)
+    }
+
+    fn identity(&self) -> String {
+        self.inner.identity()
+    }
+}
