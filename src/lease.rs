@@ -249,6 +249,9 @@ struct Inner {
     holder: Holder,
     host_lock: Option<Arc<HostLock>>,
     observer: Observer,
+    /// New records start at `epoch_base + 1`; takeovers never go below it
+    /// (see [`crate::fleet::marker::epoch_base`]).
+    epoch_base: u64,
 }
 
 /// Acquires and inspects leases as one holder identity (node, host, instance).
@@ -276,6 +279,7 @@ pub struct LeaseClientBuilder {
     clock: Option<Arc<dyn Clock>>,
     entropy: Option<Arc<dyn Entropy>>,
     host_lock: Option<Arc<HostLock>>,
+    epoch_base: u64,
 }
 
 impl LeaseClientBuilder {
@@ -294,6 +298,13 @@ impl LeaseClientBuilder {
     }
     pub fn entropy(mut self, e: Arc<dyn Entropy>) -> Self {
         self.entropy = Some(e);
+        self
+    }
+    /// Epochs of this client's new records start above `base`: the fleet
+    /// marker's generation ([`crate::fleet::marker::epoch_base`]), so tokens
+    /// made after a wipe and a new `init` are higher than any before it.
+    pub fn epoch_base(mut self, base: u64) -> Self {
+        self.epoch_base = base;
         self
     }
     /// With the host lock, leases held by an earlier instance of this node on
@@ -342,6 +353,7 @@ impl LeaseClientBuilder {
                 holder,
                 host_lock: self.host_lock,
                 observer: Observer::default(),
+                epoch_base: self.epoch_base,
             }),
         })
     }
@@ -392,6 +404,7 @@ impl LeaseClient {
             clock: None,
             entropy: None,
             host_lock: None,
+            epoch_base: 0,
         }
     }
 
@@ -557,7 +570,7 @@ impl LeaseClient {
         let margin = opts.validate()?;
         let key = key_for(kind, name);
         let mut attempts = Vec::new();
-        let fresh = self.new_record(kind, 1, opts);
+        let fresh = self.new_record(kind, self.inner.epoch_base + 1, opts);
         let current = match self.write(&key, fresh, Cond::Create, &mut attempts).await? {
             Written::Committed {
                 version,
@@ -595,7 +608,7 @@ impl LeaseClient {
         };
         // Every new tenure gets a new fencing token. (Our own retried create,
         // recognised by its nonce, never reaches here: it is committed.)
-        let epoch = rec.epoch + 1;
+        let epoch = (rec.epoch + 1).max(self.inner.epoch_base + 1);
         tracing::debug!(key, ?why, epoch, "taking over");
         let next = self.new_record(kind, epoch, opts);
         match self
@@ -655,6 +668,7 @@ impl LeaseClient {
                 holder: rec.holder.clone(),
                 host_lock: None,
                 observer: Observer::default(),
+                epoch_base: self.inner.epoch_base,
             }),
         };
         let margin = default_margin(Duration::from_millis(rec.ttl_ms));

@@ -270,3 +270,90 @@ async fn a_deleted_claim_of_a_frozen_owner_waits_out_its_absence() {
     );
     drop((n1, n2));
 }
+
+/// Case 3: the bucket wiped under a running fleet (every object deleted, as
+/// an S3 server restarted empty). Once, claims started again at epoch 1 and
+/// nothing noticed. Now the node sees its fleet marker gone, stops every
+/// session and exits (5: "bucket wiped or replaced"); a node started on the
+/// wiped bucket refuses (7: init it); `init` will not silently change the
+/// generation of a live marker; and after `init --generation 2` every token
+/// is above every token of generation 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wiped_bucket_stops_the_fleet_and_tokens_are_never_reissued() {
+    use futures::StreamExt;
+    let env = Env::new();
+    let s = env.store().await;
+    let bin = || std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"));
+    let o = bin()
+        .args(["init", "--store", &env.url, "--generation", "2"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let mut n1 = env.node("n1", &[]);
+    env.apply("web", &recorder(&env, "web"), "always");
+    wait_until("web running", Duration::from_secs(20), async || {
+        runs(&env, "web").len() == 1
+    })
+    .await;
+    let first = runs(&env, "web")[0];
+    assert_eq!(first.0, 1);
+    // Wipe: every object goes.
+    let keys: Vec<String> = s
+        .list("")
+        .filter_map(|e| async move { e.ok().map(|e| e.key) })
+        .collect()
+        .await;
+    assert!(keys.iter().any(|k| k == "fleet"), "{keys:?}");
+    for k in &keys {
+        s.delete(k).await.unwrap();
+    }
+    let mut status = None;
+    wait_until("n1 stops", Duration::from_secs(10), async || {
+        status = n1.child.try_wait().unwrap();
+        status.is_some()
+    })
+    .await;
+    assert_eq!(status.unwrap().code(), Some(5), "{}", log_of(&n1));
+    assert!(
+        log_of(&n1).contains("bucket wiped or replaced"),
+        "{}",
+        log_of(&n1)
+    );
+    assert!(!alive(first.1), "the session outlived the wipe");
+    // A node started on the wiped bucket refuses; nothing is written.
+    let mut n2 = env.node("n2", &[]);
+    let mut status = None;
+    wait_until("n2 refuses", Duration::from_secs(10), async || {
+        status = n2.child.try_wait().unwrap();
+        status.is_some()
+    })
+    .await;
+    assert_eq!(status.unwrap().code(), Some(7), "{}", log_of(&n2));
+    assert!(log_of(&n2).contains("leasehold init"), "{}", log_of(&n2));
+    assert!(s.get("nodes/n2").await.unwrap().is_none());
+    // A new generation: tokens start above 2^40.
+    let o = bin()
+        .args(["init", "--store", &env.url, "--generation", "2", "--json"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["first_epoch"], (1u64 << 40) + 1);
+    let _n3 = env.node("n3", &[]);
+    env.apply("web", &recorder(&env, "web"), "always");
+    wait_until("web running again", Duration::from_secs(20), async || {
+        runs(&env, "web").len() == 2
+    })
+    .await;
+    let again = runs(&env, "web")[1];
+    assert_eq!(again.0, (1 << 40) + 1, "{again:?}");
+    let c = claim(&s, "web").await.unwrap();
+    assert!(c.epoch > first.0);
+    let (rec, _) = node_record(&s, "n3").await.unwrap();
+    assert_eq!(rec.epoch, (1 << 40) + 1);
+}

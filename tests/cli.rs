@@ -63,6 +63,9 @@ fn node_with_api(
     token_file: &std::path::Path,
     lock_dir: &std::path::Path,
 ) -> NodeProc {
+    // The fleet marker a node needs (idempotent).
+    let o = run(&["init", "--store", store]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
     NodeProc(
         bin()
             .args([
@@ -1264,6 +1267,7 @@ fn an_audit_refusal_holds_until_doctor_passes() {
     let identity = format!("file-inode:{}:{}", md.dev(), md.ino());
     let marker = leasehold::fleet::refusal_marker(&locks, &identity);
     std::fs::write(&marker, "sessions/web: two writers won\n").unwrap();
+    assert_eq!(code(&run(&["init", "--store", &s])), 0);
     let node = || {
         bin()
             .args(["node", "run", "--store", &s, "--id", "n1", "--ttl", "1s"])

@@ -36,6 +36,21 @@ struct Fleet {
     dead: Vec<TestNode>,
 }
 
+/// The fleet marker every node needs before it serves (`leasehold init`);
+/// idempotent, and retried through the faults of a faulty store.
+async fn init_marker(store: &Arc<dyn Store>) {
+    for _ in 0..200 {
+        if leasehold::fleet::marker::init(store, &leasehold::clock::OsEntropy::new(), 0, 1)
+            .await
+            .is_ok()
+        {
+            return;
+        }
+        tokio::task::yield_now().await;
+    }
+    panic!("could not write the fleet marker");
+}
+
 fn spec(cmd: &str) -> Spec {
     Spec::new(cmd, &[])
 }
@@ -79,7 +94,12 @@ impl Fleet {
             ..NodeDeps::new(store, self.clock.clone(), runner.clone())
         };
         let shutdown = CancellationToken::new();
-        let task = tokio::spawn(node::run(cfg, deps, shutdown.clone()));
+        let init_store = self.store.clone();
+        let stop = shutdown.clone();
+        let task = tokio::spawn(async move {
+            init_marker(&init_store).await;
+            node::run(cfg, deps, stop).await
+        });
         self.nodes.push(TestNode {
             id: id.into(),
             runner,
@@ -438,6 +458,7 @@ async fn steady_state_requests_per_node_hour() {
             status: status.clone(),
             ..NodeDeps::new(store.clone(), Arc::new(clock.clone()), runner.clone())
         };
+        init_marker(&store).await;
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(node::run(cfg, deps, shutdown.clone()));
         // Warm up: register and place everything (virtual 30 s).
@@ -564,6 +585,7 @@ async fn wake_claims_on_the_callers_node_within_the_rules() {
         claims: Some(inbox),
         ..NodeDeps::new(store.clone(), clock.clone(), runner.clone())
     };
+    init_marker(&store).await;
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(node::run(cfg, deps, shutdown.clone()));
     // Registered (and its first pass done) once its journal says so.
@@ -1087,6 +1109,7 @@ async fn idle_fleet_reads_peer_records_only_every_node_refresh() {
                 Arc::new(RecordingRunner::new(Arc::new(clock.clone()))),
             )
         };
+        init_marker(&store).await;
         tasks.push(tokio::spawn(node::run(cfg, deps, shutdown.clone())));
     }
     let step = Duration::from_millis(100);
@@ -1106,7 +1129,10 @@ async fn idle_fleet_reads_peer_records_only_every_node_refresh() {
     // node's renewals (its only conditional writes here): count those apart.
     let audits = used.put_match / leasehold::fleet::node::AUDIT_SAMPLE + 3;
     let peer_reads = used.get.saturating_sub(audits);
-    assert!(used.get >= audits.saturating_sub(6), "the audit did not run: {used:?}");
+    assert!(
+        used.get >= audits.saturating_sub(6),
+        "the audit did not run: {used:?}"
+    );
     assert!(peer_reads <= 800, "{used:?}");
     assert!(peer_reads >= 600, "peers are still re-read: {used:?}");
     shutdown.cancel();

@@ -40,6 +40,9 @@ async fn schedule(seed: u64, virtual_secs: u64) -> (Vec<Run>, u64) {
     let dyn_clock: Arc<dyn Clock> = Arc::new(clock.clone());
     let entropy = Arc::new(SeededEntropy::new(seed));
     let inner: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());
+    leasehold::fleet::marker::init(&inner, entropy.as_ref(), 0, 1)
+        .await
+        .unwrap();
     for i in 0..6 {
         manifest::apply(
             &inner,

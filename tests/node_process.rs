@@ -34,6 +34,12 @@ struct Env {
     url: String,
 }
 
+/// `leasehold init`: the fleet marker nodes need.
+fn init(url: &str) {
+    let o = bin().args(["init", "--store", url]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
 fn bin() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_leasehold"));
     c.env_remove("LEASEHOLD_STORE");
@@ -44,6 +50,7 @@ impl Env {
     fn local() -> Env {
         let dir = tempfile::tempdir().unwrap();
         let url = format!("file://{}/bucket", dir.path().display());
+        init(&url);
         Env { dir, url }
     }
 
@@ -58,6 +65,7 @@ impl Env {
                 .to_string_lossy()
                 .replace('.', "")
         );
+        init(&url);
         Some(Env { dir, url })
     }
 

@@ -71,7 +71,14 @@ fn start(
         )
     };
     let shutdown = CancellationToken::new();
-    let task = tokio::spawn(node::run(cfg, deps, shutdown.clone()));
+    let init_store = store.clone();
+    let stop = shutdown.clone();
+    let task = tokio::spawn(async move {
+        // The marker a node needs (as `leasehold init` writes it); idempotent.
+        leasehold::fleet::marker::init(&init_store, &leasehold::clock::OsEntropy::new(), 0, 1)
+            .await?;
+        node::run(cfg, deps, stop).await
+    });
     SpikeNode {
         id: id.into(),
         journal,

@@ -232,6 +232,9 @@ pub async fn fleet(store_url: Option<String>, ttl: Duration, sessions: u32) -> R
     println!("store   {url}");
     crate::probe::probe(&store, entropy.as_ref()).await?;
     println!("probe   conditional writes honoured");
+    let (marker, _) =
+        crate::fleet::marker::init(&store, entropy.as_ref(), clock.wall_ms(), 1).await?;
+    println!("init    {}", marker.describe());
     let exe = std::env::current_exe().map_err(|e| Error::Internal(e.to_string()))?;
     let lock_dir =
         std::env::temp_dir().join(format!("leasehold-demo-locks-{}", std::process::id()));

@@ -164,6 +164,18 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Make this bucket (and prefix) a fleet: write its marker, once. Nodes
+    /// refuse to serve without it. After a wipe, a new generation makes
+    /// every new fencing token higher than any of the last.
+    Init {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// The generation (1 for a new fleet; the last + 1 after a wipe).
+        #[arg(long, default_value_t = 1)]
+        generation: u64,
+        #[arg(long)]
+        json: bool,
+    },
     /// Print a session's output (stdout and stderr), read from its owner
     /// node's API; with --follow, keep printing, following the session to
     /// its next owner.
@@ -647,6 +659,36 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             duration,
             json,
         } => watch::run(&store, &token_file, from_start, duration, json).await,
+        Command::Init {
+            store,
+            generation,
+            json,
+        } => {
+            let store = open(&store).await?;
+            let (m, created) = crate::fleet::marker::init(
+                &store,
+                &OsEntropy::new(),
+                SystemClock::new().wall_ms(),
+                generation,
+            )
+            .await?;
+            if json {
+                print_json(&serde_json::json!({
+                    "store": store.to_string(), "fleet_id": m.fleet_id,
+                    "generation": m.generation, "created": created,
+                    "first_epoch": crate::fleet::marker::epoch_base(m.generation) + 1,
+                }));
+            } else if created {
+                println!(
+                    "{store}: initialised {} (fencing tokens start at {})",
+                    m.describe(),
+                    crate::fleet::marker::epoch_base(m.generation) + 1
+                );
+            } else {
+                println!("{store}: already {}", m.describe());
+            }
+            Ok(())
+        }
         Command::Logs {
             name,
             store,
@@ -827,8 +869,14 @@ async fn lease(op: LeaseOp) -> Result<(), Failure> {
                 crate::probe::probe(&store, &OsEntropy::new()).await?;
             }
             let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+            // Standalone leases in a fleet's bucket take its generation's
+            // epochs too (one GET); without a marker, epochs start at 1.
+            let base = crate::fleet::marker::read(&store)
+                .await?
+                .map_or(0, |(m, _)| crate::fleet::marker::epoch_base(m.generation));
             let client = LeaseClient::builder(store, node)
                 .clock(clock.clone())
+                .epoch_base(base)
                 .build()?;
             let deadline = clock.now() + wait.unwrap_or(Duration::ZERO);
             loop {

@@ -14,6 +14,7 @@ pub mod claim;
 pub mod contain;
 pub mod journal;
 pub mod manifest;
+pub mod marker;
 pub mod node;
 pub mod plan;
 pub mod runner;

@@ -399,11 +399,15 @@ pub async fn run(cfg: NodeConfig, deps: NodeDeps, shutdown: CancellationToken) -
     if cfg.probe {
         crate::probe::probe(&deps.store, deps.entropy.as_ref()).await?;
     }
+    // No marker, no service: a bucket without one is new (init it) or wiped.
+    let marker = super::marker::require(&deps.store).await?;
+    let base = super::marker::epoch_base(marker.0.generation);
     loop {
         // One registration: a fresh instance id every time.
         let mut builder = LeaseClient::builder(deps.store.clone(), cfg.id.clone())
             .clock(deps.clock.clone())
-            .entropy(deps.entropy.clone());
+            .entropy(deps.entropy.clone())
+            .epoch_base(base);
         if let Some(l) = &deps.host_lock {
             builder = builder.host_lock(l.clone());
         }
@@ -411,10 +415,10 @@ pub async fn run(cfg: NodeConfig, deps: NodeDeps, shutdown: CancellationToken) -
         let Some(lease) = register(&cfg, &deps, &client, &shutdown).await? else {
             return Ok(()); // shut down while waiting
         };
-        let mut node = Node::new(cfg.clone(), deps.clone(), client);
+        let mut node = Node::new(cfg.clone(), deps.clone(), client, marker.clone());
         match node.serve(lease, &shutdown).await? {
             Ended::Shutdown => return Ok(()),
-            Ended::StoreRefused(e) => return Err(e),
+            Ended::Fatal(e) => return Err(e),
             Ended::LeaseLost => {
                 deps.journal.record(
                     deps.clock.wall_ms(),
@@ -492,8 +496,9 @@ impl<T> Drop for AbortOnDrop<T> {
 enum Ended {
     Shutdown,
     LeaseLost,
-    /// The audit caught the store breaking its conditions.
-    StoreRefused(Error),
+    /// The audit caught the store breaking its conditions, or the fleet
+    /// marker vanished or changed (the bucket was wiped or replaced).
+    Fatal(Error),
 }
 
 struct Node {
@@ -547,6 +552,10 @@ struct Node {
     violation: Arc<std::sync::Mutex<Option<String>>>,
     /// Conditional writes of claims so far, for the audit's sample.
     claim_writes: u64,
+    /// The fleet marker this node serves (checked every pass), and the
+    /// epoch base of its generation: no claim of ours is made at or below it.
+    marker: (super::marker::FleetMarker, Version),
+    epoch_base: u64,
 }
 
 /// One in this many of a node's own renewals and claim updates is read back
@@ -568,7 +577,12 @@ fn name_of(key: &str) -> &str {
 }
 
 impl Node {
-    fn new(cfg: NodeConfig, deps: NodeDeps, client: LeaseClient) -> Self {
+    fn new(
+        cfg: NodeConfig,
+        deps: NodeDeps,
+        client: LeaseClient,
+        marker: (super::marker::FleetMarker, Version),
+    ) -> Self {
         let me = Owner {
             node: cfg.id.to_string(),
             instance: client.holder().instance.clone(),
@@ -595,6 +609,8 @@ impl Node {
             confirmed_tx: watch::Sender::new(MonoTime::ZERO),
             violation: Default::default(),
             claim_writes: 0,
+            epoch_base: super::marker::epoch_base(marker.0.generation),
+            marker,
         }
     }
 
@@ -668,7 +684,7 @@ impl Node {
                 self.stop_all("the store broke its conditional writes")
                     .await;
                 self.owned.clear();
-                break Ended::StoreRefused(Error::Unsupported {
+                break Ended::Fatal(Error::Unsupported {
                     store: self.deps.store.to_string(),
                     step: "audit".into(),
                     detail,
@@ -691,6 +707,13 @@ impl Node {
             }
             let changed = match self.tick().await {
                 Ok(changed) => changed,
+                Err(e) if matches!(&e, Error::Corrupt { key, .. } if key == super::marker::KEY) => {
+                    tracing::error!(error = %e, "stopping every session");
+                    self.event("bucket-wiped", None, None, e.to_string());
+                    self.stop_all("the bucket was wiped or replaced").await;
+                    self.owned.clear();
+                    break Ended::Fatal(e);
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "pull loop tick failed");
                     true
@@ -1124,6 +1147,8 @@ impl Node {
     #[tracing::instrument(level = "debug", name = "node pass", skip_all)]
     async fn tick(&mut self) -> Result<bool> {
         let mut changed = false;
+        // Before anything is decided: is this still the bucket we serve?
+        super::marker::check(&self.deps.store, &self.marker.0, &self.marker.1).await?;
         let listed_at = self.deps.clock.now();
         let node_entries = self.client.observe_listing("nodes/").await?;
         self.nodes_listed_at = listed_at;
@@ -1476,10 +1501,17 @@ impl Node {
             // Above any epoch we saw for it, should it have vanished.
             None => (
                 Cond::Create,
-                self.seen_claims.get(&key).map_or(1, |(e, _)| e + 1),
+                self.seen_claims
+                    .get(&key)
+                    .map_or(1, |(e, _)| e + 1)
+                    .max(self.epoch_base + 1),
                 0,
             ),
-            Some((v, c)) => (Cond::Match(v.clone()), c.epoch + 1, 0),
+            Some((v, c)) => (
+                Cond::Match(v.clone()),
+                (c.epoch + 1).max(self.epoch_base + 1),
+                0,
+            ),
         };
         let record = ClaimRecord {
             schema: SCHEMA.into(),

@@ -43,6 +43,8 @@ impl Env {
         let dir = tempfile::tempdir().unwrap();
         let url = format!("file://{}/bucket", dir.path().display());
         std::fs::write(dir.path().join("token"), TOKEN).unwrap();
+        let o = bin().args(["init", "--store", &url]).output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         Env { dir, url }
     }
 
