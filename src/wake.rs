@@ -205,6 +205,14 @@ impl Resolver {
             },
         };
         let owner = match claim {
+            // Applied, never claimed: queued (or its manifest is gone since).
+            Some(c) if c.is_placeholder() => {
+                round_trips += 1;
+                match crate::fleet::manifest::get(&self.store, name).await? {
+                    Some(_) => Owned::Unowned,
+                    None => Owned::NoManifest,
+                }
+            }
             Some(c) if c.state == ClaimState::Released => Owned::Released { epoch: c.epoch },
             Some(c) => Owned::Claimed {
                 node: c.owner.node,

@@ -879,11 +879,14 @@ async fn foreign_claim(
         updated_at_ms: 0,
         nonce: "c1".into(),
     };
+    // Over the placeholder `apply` wrote.
+    let key = format!("sessions/{session}");
+    let current = store.get(&key).await.unwrap().unwrap().version;
     store
         .put(
-            &format!("sessions/{session}"),
+            &key,
             claim.encode().into(),
-            leasehold::store::Cond::Create,
+            leasehold::store::Cond::Match(current),
         )
         .await
         .unwrap();

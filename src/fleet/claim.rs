@@ -111,8 +111,10 @@ impl ClaimRecord {
         let v = crate::record::envelope(key, bytes, "session", 64 * 1024)?;
         let r: ClaimRecord =
             serde_json::from_value(v).map_err(|e| corrupt(format!("malformed claim: {e}")))?;
-        if r.epoch == 0 {
-            return Err(corrupt("epoch must be at least 1".into()));
+        if r.epoch == 0 && r.state != ClaimState::Released {
+            return Err(corrupt(
+                "epoch must be at least 1 (0 only for the queued placeholder)".into(),
+            ));
         }
         crate::Name::new(r.owner.node.clone()).map_err(|e| corrupt(format!("owner.node: {e}")))?;
         Ok(r)
@@ -121,7 +123,40 @@ impl ClaimRecord {
     pub fn encode(&self) -> Vec<u8> {
         serde_json::to_vec(self).expect("claim serialises")
     }
+
+    /// The claim `apply` writes (create-if-absent) before a new manifest:
+    /// released at epoch 0, owned by nobody (`queued`). So a session has a
+    /// claim object from admission on, and a missing claim is always an
+    /// absence to observe (deleted), never mistaken for a new session; the
+    /// first node takes it over at epoch 1 like any released claim.
+    pub fn placeholder(nonce: String, wall_ms: u64) -> ClaimRecord {
+        ClaimRecord {
+            schema: crate::record::SCHEMA.into(),
+            kind: "session".into(),
+            owner: Owner {
+                node: QUEUED.into(),
+                instance: QUEUED.into(),
+            },
+            epoch: 0,
+            state: ClaimState::Released,
+            digest: String::new(),
+            address: None,
+            exit_code: None,
+            restarts: 0,
+            updated_at_ms: wall_ms,
+            nonce,
+        }
+    }
+
+    /// Is this the placeholder no node has claimed yet?
+    pub fn is_placeholder(&self) -> bool {
+        self.epoch == 0 && self.owner.instance == QUEUED
+    }
 }
+
+/// The owner of a placeholder claim. No node instance is ever named so
+/// (instances are random hex), so it is never taken for a live owner.
+pub const QUEUED: &str = "queued";
 
 /// Reads and decodes `sessions/<name>` (one GET): the claim and its version.
 pub async fn get(store: &Arc<dyn Store>, name: &str) -> Result<Option<(ClaimRecord, Version)>> {

@@ -248,6 +248,23 @@ pub async fn apply(
         Some(v) => Cond::Match(v.clone()),
         None => Cond::Create,
     };
+    if replace.is_none() {
+        // The claim object first (create-if-absent; an existing claim or
+        // tombstone stays as it is), then the manifest: a session never
+        // exists without one (see `ClaimRecord::placeholder`).
+        let ckey = format!("sessions/{name}");
+        let tomb = super::claim::ClaimRecord::placeholder(entropy.hex_id(), 0);
+        match store
+            .put(&ckey, Bytes::from(tomb.encode()), Cond::Create)
+            .await
+        {
+            Ok(_) | Err(crate::store::StoreError::AlreadyExists) => {}
+            // Landed or not, a read-back settles it: the claim exists or
+            // the next apply writes it.
+            Err(crate::store::StoreError::Ambiguous { .. }) => {}
+            Err(e) => return Err(Error::from_store("put", &ckey, e)),
+        }
+    }
     match put_checked(
         store,
         &key,

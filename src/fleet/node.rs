@@ -389,6 +389,10 @@ struct Owned {
     record: ClaimRecord,
     version: Version,
     running: bool,
+    /// The send time of the last request that showed this claim ours: our
+    /// write of it, or a listing or read that showed our version. See
+    /// `Node::confirmed_until`.
+    confirmed: MonoTime,
 }
 
 /// Runs a node until `shutdown` is cancelled.
@@ -400,8 +404,23 @@ pub async fn run(cfg: NodeConfig, deps: NodeDeps, shutdown: CancellationToken) -
         crate::probe::probe(&deps.store, deps.entropy.as_ref()).await?;
     }
     // No marker, no service: a bucket without one is new (init it) or wiped.
-    let marker = super::marker::require(&deps.store).await?;
+    // A transient failure to read it is retried, as registration is.
+    let marker = loop {
+        match super::marker::require(&deps.store).await {
+            Err(e) if e.is_transient() => {
+                tracing::warn!(error = %e, "reading the fleet marker");
+                tokio::select! {
+                    _ = deps.clock.sleep(cfg.poll) => {}
+                    _ = shutdown.cancelled() => return Ok(()),
+                }
+            }
+            other => break other?,
+        }
+    };
     let base = super::marker::epoch_base(marker.0.generation);
+    // What this process has observed outlives each registration: a node
+    // that re-registers must not forget that a claim existed.
+    let mut memory = Memory::default();
     loop {
         // One registration: a fresh instance id every time.
         let mut builder = LeaseClient::builder(deps.store.clone(), cfg.id.clone())
@@ -415,8 +434,10 @@ pub async fn run(cfg: NodeConfig, deps: NodeDeps, shutdown: CancellationToken) -
         let Some(lease) = register(&cfg, &deps, &client, &shutdown).await? else {
             return Ok(()); // shut down while waiting
         };
-        let mut node = Node::new(cfg.clone(), deps.clone(), client, marker.clone());
-        match node.serve(lease, &shutdown).await? {
+        let mut node = Node::new(cfg.clone(), deps.clone(), client, marker.clone(), memory);
+        let ended = node.serve(lease, &shutdown).await;
+        memory = node.take_memory();
+        match ended? {
             Ended::Shutdown => return Ok(()),
             Ended::Fatal(e) => return Err(e),
             Ended::LeaseLost => {
@@ -493,6 +514,15 @@ impl<T> Drop for AbortOnDrop<T> {
     }
 }
 
+/// Observations a node process keeps across re-registrations (see the
+/// fields of the same names on `Node`).
+#[derive(Default)]
+struct Memory {
+    absent_nodes: HashMap<String, (MonoTime, Duration)>,
+    absent_claims: HashMap<String, MonoTime>,
+    seen_claims: HashMap<String, (u64, String)>,
+}
+
 enum Ended {
     Shutdown,
     LeaseLost,
@@ -540,10 +570,6 @@ struct Node {
     nodes_listed_at: MonoTime,
     /// The node lease's validity as the renew task last published it.
     validity: Option<watch::Receiver<Validity>>,
-    /// When the last complete `sessions/` listing was sent. Our belief in the
-    /// claims it showed ends `2 × ttl − margin` later (see
-    /// `confirmed_until`); sessions are given no later deadline.
-    claims_listed_at: Option<MonoTime>,
     /// Shares `confirmed_until` with the renew task, which announces
     /// min(lease validity, it) to the runner.
     confirmed_tx: watch::Sender<MonoTime>,
@@ -582,6 +608,7 @@ impl Node {
         deps: NodeDeps,
         client: LeaseClient,
         marker: (super::marker::FleetMarker, Version),
+        memory: Memory,
     ) -> Self {
         let me = Owner {
             node: cfg.id.to_string(),
@@ -599,13 +626,12 @@ impl Node {
             manifests: HashMap::new(),
             claims: HashMap::new(),
             first_claimable: HashMap::new(),
-            absent_nodes: HashMap::new(),
-            absent_claims: HashMap::new(),
-            seen_claims: HashMap::new(),
+            absent_nodes: memory.absent_nodes,
+            absent_claims: memory.absent_claims,
+            seen_claims: memory.seen_claims,
             idle_ticks: 0,
             nodes_listed_at: MonoTime::ZERO,
             validity: None,
-            claims_listed_at: None,
             confirmed_tx: watch::Sender::new(MonoTime::ZERO),
             violation: Default::default(),
             claim_writes: 0,
@@ -624,6 +650,14 @@ impl Node {
         self.deps
             .journal
             .record(self.deps.clock.wall_ms(), kind, session, epoch, detail);
+    }
+
+    fn take_memory(&mut self) -> Memory {
+        Memory {
+            absent_nodes: std::mem::take(&mut self.absent_nodes),
+            absent_claims: std::mem::take(&mut self.absent_claims),
+            seen_claims: std::mem::take(&mut self.seen_claims),
+        }
     }
 
     /// Reads back a write the store reported committed (see
@@ -1052,8 +1086,10 @@ impl Node {
         }
     }
 
-    /// Our belief in the claims we hold, as of the last complete listing of
-    /// `sessions/` that showed them: until its *send* time + `hold` − margin,
+    /// Our belief in the claims we hold, each as of the last request that
+    /// showed it ours (`Owned::confirmed`): until that *send* time + `hold` −
+    /// margin (the earliest of them bounds every session: the deadline is
+    /// the node's),
     /// `hold` being max(max_poll, ttl) + ttl. A claim deleted from the bucket
     /// does not fence our node lease, so this is what bounds us: a peer makes
     /// a vanished claim again only after observing it absent for `hold` +
@@ -1065,7 +1101,10 @@ impl Node {
     /// sessions' deadlines lapse (they restart at the next pass).
     fn confirmed_until(&self) -> Option<MonoTime> {
         let hold = self.cfg.max_poll.max(self.cfg.ttl) + self.cfg.ttl;
-        self.claims_listed_at
+        self.owned
+            .values()
+            .map(|o| o.confirmed)
+            .min()
             .map(|t| t + hold - default_margin(self.cfg.ttl))
     }
 
@@ -1103,20 +1142,13 @@ impl Node {
         self.seen_claims.retain(|k, _| wanted(k));
     }
 
-    /// May we create the missing claim of `name` now? At once if we never
-    /// saw a claim for it (a new session); else once its absence has been
-    /// observed for the hold period + margin (see `confirmed_until`).
-    /// Returns how long is left otherwise.
-    ///
-    /// A node that starts after a claim was deleted cannot tell it from a
-    /// session never claimed, and creates it at once: the owner stops at its
-    /// next pass, and no later than `confirmed_until` (docs/protocol.md,
-    /// "Absence").
+    /// May we create the missing claim of `name` now? Only once its absence
+    /// has been observed for the hold period + margin (see
+    /// `confirmed_until`): `apply` writes a placeholder claim before the
+    /// manifest, so a missing claim was deleted, whoever saw it. Returns how
+    /// long is left otherwise.
     fn absent_claim_wait(&self, name: &str) -> Option<Duration> {
         let ckey = format!("sessions/{name}");
-        if !self.seen_claims.contains_key(&ckey) {
-            return None;
-        }
         // The last owner we saw may hold on for its max(max_poll, ttl) + ttl
         // (as it published them); never less than ours.
         let mut max_poll = self.cfg.max_poll;
@@ -1184,12 +1216,19 @@ impl Node {
                 .collect(),
         );
         self.observe_claim_absence(self.deps.clock.now());
-        // Every claim we hold that this listing showed is confirmed as of
-        // the listing's send time (see `confirmed_until`).
-        self.claims_listed_at = Some(claims_listed_at);
-        if let Some(c) = self.confirmed_until() {
-            self.confirmed_tx.send_replace(c);
+        // Every claim we hold that this listing showed at our version is
+        // confirmed as of the listing's send time (see `confirmed_until`);
+        // one it did not show is not.
+        for e in &claim_entries {
+            if let Some(o) = self.owned.get_mut(name_of(&e.key))
+                && o.version == e.version
+            {
+                o.confirmed = o.confirmed.max(claims_listed_at);
+            }
         }
+        // ZERO: no claims, no bound beyond the lease's.
+        self.confirmed_tx
+            .send_replace(self.confirmed_until().unwrap_or(MonoTime::ZERO));
         self.deps.runner.announce(self.valid_until());
 
         let now = self.deps.clock.now();
@@ -1513,6 +1552,7 @@ impl Node {
                 0,
             ),
         };
+        let sent = self.deps.clock.now();
         let record = ClaimRecord {
             schema: SCHEMA.into(),
             kind: "session".into(),
@@ -1547,7 +1587,8 @@ impl Node {
                     Some(name),
                     Some(epoch),
                     match &existing {
-                        None => "new session".to_string(),
+                        None => "claim made again after its absence".to_string(),
+                        Some((_, c)) if c.is_placeholder() => "new session".to_string(),
                         Some((_, c)) => format!(
                             "from {}/{} at epoch {}",
                             c.owner.node, c.owner.instance, c.epoch
@@ -1561,6 +1602,7 @@ impl Node {
                         record,
                         version,
                         running: false,
+                        confirmed: sent,
                     },
                 );
                 self.start(name, &manifest).await;
@@ -1656,6 +1698,7 @@ impl Node {
     /// hold), and keeps the caches in line. A rejection means a peer took the
     /// claim over: stop the session and forget it.
     async fn write_claim(&mut self, name: &str, o: &Owned, mut next: ClaimRecord) -> Result<()> {
+        let sent = self.deps.clock.now();
         next.updated_at_ms = self.deps.clock.wall_ms();
         next.nonce = self.deps.entropy.hex_id();
         let key = format!("sessions/{name}");
@@ -1680,6 +1723,7 @@ impl Node {
                 } else if let Some(o) = self.owned.get_mut(name) {
                     o.record = next;
                     o.version = v;
+                    o.confirmed = o.confirmed.max(sent);
                 }
                 Ok(())
             }
@@ -1789,9 +1833,13 @@ impl Node {
             // write on some stores). Gone, it is lost at once: a holder whose
             // own record vanishes has lost it.
             if !self.claims.contains_key(&key) && !self.corrupt.contains_key(&key) {
+                let sent = self.deps.clock.now();
                 match super::claim::get(&self.deps.store, &name).await {
                     Ok(Some((c, v))) if v == o.version => {
                         self.claims.insert(key.clone(), (v, c));
+                        if let Some(x) = self.owned.get_mut(&name) {
+                            x.confirmed = x.confirmed.max(sent);
+                        }
                     }
                     Ok(Some(_)) => {
                         self.lose(&name, "claim changed by another writer").await;
@@ -1800,6 +1848,24 @@ impl Node {
                     }
                     Ok(None) => {
                         self.lose(&name, "claim deleted from the bucket").await;
+                        // We know the epoch it had, and have just stopped:
+                        // put its tombstone back (create-if-absent), so the
+                        // next holder takes over above it instead of
+                        // starting at 1 again. Someone else's claim already
+                        // there wins; a failure here only costs that floor.
+                        let mut tomb = o.record.clone();
+                        tomb.state = ClaimState::Released;
+                        tomb.updated_at_ms = self.deps.clock.wall_ms();
+                        tomb.nonce = self.deps.entropy.hex_id();
+                        let _ = put_checked(
+                            &self.deps.store,
+                            &key,
+                            Bytes::from(tomb.encode()),
+                            Cond::Create,
+                            &tomb.nonce,
+                            json_nonce,
+                        )
+                        .await;
                         changed = true;
                         continue;
                     }

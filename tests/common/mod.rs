@@ -32,6 +32,17 @@ pub type Run<T> = (String, u64, String, T, T);
 /// in front of a failure (a seed, a scenario).
 #[allow(dead_code)]
 pub fn assert_never_twice<T: PartialOrd + std::fmt::Debug>(label: &str, runs: &[Run<T>]) {
+    assert_never_at_once(label, runs);
+    assert_eq!(
+        epochs_reused(runs),
+        Vec::<(String, u64)>::new(),
+        "{label}an epoch ran on two nodes"
+    );
+}
+
+/// The first half alone: no session ran on two nodes at overlapping times.
+#[allow(dead_code)]
+pub fn assert_never_at_once<T: PartialOrd + std::fmt::Debug>(label: &str, runs: &[Run<T>]) {
     for (i, x) in runs.iter().enumerate() {
         for y in &runs[i + 1..] {
             if x.0 == y.0 && x.2 != y.2 {
@@ -43,9 +54,20 @@ pub fn assert_never_twice<T: PartialOrd + std::fmt::Debug>(label: &str, runs: &[
                     y.2
                 );
             }
-            if x.0 == y.0 && x.1 == y.1 {
-                assert_eq!(x.2, y.2, "{label}two nodes ran {} at epoch {}", x.0, x.1);
+        }
+    }
+}
+
+/// (session, epoch) pairs that ran on two nodes (at different times).
+#[allow(dead_code)]
+pub fn epochs_reused<T>(runs: &[Run<T>]) -> Vec<(String, u64)> {
+    let mut out = Vec::new();
+    for (i, x) in runs.iter().enumerate() {
+        for y in &runs[i + 1..] {
+            if x.0 == y.0 && x.1 == y.1 && x.2 != y.2 && !out.contains(&(x.0.clone(), x.1)) {
+                out.push((x.0.clone(), x.1));
             }
         }
     }
+    out
 }
