@@ -528,3 +528,68 @@ async fn idle_connections_do_not_cost_the_node_its_lease() {
     assert_eq!(pids.lines().count(), 1, "{pids}");
     drop(conns);
 }
+
+/// `logs -f` follows a session to its next owner: n1 dies (kill -9), the
+/// session moves to n2 at epoch 2, and the same `logs -f` goes on printing
+/// its new output, after a line on stderr saying where it went.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_follow_a_session_to_its_new_owner() {
+    use std::io::{BufRead, BufReader};
+    let env = Env::new();
+    let token = env.path("token");
+    let t = token.to_str().unwrap();
+    let mut n1 = env.node("n1", &["--listen", "0", "--token-file", t]);
+    env.apply(
+        "talker",
+        "i=0; while true; do echo \"epoch $LEASEHOLD_EPOCH line $i\"; i=$((i+1)); sleep 0.1; done",
+        "always",
+    );
+    let s = env.store().await;
+    wait_until("talker on n1", Duration::from_secs(20), async || {
+        claim(&s, "talker").await.is_some_and(|c| c.epoch == 1)
+    })
+    .await;
+    let _n2 = env.node("n2", &["--listen", "0", "--token-file", t]);
+    let mut follow = bin()
+        .args([
+            "logs",
+            "talker",
+            "-f",
+            "--tail",
+            "1",
+            "--store",
+            &env.url,
+            "--token-file",
+            t,
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::fs::File::create(env.path("follow.err")).unwrap())
+        .spawn()
+        .unwrap();
+    let out = follow.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    // Epoch 1's lines arrive; then n1 dies and the session moves.
+    let first = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert!(first.starts_with("epoch 1 line"), "{first}");
+    n1.child.kill().unwrap();
+    n1.child.wait().unwrap();
+    let mut moved = None;
+    while let Ok(l) = rx.recv_timeout(Duration::from_secs(20)) {
+        if l.starts_with("epoch 2 line") {
+            moved = Some(l);
+            break;
+        }
+    }
+    let _ = follow.kill();
+    let _ = follow.wait();
+    assert!(moved.is_some(), "no output from the new owner");
+    let err = std::fs::read_to_string(env.path("follow.err")).unwrap();
+    assert!(err.contains("talker is now on n2 (epoch 2)"), "{err}");
+}

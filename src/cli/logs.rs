@@ -84,13 +84,24 @@ pub async fn run(
         if let Some(n) = tail {
             url.push_str(&format!("&tail={n}"));
         }
-        let resp = client
-            .get(&url)
-            .bearer_auth(&token)
-            .send()
-            .await
-            .map_err(|e| unavailable(&node, without_url(&e)))?;
+        let resp = match client.get(&url).bearer_auth(&token).send().await {
+            Ok(r) => r,
+            // Following, an owner we cannot reach has most likely died: wait
+            // for the claim to name the next one.
+            Err(_) if follow && last.is_some() => {
+                last = Some((node, epoch));
+                clock.sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+            Err(e) => return Err(unavailable(&node, without_url(&e)).into()),
+        };
         let status = resp.status();
+        if follow && status.as_u16() == 404 {
+            // Claimed, not started yet (no log so far): wait for it, as
+            // `kubectl logs -f` waits for a container to start.
+            clock.sleep(Duration::from_millis(500)).await;
+            continue;
+        }
         if !status.is_success() {
             let body = resp.text().await.unwrap_or_default();
             let msg = serde_json::from_str::<serde_json::Value>(&body)
@@ -112,7 +123,12 @@ pub async fn run(
         let mut body = resp.bytes_stream();
         let mut out = std::io::stdout();
         while let Some(chunk) = body.next().await {
-            let chunk = chunk.map_err(|e| unavailable(&node, without_url(&e)))?;
+            let chunk = match chunk {
+                Ok(c) => c,
+                // The owner went away mid-stream: follow it to the next.
+                Err(_) if follow => break,
+                Err(e) => return Err(unavailable(&node, without_url(&e)).into()),
+            };
             if out.write_all(&chunk).and_then(|_| out.flush()).is_err() {
                 return Ok(()); // the reader went away (a closed pipe)
             }
