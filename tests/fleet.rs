@@ -1304,3 +1304,34 @@ async fn the_audit_refuses_a_store_that_reports_a_takeover_it_did_not_make() {
     let c = f.claim("web").await;
     assert_eq!((c.owner.node.as_str(), c.epoch), ("a", 1));
 }
+
+/// The marker is confirmed before any epoch is issued, not only every few
+/// passes: a bucket whose marker was replaced (here: deleted and made again
+/// at generation 2, the node records left alone so no renewal fails) gets
+/// no claim from a node that served the old one; the node stops serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn no_epoch_is_issued_under_a_replaced_marker() {
+    let store: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());
+    let mut f = Fleet::new(store.clone());
+    f.start("a", 8, &[]);
+    apply(&store, "first", &spec("sleep")).await;
+    f.wait_for("first on a", |p| p.contains_key("first")).await;
+    store.delete(leasehold::fleet::marker::KEY).await.unwrap();
+    leasehold::fleet::marker::init(&store, &leasehold::clock::OsEntropy::new(), 0, 2)
+        .await
+        .unwrap();
+    apply(&store, "second", &spec("sleep")).await;
+    let a = f.nodes.pop().unwrap();
+    let r = tokio::time::timeout(Duration::from_secs(20), a.task)
+        .await
+        .expect("a stops serving")
+        .unwrap();
+    let e = r.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Data, "{e}");
+    assert!(e.to_string().contains("bucket wiped or replaced"), "{e}");
+    let c = f.claim("second").await;
+    assert_eq!(c.epoch, 0, "a claim was made under the new marker by the old node: {c:?}");
+    assert!(!leasehold::fleet::runner::Runner::running(a.runner.as_ref())
+        .iter()
+        .any(|(s, _)| s == "second"));
+}

@@ -441,6 +441,21 @@ pub async fn run(cfg: NodeConfig, deps: NodeDeps, shutdown: CancellationToken) -
             Ended::Shutdown => return Ok(()),
             Ended::Fatal(e) => return Err(e),
             Ended::LeaseLost => {
+                // A lost lease may be a wiped bucket: never register into one.
+                match super::marker::check(&deps.store, &marker.0, &marker.1).await {
+                    Err(e) if matches!(&e, Error::Corrupt { key, .. } if key == super::marker::KEY) =>
+                    {
+                        deps.journal.record(
+                            deps.clock.wall_ms(),
+                            "bucket-wiped",
+                            None,
+                            None,
+                            e.to_string(),
+                        );
+                        return Err(e);
+                    }
+                    _ => {}
+                }
                 deps.journal.record(
                     deps.clock.wall_ms(),
                     "re-registering",
@@ -582,7 +597,15 @@ struct Node {
     /// epoch base of its generation: no claim of ours is made at or below it.
     marker: (super::marker::FleetMarker, Version),
     epoch_base: u64,
+    /// Passes so far (a claim request between passes counts as one), and
+    /// the pass and time of the last confirmation of the marker.
+    pass: u64,
+    marker_checked: Option<(u64, MonoTime)>,
 }
+
+/// A serving node re-reads the fleet marker at least every this many ttls
+/// even when it writes nothing (see `Node::ensure_marker`).
+pub const MARKER_EVERY: u32 = 10;
 
 /// One in this many of a node's own renewals and claim updates is read back
 /// by the audit (every claim creation, takeover and fence is).
@@ -637,6 +660,8 @@ impl Node {
             claim_writes: 0,
             epoch_base: super::marker::epoch_base(marker.0.generation),
             marker,
+            pass: 0,
+            marker_checked: None,
         }
     }
 
@@ -658,6 +683,19 @@ impl Node {
             absent_claims: std::mem::take(&mut self.absent_claims),
             seen_claims: std::mem::take(&mut self.seen_claims),
         }
+    }
+
+    /// Confirms the fleet marker (a conditional GET: a 304 when unchanged)
+    /// before this pass issues an epoch (a claim, a takeover, a fence): once
+    /// per pass. A wiped or replaced bucket is `Corrupt` at key `fleet`,
+    /// which ends the node (see `serve`).
+    async fn ensure_marker(&mut self) -> Result<()> {
+        if self.marker_checked.is_some_and(|(p, _)| p == self.pass) {
+            return Ok(());
+        }
+        super::marker::check(&self.deps.store, &self.marker.0, &self.marker.1).await?;
+        self.marker_checked = Some((self.pass, self.deps.clock.now()));
+        Ok(())
     }
 
     /// Reads back a write the store reported committed (see
@@ -874,6 +912,7 @@ impl Node {
             }
             record
         };
+        self.ensure_marker().await?;
         let mut tomb = record;
         tomb.released = true;
         tomb.nonce = self.deps.entropy.hex_id();
@@ -927,6 +966,7 @@ impl Node {
     /// Claims `name` now if the pull loop's rules allow it, after fresh reads
     /// (the caches may be a pass old). Skips only the placement grace delay.
     async fn claim_now(&mut self, name: &Name) -> Result<ClaimAnswer> {
+        self.pass += 1;
         let node = self.me.node.clone();
         let declined = |reason: &str| ClaimAnswer::Declined {
             node: node.clone(),
@@ -1179,8 +1219,17 @@ impl Node {
     #[tracing::instrument(level = "debug", name = "node pass", skip_all)]
     async fn tick(&mut self) -> Result<bool> {
         let mut changed = false;
-        // Before anything is decided: is this still the bucket we serve?
-        super::marker::check(&self.deps.store, &self.marker.0, &self.marker.1).await?;
+        self.pass += 1;
+        // Is this still the bucket we serve? Checked before any epoch is
+        // issued (`ensure_marker` before every claim and fence write), and
+        // at least every MARKER_EVERY ttls when nothing is written: a wiped
+        // bucket also fails our renewals within ttl/3, which stops
+        // everything, and the next registration checks it again.
+        if self.marker_checked.is_none_or(|(_, t)| {
+            self.deps.clock.now().saturating_since(t) >= self.cfg.ttl * MARKER_EVERY
+        }) {
+            self.ensure_marker().await?;
+        }
         let listed_at = self.deps.clock.now();
         let node_entries = self.client.observe_listing("nodes/").await?;
         self.nodes_listed_at = listed_at;
@@ -1552,6 +1601,7 @@ impl Node {
                 0,
             ),
         };
+        self.ensure_marker().await?;
         let sent = self.deps.clock.now();
         let record = ClaimRecord {
             schema: SCHEMA.into(),
