@@ -55,6 +55,16 @@ pub fn default_lock_dir() -> PathBuf {
     PathBuf::from("/tmp/leasehold-locks")
 }
 
+/// The lock id: the lock file's device and inode, and this boot of this
+/// kernel (a rescheduled container with the same host name and the same
+/// lock-directory layout can land on the same device and inode numbers; it
+/// cannot have the same boot id), hashed to fit a record's id field.
+fn lock_id(dev: u64, ino: u64) -> String {
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    let h = crate::store::local::fnv1a64(format!("{dev}:{ino}:{}", boot.trim()).as_bytes());
+    format!("{dev:x}-{ino:x}-{h:016x}")
+}
+
 /// This machine's name, as recorded in `holder.host`.
 pub fn hostname() -> String {
     let h = gethostname::gethostname().to_string_lossy().into_owned();
@@ -116,7 +126,7 @@ impl HostLock {
             _file: f,
             path,
             host: host.to_string(),
-            id: format!("{:x}-{:x}", md.dev(), md.ino()),
+            id: lock_id(md.dev(), md.ino()),
         })
     }
 

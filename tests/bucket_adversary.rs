@@ -357,3 +357,31 @@ async fn a_wiped_bucket_stops_the_fleet_and_tokens_are_never_reissued() {
     let (rec, _) = node_record(&s, "n3").await.unwrap();
     assert_eq!(rec.epoch, (1 << 40) + 1);
 }
+
+/// A claim deleted and its manifest applied again at once (a GitOps loop):
+/// `apply` writes no placeholder over an existing manifest, and the claim
+/// endpoint declines a claim that vanished moments ago; the session comes
+/// back above its old epoch, never beside its owner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_claim_reapplied_at_once_is_still_an_absence() {
+    let env = Env::new();
+    let (n1, n2, s) = fleet_of_two(&env, "web").await;
+    let port = api_port(&n2).unwrap();
+    s.delete("sessions/web").await.unwrap();
+    env.apply("web", &recorder(&env, "web"), "always");
+    assert!(
+        s.get("sessions/web").await.unwrap().is_none(),
+        "apply wrote a placeholder"
+    );
+    let (code, body) = tokio::task::spawn_blocking(move || post_claim(port, "web"))
+        .await
+        .unwrap();
+    assert_eq!(code, 409, "{body}");
+    let seen = never_two_alive(&env, "web", Duration::from_secs(6)).await;
+    assert!(seen.len() >= 2, "never ran again: {seen:?}");
+    assert!(
+        seen[1..].iter().all(|(e, _)| *e >= 2),
+        "epoch reissued: {seen:?}"
+    );
+    drop((n1, n2));
+}

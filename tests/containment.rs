@@ -593,3 +593,51 @@ async fn logs_follow_a_session_to_its_new_owner() {
     let err = std::fs::read_to_string(env.path("follow.err")).unwrap();
     assert!(err.contains("talker is now on n2 (epoch 2)"), "{err}");
 }
+
+/// A session that SIGSTOPs its own watchdog (same uid: it may) stops the
+/// dead-man switch. The node's monitor sees the stopped watchdog, kills
+/// it, and with it the whole session; the node renews on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_that_stops_its_watchdog_is_killed() {
+    let env = Env::new();
+    let s = env.store().await;
+    let n1 = env.node("n1", &[]);
+    let d = env.dir();
+    // A name of its own: other runs' processes must not count.
+    let name = format!("sly{}", std::process::id());
+    env.apply(
+        &name,
+        &format!("echo $$ >> {d}/sly.pids; setsid sleep 1000 & kill -STOP $PPID; exec sleep 1000"),
+        "never",
+    );
+    wait_until("sly started", Duration::from_secs(20), async || {
+        env.pid("sly.pids").is_some()
+    })
+    .await;
+    let first: i32 = env.pid("sly.pids").unwrap();
+    // Every process of it, its setsid child included, within a few
+    // monitor rounds (3 s leaves room for a loaded machine).
+    let of_sly = || {
+        leasehold::fleet::contain::scan()
+            .into_iter()
+            .filter(|p| {
+                !p.zombie
+                    && std::fs::read(format!("/proc/{}/environ", p.pid)).is_ok_and(|e| {
+                        String::from_utf8_lossy(&e).contains(&format!("LEASEHOLD_SESSION={name}"))
+                    })
+            })
+            .count()
+    };
+    wait_until(
+        "sly and its child killed",
+        Duration::from_secs(3),
+        async || !alive(first) && of_sly() == 0,
+    )
+    .await;
+    let (_, v0) = node_record(&s, "n1").await.unwrap();
+    wait_until("a renewal", Duration::from_secs(3), async || {
+        node_record(&s, "n1").await.is_some_and(|(_, v)| v != v0)
+    })
+    .await;
+    assert!(log_of(&n1).contains("watchdog"), "{}", log_of(&n1));
+}

@@ -1330,8 +1330,13 @@ async fn no_epoch_is_issued_under_a_replaced_marker() {
     assert_eq!(e.kind(), ErrorKind::Data, "{e}");
     assert!(e.to_string().contains("bucket wiped or replaced"), "{e}");
     let c = f.claim("second").await;
-    assert_eq!(c.epoch, 0, "a claim was made under the new marker by the old node: {c:?}");
-    assert!(!leasehold::fleet::runner::Runner::running(a.runner.as_ref())
-        .iter()
-        .any(|(s, _)| s == "second"));
+    assert_eq!(
+        c.epoch, 0,
+        "a claim was made under the new marker by the old node: {c:?}"
+    );
+    assert!(
+        !leasehold::fleet::runner::Runner::running(a.runner.as_ref())
+            .iter()
+            .any(|(s, _)| s == "second")
+    );
 }

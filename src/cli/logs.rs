@@ -34,6 +34,8 @@ pub async fn run(
         .build()
         .map_err(|e| Error::Internal(format!("http client: {e}")))?;
     let mut last: Option<(String, u64)> = None;
+    // The owner we last said the session moved to.
+    let mut told: Option<(String, u64)> = None;
     let mut tail = tail;
     loop {
         let r = resolver.resolve(&name).await?;
@@ -62,10 +64,12 @@ pub async fn run(
                 continue;
             }
         };
-        if last.as_ref() == Some(&(node.clone(), epoch)) {
-            // Still the owner we just read from: wait for it to move.
-            clock.sleep(Duration::from_secs(1)).await;
-            continue;
+        let same_owner = last.as_ref() == Some(&(node.clone(), epoch));
+        if same_owner {
+            // Still the owner we just read from (the stream broke, or the
+            // session is leaving it): ask again in a moment, new output only.
+            clock.sleep(Duration::from_millis(500)).await;
+            tail = Some(0);
         }
         let Some(address) = address else {
             return Err(Error::invalid(
@@ -74,8 +78,11 @@ pub async fn run(
             )
             .into());
         };
-        if last.is_some() {
+        if last.is_some() && !same_owner && told.as_ref() != Some(&(node.clone(), epoch)) {
             eprintln!("--- {name} is now on {node} (epoch {epoch}) ---");
+            told = Some((node.clone(), epoch));
+            // On the next owner, show its whole log of this session.
+            tail = None;
         }
         let mut url = format!(
             "{}/v1/sessions/{name}/logs?follow={follow}",
@@ -137,8 +144,6 @@ pub async fn run(
             return Ok(());
         }
         last = Some((node, epoch));
-        // On the next owner, show its whole log of this session.
-        tail = None;
     }
 }
 

@@ -248,10 +248,17 @@ pub async fn apply(
         Some(v) => Cond::Match(v.clone()),
         None => Cond::Create,
     };
-    if replace.is_none() {
+    let exists = store
+        .get(&key)
+        .await
+        .map_err(|e| Error::from_store("get", &key, e))?
+        .is_some();
+    if replace.is_none() && !exists {
         // The claim object first (create-if-absent; an existing claim or
         // tombstone stays as it is), then the manifest: a session never
-        // exists without one (see `ClaimRecord::placeholder`).
+        // exists without one (see `ClaimRecord::placeholder`). Never for a
+        // manifest that exists: a placeholder over a deleted claim would
+        // read as "never claimed" to a node that did not see the claim.
         let ckey = format!("sessions/{name}");
         let tomb = super::claim::ClaimRecord::placeholder(entropy.hex_id(), 0);
         match store

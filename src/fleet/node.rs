@@ -898,7 +898,13 @@ impl Node {
                 .await
                 .map_err(|e| Error::from_store("get", &key, e))?;
             let Some(o) = current else {
-                return Ok(true);
+                // Vanished since the listing: an absence to observe, not a
+                // death (the owner may have renewed just before).
+                let now = self.deps.clock.now();
+                let ttl = Duration::from_millis(n.record.ttl_ms);
+                self.nodes.remove(&key);
+                self.absent_nodes.entry(key).or_insert((now, ttl));
+                return Ok(false);
             };
             if o.version != n.listed {
                 // It changed since the listing: not expired after all.
@@ -1028,9 +1034,17 @@ impl Node {
             };
             return Ok(declined(reason));
         }
-        if claim.is_none()
-            && let Some(left) = self.absent_claim_wait(name.as_str())
-        {
+        let seen_real = self.seen_claims.get(&key).is_some_and(|(e, _)| *e > 0);
+        let vanished = match &claim {
+            None => true,
+            Some((_, c)) => c.is_placeholder() && seen_real,
+        };
+        if vanished {
+            // This read showed it absent: the absence is observed from now.
+            let now = self.deps.clock.now();
+            self.absent_claims.entry(key.clone()).or_insert(now);
+        }
+        if vanished && let Some(left) = self.absent_claim_wait(name.as_str()) {
             return Ok(declined(&format!(
                 "its claim vanished from the bucket; waiting for the absence to be observed ({} left)",
                 humantime::format_duration(Duration::from_millis(left.as_millis() as u64))
@@ -1160,6 +1174,14 @@ impl Node {
         for m in &listed {
             let ckey = format!("sessions/{}", &m["manifests/".len()..]);
             match self.claims.get(&ckey) {
+                // A placeholder where we saw a real claim: `apply` wrote it
+                // over a deleted claim. Still an absence to observe.
+                Some((_, c))
+                    if c.is_placeholder()
+                        && self.seen_claims.get(&ckey).is_some_and(|(e, _)| *e > 0) =>
+                {
+                    self.absent_claims.entry(ckey).or_insert(now);
+                }
                 Some((_, c)) => {
                     let e = self
                         .seen_claims
@@ -1200,8 +1222,18 @@ impl Node {
             let mp = n.record.attrs.get("max_poll_ms").and_then(|v| v.as_u64());
             max_poll = max_poll.max(Duration::from_millis(mp.unwrap_or(0)));
         }
+        // The longest hold any node we know publishes, not only the last
+        // owner's: a restarted node may not know who that was.
+        for n in self.nodes.values() {
+            ttl = ttl.max(Duration::from_millis(n.record.ttl_ms));
+            let mp = n.record.attrs.get("max_poll_ms").and_then(|v| v.as_u64());
+            max_poll = max_poll.max(Duration::from_millis(mp.unwrap_or(0)));
+        }
         let need = max_poll.max(ttl) + ttl + default_margin(ttl);
-        let since = self.absent_claims.get(&ckey).copied()?;
+        // Not yet observed absent: the whole wait is ahead.
+        let Some(since) = self.absent_claims.get(&ckey).copied() else {
+            return Some(need);
+        };
         let absent_for = self.deps.clock.now().saturating_since(since);
         (absent_for < need).then(|| need - absent_for)
     }
@@ -1268,9 +1300,14 @@ impl Node {
         // Every claim we hold that this listing showed at our version is
         // confirmed as of the listing's send time (see `confirmed_until`);
         // one it did not show is not.
-        for e in &claim_entries {
-            if let Some(o) = self.owned.get_mut(name_of(&e.key))
-                && o.version == e.version
+        // (Compared through the refreshed cache, which holds the version a
+        // GET returned when the listing's differed: on a versioned bucket
+        // listings carry ETags only.)
+        for (name, o) in self.owned.iter_mut() {
+            if self
+                .claims
+                .get(&format!("sessions/{name}"))
+                .is_some_and(|(v, _)| *v == o.version)
             {
                 o.confirmed = o.confirmed.max(claims_listed_at);
             }
@@ -1334,7 +1371,15 @@ impl Node {
                 self.first_claimable.remove(&name);
                 continue;
             };
-            if why == Claimable::Fresh && self.absent_claim_wait(&name).is_some() {
+            let vanished = why == Claimable::Fresh
+                || claim.as_ref().is_some_and(|(_, c)| {
+                    c.is_placeholder()
+                        && self
+                            .seen_claims
+                            .get(&format!("sessions/{name}"))
+                            .is_some_and(|(e, _)| *e > 0)
+                });
+            if vanished && self.absent_claim_wait(&name).is_some() {
                 changed = true; // a vanished claim: wait out its absence
                 continue;
             }
@@ -1597,7 +1642,9 @@ impl Node {
             ),
             Some((v, c)) => (
                 Cond::Match(v.clone()),
-                (c.epoch + 1).max(self.epoch_base + 1),
+                (c.epoch + 1)
+                    .max(self.seen_claims.get(&key).map_or(0, |(e, _)| e + 1))
+                    .max(self.epoch_base + 1),
                 0,
             ),
         };
@@ -1655,6 +1702,9 @@ impl Node {
                         confirmed: sent,
                     },
                 );
+                // The renew task must bound this session too, from now.
+                self.confirmed_tx
+                    .send_replace(self.confirmed_until().unwrap_or(MonoTime::ZERO));
                 self.start(name, &manifest).await;
                 Ok(true)
             }

@@ -295,6 +295,9 @@ struct Proc {
     cgroup: Option<super::contain::Cgroup>,
     /// The watchdog's `end <reason> <code>`, once its reader saw it.
     end: Arc<Mutex<Option<(String, i32)>>>,
+    /// The last deadline announced (absolute CLOCK_MONOTONIC ns): the
+    /// monitor enforces it too, should the watchdog be stopped or stuck.
+    deadline_ns: u64,
     reader_done: std::sync::mpsc::Receiver<()>,
 }
 
@@ -406,8 +409,11 @@ impl ExecRunner {
 
     /// A deadline on our clock as absolute CLOCK_MONOTONIC nanoseconds.
     fn absolute(&self, deadline: MonoTime) -> u64 {
+        // CLOCK_MONOTONIC first: a pause between the two reads then
+        // shortens the deadline, never stretches it.
+        let mono = super::watchdog::monotonic_ns();
         let remaining = deadline.saturating_since(self.clock.now());
-        super::watchdog::monotonic_ns() + remaining.as_nanos() as u64
+        mono + remaining.as_nanos() as u64
     }
 
     fn command(&self, s: &SessionStart, args: &super::watchdog::Args) -> Command {
@@ -439,6 +445,17 @@ impl ExecRunner {
     }
 }
 
+/// Whether `pid` is stopped (state T or t in `/proc/<pid>/stat`).
+fn process_stopped(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            let state = s.rsplit_once(')')?.1.split_whitespace().next()?.to_string();
+            Some(state == "T" || state == "t")
+        })
+        .unwrap_or(false)
+}
+
 /// The monitor thread: see [`ExecRunner`]. Ends when the runner is dropped.
 fn monitor(shared: std::sync::Weak<Shared>) {
     loop {
@@ -452,6 +469,17 @@ fn monitor(shared: std::sync::Weak<Shared>) {
         let mut done = Vec::new();
         {
             let mut children = shared.children.lock().unwrap();
+            // A watchdog that is stopped (a session can SIGSTOP its own
+            // watchdog) or has let its deadline pass is not a dead-man
+            // switch any more: kill it; the lost-watchdog path below then
+            // kills the session's tree.
+            let now_ns = super::watchdog::monotonic_ns();
+            for p in children.values_mut() {
+                let stopped = process_stopped(p.child.id() as i32);
+                if stopped || now_ns > p.deadline_ns.saturating_add(200_000_000) {
+                    let _ = p.child.kill();
+                }
+            }
             let exited: Vec<String> = children
                 .iter_mut()
                 .filter_map(|(n, p)| matches!(p.child.try_wait(), Ok(Some(_))).then(|| n.clone()))
@@ -531,6 +559,17 @@ impl Runner for ExecRunner {
             child
         };
         let stdin = child.stdin.take();
+        if let Some(w) = &stdin {
+            use std::os::fd::AsRawFd;
+            // Never block on a watchdog that stopped reading (a session
+            // can SIGSTOP its watchdog): a full pipe is a lost watchdog.
+            // SAFETY: fcntl on a descriptor we own.
+            unsafe {
+                let fd = w.as_raw_fd();
+                let fl = libc::fcntl(fd, libc::F_GETFL);
+                libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK);
+            }
+        }
         let stdout = BufReader::new(child.stdout.take().expect("piped"));
         let end = Arc::new(Mutex::new(None));
         let (first_tx, first) = tokio::sync::oneshot::channel::<String>();
@@ -553,9 +592,21 @@ impl Runner for ExecRunner {
             let _ = done_tx.send(());
         });
         // The first line is `pid <pid>` (or `end ...` if it could not start).
-        let line = tokio::select! {
-            l = first => l.unwrap_or_default(),
-            _ = self.clock.sleep(Duration::from_secs(10)) => String::new(),
+        // The session runs before that line is written, and may already
+        // have stopped its watchdog: a stopped watchdog is a failed start,
+        // not a 10 s wait.
+        let wd = child.id() as i32;
+        let mut first = first;
+        let mut waited = Duration::ZERO;
+        let line = loop {
+            tokio::select! {
+                l = &mut first => break l.unwrap_or_default(),
+                _ = self.clock.sleep(Duration::from_millis(50)) => {}
+            }
+            waited += Duration::from_millis(50);
+            if waited >= Duration::from_secs(10) || process_stopped(wd) {
+                break String::new();
+            }
         };
         let pgid = match line.strip_prefix("pid ") {
             Some(p) => p.trim().parse().unwrap_or(0),
@@ -568,7 +619,13 @@ impl Runner for ExecRunner {
                 }
                 return Err(Error::invalid(
                     format!("spec.command of session {}", s.name),
-                    format!("could not start {:?} ({})", s.spec.command, line.trim()),
+                    if line.is_empty() {
+                        "its watchdog never reported (stopped, or stuck for 10 s): killed, \
+                         with every process of the session"
+                            .to_string()
+                    } else {
+                        format!("could not start {:?} ({})", s.spec.command, line.trim())
+                    },
                 ));
             }
         };
@@ -582,6 +639,7 @@ impl Runner for ExecRunner {
                 cgroup,
                 end,
                 reader_done,
+                deadline_ns: args.deadline_ns,
             },
         );
         Ok(())
@@ -592,10 +650,18 @@ impl Runner for ExecRunner {
         let mut children = self.shared.children.lock().unwrap();
         for p in children.values_mut() {
             if let Some(stdin) = p.stdin.as_mut() {
-                // A few bytes into a pipe only the watchdog reads: does not
-                // block in practice. A failure means the watchdog is gone;
-                // the monitor sees it.
-                let _ = writeln!(stdin, "deadline {abs}").and_then(|_| stdin.flush());
+                // A few bytes into a non-blocking pipe only the watchdog
+                // reads. It refuses them only if the watchdog stopped
+                // reading (stopped, stuck) or is gone: kill it, and the
+                // monitor handles a lost watchdog.
+                if writeln!(stdin, "deadline {abs}")
+                    .and_then(|_| stdin.flush())
+                    .is_err()
+                {
+                    let _ = p.child.kill();
+                } else {
+                    p.deadline_ns = abs;
+                }
             }
         }
     }
@@ -603,8 +669,10 @@ impl Runner for ExecRunner {
     async fn stop(&self, name: &str) {
         let proc = self.shared.children.lock().unwrap().remove(name);
         let Some(mut p) = proc else { return };
-        if let Some(stdin) = p.stdin.as_mut() {
-            let _ = writeln!(stdin, "stop").and_then(|_| stdin.flush());
+        if let Some(stdin) = p.stdin.as_mut()
+            && writeln!(stdin, "stop").and_then(|_| stdin.flush()).is_err()
+        {
+            let _ = p.child.kill(); // not reading: the limit below is moot
         }
         let limit = self.clock.now() + self.grace + Duration::from_secs(1);
         loop {

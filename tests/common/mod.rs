@@ -71,3 +71,20 @@ pub fn epochs_reused<T>(runs: &[Run<T>]) -> Vec<(String, u64)> {
     }
     out
 }
+
+/// Every pair of runs of one session on two nodes that overlapped in time:
+/// (session, how long they overlapped).
+#[allow(dead_code)]
+pub fn overlaps(runs: &[Run<leasehold::clock::MonoTime>]) -> Vec<(String, std::time::Duration)> {
+    let mut out = Vec::new();
+    for (i, x) in runs.iter().enumerate() {
+        for y in &runs[i + 1..] {
+            if x.0 == y.0 && x.2 != y.2 && !(x.4 <= y.3 || y.4 <= x.3) {
+                let start = if x.3 > y.3 { x.3 } else { y.3 };
+                let end = if x.4 < y.4 { x.4 } else { y.4 };
+                out.push((x.0.clone(), end.saturating_since(start)));
+            }
+        }
+    }
+    out
+}
