@@ -34,6 +34,8 @@ pub struct ProcInfo {
     pub pgid: i32,
     pub sid: i32,
     pub zombie: bool,
+    /// Stopped by a signal (state T) or a tracer (t).
+    pub stopped: bool,
 }
 
 /// Parses `/proc/<pid>/stat`. The command name is in parentheses and may
@@ -54,7 +56,13 @@ pub fn parse_stat(s: &str) -> Option<ProcInfo> {
         pgid,
         sid,
         zombie: state == "Z" || state == "X",
+        stopped: state == "T" || state == "t",
     })
+}
+
+/// `/proc/<pid>/stat` of one process, if it exists.
+pub fn stat(pid: i32) -> Option<ProcInfo> {
+    parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
 }
 
 /// Every process visible in `/proc`. Processes that vanish while being read
@@ -367,10 +375,12 @@ mod tests {
                 ppid: 1,
                 pgid: 5,
                 sid: 6,
-                zombie: false
+                zombie: false,
+                stopped: false
             }
         );
         assert!(parse_stat("9 (x) Z 2 3 4").unwrap().zombie);
+        assert!(parse_stat("9 (x) T 2 3 4").unwrap().stopped);
         assert_eq!(parse_stat("garbage"), None);
         assert_eq!(parse_stat("1 (x)"), None);
     }
@@ -383,6 +393,7 @@ mod tests {
             pgid: pid,
             sid: pid,
             zombie: false,
+            stopped: false,
         };
         let procs = [p(10, 1), p(11, 10), p(12, 11), p(13, 1), p(14, 12)];
         let mut d: Vec<i32> = descendants(10, &procs).iter().map(|p| p.pid).collect();

@@ -535,7 +535,7 @@ impl<T> Drop for AbortOnDrop<T> {
 struct Memory {
     absent_nodes: HashMap<String, (MonoTime, Duration)>,
     absent_claims: HashMap<String, MonoTime>,
-    seen_claims: HashMap<String, (u64, String)>,
+    seen_claims: HashMap<String, u64>,
 }
 
 enum Ended {
@@ -575,7 +575,7 @@ struct Node {
     absent_claims: HashMap<String, MonoTime>,
     /// The highest epoch we have seen for each claim key (listed manifests
     /// only): a claim that vanished is made again above it, not at 1.
-    seen_claims: HashMap<String, (u64, String)>,
+    seen_claims: HashMap<String, u64>,
     idle_ticks: u32,
     /// When the last `nodes/` listing was sent. A peer counts as expired only
     /// if a listing *sent* ttl + margin after its version first arrived still
@@ -1034,11 +1034,7 @@ impl Node {
             };
             return Ok(declined(reason));
         }
-        let seen_real = self.seen_claims.get(&key).is_some_and(|(e, _)| *e > 0);
-        let vanished = match &claim {
-            None => true,
-            Some((_, c)) => c.is_placeholder() && seen_real,
-        };
+        let vanished = self.claim_vanished(&key, claim.as_ref().map(|(_, c)| c));
         if vanished {
             // This read showed it absent: the absence is observed from now.
             let now = self.deps.clock.now();
@@ -1176,20 +1172,12 @@ impl Node {
             match self.claims.get(&ckey) {
                 // A placeholder where we saw a real claim: `apply` wrote it
                 // over a deleted claim. Still an absence to observe.
-                Some((_, c))
-                    if c.is_placeholder()
-                        && self.seen_claims.get(&ckey).is_some_and(|(e, _)| *e > 0) =>
-                {
+                Some((_, c)) if self.claim_vanished(&ckey, Some(c)) => {
                     self.absent_claims.entry(ckey).or_insert(now);
                 }
                 Some((_, c)) => {
-                    let e = self
-                        .seen_claims
-                        .entry(ckey.clone())
-                        .or_insert((0, String::new()));
-                    if c.epoch >= e.0 {
-                        *e = (c.epoch, c.owner.node.clone());
-                    }
+                    let e = self.seen_claims.entry(ckey.clone()).or_insert(0);
+                    *e = (*e).max(c.epoch);
                     self.absent_claims.remove(&ckey);
                 }
                 None if !self.corrupt.contains_key(&ckey) => {
@@ -1211,19 +1199,12 @@ impl Node {
     /// long is left otherwise.
     fn absent_claim_wait(&self, name: &str) -> Option<Duration> {
         let ckey = format!("sessions/{name}");
-        // The last owner we saw may hold on for its max(max_poll, ttl) + ttl
-        // (as it published them); never less than ours.
+        // The owner may hold on for its max(max_poll, ttl) + ttl (as it
+        // published them), never less than ours: take the longest hold any
+        // node we know publishes (a restarted node may not know who the
+        // owner was).
         let mut max_poll = self.cfg.max_poll;
         let mut ttl = self.cfg.ttl;
-        if let Some((_, owner)) = self.seen_claims.get(&ckey)
-            && let Some(n) = self.nodes.get(&format!("nodes/{owner}"))
-        {
-            ttl = ttl.max(Duration::from_millis(n.record.ttl_ms));
-            let mp = n.record.attrs.get("max_poll_ms").and_then(|v| v.as_u64());
-            max_poll = max_poll.max(Duration::from_millis(mp.unwrap_or(0)));
-        }
-        // The longest hold any node we know publishes, not only the last
-        // owner's: a restarted node may not know who that was.
         for n in self.nodes.values() {
             ttl = ttl.max(Duration::from_millis(n.record.ttl_ms));
             let mp = n.record.attrs.get("max_poll_ms").and_then(|v| v.as_u64());
@@ -1236,6 +1217,16 @@ impl Node {
         };
         let absent_for = self.deps.clock.now().saturating_since(since);
         (absent_for < need).then(|| need - absent_for)
+    }
+
+    /// Is the claim at `key` (as last read) gone in the absence rules' sense:
+    /// missing, or a placeholder where we saw a real claim (`apply` wrote it
+    /// over a deleted one)?
+    fn claim_vanished(&self, key: &str, claim: Option<&ClaimRecord>) -> bool {
+        match claim {
+            None => true,
+            Some(c) => c.is_placeholder() && self.seen_claims.get(key).is_some_and(|e| *e > 0),
+        }
     }
 
     /// Has node record `key`, a claim's owner, been observed absent for its
@@ -1371,14 +1362,8 @@ impl Node {
                 self.first_claimable.remove(&name);
                 continue;
             };
-            let vanished = why == Claimable::Fresh
-                || claim.as_ref().is_some_and(|(_, c)| {
-                    c.is_placeholder()
-                        && self
-                            .seen_claims
-                            .get(&format!("sessions/{name}"))
-                            .is_some_and(|(e, _)| *e > 0)
-                });
+            let vanished =
+                self.claim_vanished(&format!("sessions/{name}"), claim.as_ref().map(|(_, c)| c));
             if vanished && self.absent_claim_wait(&name).is_some() {
                 changed = true; // a vanished claim: wait out its absence
                 continue;
@@ -1636,14 +1621,14 @@ impl Node {
                 Cond::Create,
                 self.seen_claims
                     .get(&key)
-                    .map_or(1, |(e, _)| e + 1)
+                    .map_or(1, |e| e + 1)
                     .max(self.epoch_base + 1),
                 0,
             ),
             Some((v, c)) => (
                 Cond::Match(v.clone()),
                 (c.epoch + 1)
-                    .max(self.seen_claims.get(&key).map_or(0, |(e, _)| e + 1))
+                    .max(self.seen_claims.get(&key).map_or(0, |e| e + 1))
                     .max(self.epoch_base + 1),
                 0,
             ),

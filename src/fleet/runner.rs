@@ -447,13 +447,7 @@ impl ExecRunner {
 
 /// Whether `pid` is stopped (state T or t in `/proc/<pid>/stat`).
 fn process_stopped(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            let state = s.rsplit_once(')')?.1.split_whitespace().next()?.to_string();
-            Some(state == "T" || state == "t")
-        })
-        .unwrap_or(false)
+    super::contain::stat(pid).is_some_and(|p| p.stopped)
 }
 
 /// The monitor thread: see [`ExecRunner`]. Ends when the runner is dropped.

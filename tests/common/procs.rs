@@ -141,10 +141,7 @@ pub async fn node_record(s: &Arc<dyn Store>, id: &str) -> Option<(LeaseRecord, S
 
 pub fn alive(pid: i32) -> bool {
     // A zombie is dead for our purposes: it runs nothing.
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(s) => leasehold::fleet::contain::parse_stat(&s).is_some_and(|p| !p.zombie),
-        Err(_) => false,
-    }
+    leasehold::fleet::contain::stat(pid).is_some_and(|p| !p.zombie)
 }
 
 #[allow(clippy::disallowed_methods)] // waiting in tests is on the real clock; nothing here is timed
