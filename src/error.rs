@@ -11,6 +11,7 @@ use crate::store::StoreError;
 
 /// What kind of failure happened, for callers that branch on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ErrorKind {
     /// Another writer won a conditional write. Not retryable blindly: re-read
     /// and decide again.
@@ -28,12 +29,16 @@ pub enum ErrorKind {
     Unsupported,
     /// The object asked for does not exist.
     NotFound,
+    /// Credentials or a bearer token were refused (the store's 401/403, a
+    /// node API's 401/403). Not transient: fix the credentials.
+    Permission,
     /// A bug or an environment failure that fits no other kind.
     Internal,
 }
 
 /// Every failure leasehold reports.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// A lease, node or session name failed validation before reaching a key.
     #[error("invalid name {name:?}: {reason}")]
@@ -55,6 +60,11 @@ pub enum Error {
     /// our read and our write. The bucket holds their write, not ours.
     #[error("conflict on {key}: another writer changed it first")]
     Conflict { key: String },
+
+    /// A manifest exists with another spec, and the caller did not ask to
+    /// replace it.
+    #[error("{key} exists with a different spec; use `apply --replace` to change it")]
+    SpecDiffers { key: String },
 
     /// The lease is no longer ours: another writer won, or our validity
     /// deadline passed before a renew succeeded.
@@ -103,6 +113,11 @@ pub enum Error {
         source: StoreError,
     },
 
+    /// Refused for want of permission: the store's credentials, or a node
+    /// API's bearer token.
+    #[error("permission denied: {what}: {reason}")]
+    Denied { what: String, reason: String },
+
     /// Something that should not happen.
     #[error("internal error: {0}")]
     Internal(String),
@@ -115,15 +130,18 @@ impl Error {
             Error::InvalidName { .. } | Error::Invalid { .. } | Error::TooLarge { .. } => {
                 ErrorKind::Invalid
             }
-            Error::Conflict { .. } => ErrorKind::Conflict,
+            Error::Conflict { .. } | Error::SpecDiffers { .. } => ErrorKind::Conflict,
             Error::Lost { .. } => ErrorKind::Fenced,
             Error::Corrupt { .. } => ErrorKind::Data,
             Error::Unsupported { .. } => ErrorKind::Unsupported,
             Error::NotFound { .. } => ErrorKind::NotFound,
             Error::Unavailable { .. } => ErrorKind::Unavailable,
+            Error::Denied { .. } => ErrorKind::Permission,
             Error::Store { source, .. } => match source {
                 StoreError::Corrupt { .. } => ErrorKind::Data,
                 StoreError::Invalid { .. } => ErrorKind::Invalid,
+                StoreError::Denied { .. } => ErrorKind::Permission,
+                StoreError::NotSupported { .. } => ErrorKind::Unsupported,
                 _ => ErrorKind::Internal,
             },
             Error::Internal(_) => ErrorKind::Internal,

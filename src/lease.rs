@@ -115,9 +115,18 @@ pub fn decide_takeover(
     observed_for: Duration,
     observer_margin: Duration,
 ) -> Option<Takeover> {
+    use crate::liveness::{Evidence, Liveness, judge};
+    let liveness = judge(
+        Some(current),
+        None,
+        Evidence::Observed {
+            unchanged_for: observed_for,
+            margin: observer_margin,
+        },
+    );
     // Released first: a tombstone ends a tenure, even our own, and the next
     // tenure must carry a higher fencing token.
-    if current.released {
+    if matches!(liveness, Liveness::Released | Liveness::Fenced) {
         return Some(Takeover::Released);
     }
     if current.holder.instance == me.instance
@@ -133,11 +142,7 @@ pub fn decide_takeover(
     {
         return Some(Takeover::PredecessorDead);
     }
-    let ttl = Duration::from_millis(current.ttl_ms);
-    if observed_for >= ttl + observer_margin {
-        return Some(Takeover::Expired);
-    }
-    None
+    (liveness == Liveness::Expired).then_some(Takeover::Expired)
 }
 
 /// Expiry by observation: for each key, the version last seen and the
@@ -234,11 +239,17 @@ impl LeaseToken {
 
     pub fn decode(s: &str) -> Result<Self> {
         use base64::Engine;
-        let bad = |r: String| Error::invalid("lease token", r);
+        // The encoding is ours, not the user's business: say what is wrong
+        // with the token in the user's terms, not base64's or serde's.
+        let bad = |r: &str| Error::invalid("lease token", r.to_string());
         let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
             .decode(s.trim())
-            .map_err(|e| bad(e.to_string()))?;
-        serde_json::from_slice(&raw).map_err(|e| bad(e.to_string()))
+            .map_err(|_| {
+                bad("not a token printed by `leasehold lease acquire` or `renew` (mistyped or cut short?)")
+            })?;
+        serde_json::from_slice(&raw).map_err(|_| {
+            bad("not a leasehold lease token (it decodes, but not to a token: from another tool?)")
+        })
     }
 }
 
@@ -484,6 +495,7 @@ impl LeaseClient {
     ) -> Result<Written> {
         let bytes = Bytes::from(record.encode()?);
         let sent = self.inner.clock.now();
+        let cond_version = cond.version().cloned();
         attempts.push(Attempt {
             nonce: record.nonce.clone(),
             sent,
@@ -516,8 +528,18 @@ impl LeaseClient {
                 record: rec.clone(),
             });
         }
-        if rejected {
+        // A rejection of an If-Match on version v while v is still there is
+        // no rejection: nothing was written (AWS S3 answers concurrent
+        // conditional writes with 409, which arrives as AlreadyExists). Read
+        // back, not guessed: the outcome is "not landed", to retry.
+        let unchanged = match (&cond_version, &current) {
+            (Some(v), Some((_, cur, _))) => cur == v,
+            _ => false,
+        };
+        if rejected && !unchanged {
             Ok(Written::Rejected { current })
+        } else if rejected {
+            Ok(Written::NotLanded)
         } else {
             match current {
                 // Another writer's record is there: as good as rejected.
@@ -641,13 +663,35 @@ impl LeaseClient {
         let Some((rec, version, _)) = self.read_key(kind, &key).await? else {
             return Err(Error::NotFound { key });
         };
-        if rec.holder.instance != token.instance || version != token.version {
+        if rec.holder.instance == token.instance && rec.released {
+            return Err(Error::Lost {
+                key,
+                epoch: rec.epoch,
+                reason: "already released (by this holder)".into(),
+            });
+        }
+        if rec.holder.instance == token.instance && version != token.version {
+            // Our own later write (a renew printed a newer token): this one
+            // is stale, the lease is not lost.
             return Err(Error::Lost {
                 key,
                 epoch: token.epoch,
                 reason: format!(
-                    "the lease changed since the token was issued (now epoch {} held by {}/{})",
-                    rec.epoch, rec.holder.node, rec.holder.instance
+                    "this token is stale: the same holder renewed since (epoch {}); use the token from the last renew",
+                    rec.epoch
+                ),
+            });
+        }
+        if rec.holder.instance != token.instance {
+            return Err(Error::Lost {
+                key,
+                epoch: token.epoch,
+                reason: format!(
+                    "the lease changed hands since the token was issued (now epoch {} held by {}/{}{})",
+                    rec.epoch,
+                    rec.holder.node,
+                    rec.holder.instance,
+                    if rec.released { ", released" } else { "" }
                 ),
             });
         }

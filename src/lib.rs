@@ -6,6 +6,7 @@ pub mod fleet;
 pub mod hostlock;
 pub mod http;
 pub mod lease;
+pub mod liveness;
 pub mod name;
 pub mod probe;
 pub mod record;

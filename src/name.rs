@@ -48,15 +48,17 @@ fn validate(s: &str) -> Result<(), &'static str> {
     if s.contains("..") {
         return Err("contains \"..\"");
     }
-    if !s.chars().next().is_some_and(|c| c.is_ascii_alphanumeric()) {
-        return Err("must start with a letter or digit");
+    if !s.is_ascii() {
+        return Err("must be ASCII: A-Z, a-z, 0-9, '.', '_' and '-'");
     }
-    if let Some(c) = s
+    if !s.chars().next().is_some_and(|c| c.is_ascii_alphanumeric()) {
+        return Err("must start with an ASCII letter or digit");
+    }
+    if s
         .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+        .any(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
     {
-        let _ = c;
-        return Err("may contain only letters, digits, '.', '_' and '-'");
+        return Err("may contain only ASCII letters, digits, '.', '_' and '-'");
     }
     Ok(())
 }
@@ -105,7 +107,8 @@ mod tests {
             ("a\nb", "control"),
             ("a\u{7f}", "control"),
             ("a b", "letters"),
-            ("é", "start"),
+            ("é", "ASCII"),
+            ("日本", "ASCII"),
             ("a%2F", "letters"),
         ];
         for (bad, why) in cases {

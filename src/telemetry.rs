@@ -106,8 +106,19 @@ impl Drop for RedactedLine {
 /// Errors are configuration errors (an unsupported protocol, a malformed
 /// endpoint) and are typed [`crate::ErrorKind::Invalid`].
 pub fn init(default_filter: &str, format: LogFormat) -> Result<Telemetry, Error> {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("LEASEHOLD_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
+    // A filter that does not parse is refused, not silently replaced by the
+    // default: an operator who asked for debug logs and got none would be
+    // misled about what the node is doing.
+    let filter = match std::env::var("LEASEHOLD_LOG") {
+        Ok(v) if !v.trim().is_empty() => tracing_subscriber::EnvFilter::try_new(&v)
+            .map_err(|e| {
+                Error::invalid(
+                    "LEASEHOLD_LOG",
+                    format!("{v:?} is not a log filter ({e}); e.g. info, leasehold=debug,warn"),
+                )
+            })?,
+        _ => tracing_subscriber::EnvFilter::new(default_filter),
+    };
     let log = match format {
         LogFormat::Json => tracing_subscriber::fmt::layer()
             .json()

@@ -251,7 +251,7 @@ impl Resolver {
             .await
             .map_err(|e| Error::from_store("get", &key, e))?
         {
-            None => Ok(OwnerLease::Missing),
+            None => Ok(OwnerLease::Absent),
             Some(o) => {
                 let r = LeaseRecord::decode(&key, &o.bytes, Kind::Node)?;
                 Ok(owner_lease_of(
@@ -381,23 +381,10 @@ impl Resolver {
     }
 }
 
-/// How a one-shot reader sees a claim owner's node lease.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum OwnerLease {
-    /// Held by the claim's instance, renewed within ttl + skew bound.
-    Live,
-    /// Held by the claim's instance but not renewed for over ttl + skew
-    /// bound by the wall clocks (advisory: a peer takes over once it has
-    /// *observed* the expiry).
-    Expired,
-    /// Released by the owner (a graceful shutdown).
-    Released,
-    /// Held by a newer instance of the owner's node.
-    Superseded,
-    /// No node record at all.
-    Missing,
-}
+/// How a one-shot reader sees a claim owner's node lease: the one liveness
+/// vocabulary ([`crate::liveness`]), judged by wall clock within the skew
+/// bound (advisory: a peer takes over only once it has *observed* expiry).
+pub type OwnerLease = crate::liveness::Liveness;
 
 /// Classifies an owner's node record for a one-shot reader.
 pub fn owner_lease_of(
@@ -406,15 +393,14 @@ pub fn owner_lease_of(
     now_wall_ms: u64,
     max_skew: Duration,
 ) -> OwnerLease {
-    if r.holder.instance != instance {
-        OwnerLease::Superseded
-    } else if r.released {
-        OwnerLease::Released
-    } else if r.expired_by_wall_clock(now_wall_ms, max_skew) {
-        OwnerLease::Expired
-    } else {
-        OwnerLease::Live
-    }
+    crate::liveness::judge(
+        Some(r),
+        Some(instance),
+        crate::liveness::Evidence::WallClock {
+            now_ms: now_wall_ms,
+            max_skew,
+        },
+    )
 }
 
 /// A TCP connect to the host:port of `address` (`http://host:port[/...]` or

@@ -14,10 +14,10 @@ fn bin() -> Command {
         .env_remove("LEASEHOLD_TOKEN_FILE")
         .env_remove("LEASEHOLD_LOG_FORMAT")
         .env_remove("LEASEHOLD_MAX_SKEW")
-        .env(
-            "LEASEHOLD_CONFIG",
-            "/nonexistent/leasehold-test-config.json",
-        );
+        // No config file: the default location, under a directory that does
+        // not exist (a file named by LEASEHOLD_CONFIG must exist).
+        .env_remove("LEASEHOLD_CONFIG")
+        .env("XDG_CONFIG_HOME", "/nonexistent/leasehold-test-config");
     c
 }
 
@@ -259,6 +259,7 @@ fn doctor_reports_and_refuses() {
         "rejected create",
         "update",
         "rejected stale update",
+        "listing versions",
         "create race",
         "update race",
         "conditional get",
@@ -267,7 +268,7 @@ fn doctor_reports_and_refuses() {
     }
     let j = json(&run(&["doctor", "--store", &s, "--json"]));
     assert_eq!(j["ok"], true);
-    assert_eq!(j["steps"].as_array().unwrap().len(), 7);
+    assert_eq!(j["steps"].as_array().unwrap().len(), 8);
     // The same machine's clock: the estimate must contain zero.
     let (off, unc) = (
         j["clock_offset_ms"].as_i64().unwrap(),
@@ -449,7 +450,7 @@ fn demo_runs_on_the_embedded_default() {
     let last_table = out.rsplit("session    node").next().unwrap();
     let rows: Vec<&str> = last_table
         .lines()
-        .filter(|l| l.contains("Running"))
+        .filter(|l| l.contains("running"))
         .collect();
     assert_eq!(rows.len(), 4, "{out}");
     let later = rows
@@ -1155,7 +1156,7 @@ fn one_shot_readers_call_a_silent_owner_expired_within_the_skew_bound() {
             .map(|r| r["state"].clone())
     };
     assert_eq!(state("dead"), Some("expired".into()), "{nodes}");
-    assert_eq!(state("ahead"), Some("held".into()), "{nodes}");
+    assert_eq!(state("ahead"), Some("live".into()), "{nodes}");
     assert_eq!(state("gone"), Some("fenced".into()), "{nodes}");
     let gone = run(&["nodes", "--store", &s]);
     assert!(
@@ -1313,4 +1314,285 @@ fn an_audit_refusal_holds_until_doctor_passes() {
         lease.exists(),
         "the node did not register after doctor passed"
     );
+}
+
+/// The GCS emulator in reach (PyPI `gcp-storage-emulator`) does not
+/// implement the writes leasehold needs: reached over plain http (the GCS
+/// builder's allow-http survives our client options), it is refused at the
+/// probe's first step with exit 6, never "outcome unknown" (4), and doctor
+/// shows its full table, credentials and lock directory on that failure too.
+#[test]
+fn doctor_refuses_the_gcs_emulator_at_its_step_with_the_full_table() {
+    let Some(url) = common::server("LEASEHOLD_TEST_GCS") else {
+        return;
+    };
+    let o = run(&["doctor", "--store", &url, "--json"]);
+    assert_eq!(code(&o), 6, "{}{}", stdout(&o), stderr(&o));
+    let j = json(&o);
+    assert_eq!(j["ok"], false);
+    let steps = j["steps"].as_array().unwrap();
+    let last = steps.last().expect("the failed step is in the table");
+    assert_eq!((last["name"].as_str(), last["ok"].as_bool()), (Some("create"), Some(false)), "{j}");
+    assert!(last["ms"].is_u64(), "{j}");
+    assert!(j["error"].as_str().unwrap().contains("refused at step \"create\""), "{j}");
+    assert!(j["credentials"].as_str().unwrap().contains("GOOGLE_SERVICE_ACCOUNT"), "{j}");
+    assert!(j["lock_dir"].is_string() && j["probe_ms"].is_u64(), "{j}");
+    let o = run(&["doctor", "--store", &url]);
+    assert_eq!(code(&o), 6, "{}", stderr(&o));
+    let out = stdout(&o);
+    for want in ["create", "FAIL", "verdict: REFUSED", "credentials ", "host locks in "] {
+        assert!(out.contains(want), "{want:?} missing from:\n{out}");
+    }
+    assert!(stderr(&o).contains("refused at step \"create\""), "{}", stderr(&o));
+}
+
+/// Ceph RGW through the binary: doctor names the dialect it learned, and the
+/// one-shot commands that write with If-Match (renew, release, apply
+/// --replace) learn it too (a few requests), so they work there as on moto.
+/// An upper-case scheme is the same URL.
+#[test]
+fn doctor_lease_and_apply_on_ceph_rgw_through_the_binary() {
+    let Some((base, endpoint)) = common::rgw() else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let id = d.path().file_name().unwrap().to_string_lossy().replace('.', "");
+    let url = format!("{base}/cli-rgw-{id}");
+    let rgw = |args: &[&str]| {
+        bin()
+            .args(args)
+            .args(["--endpoint", &endpoint])
+            .output()
+            .unwrap()
+    };
+    let o = rgw(&["doctor", "--store", &url, "--json"]);
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    let j = json(&o);
+    assert_eq!(j["etag_dialect"], "unquoted", "{j}");
+    assert_eq!(j["endpoint"], endpoint.as_str(), "{j}");
+    let o = rgw(&["lease", "acquire", "job", "--store", &url, "--json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let token = json(&o)["token"].as_str().unwrap().to_string();
+    let o = rgw(&["lease", "renew", "job", "--store", &url, "--token", &token, "--json"]);
+    assert_eq!(code(&o), 0, "renew on RGW: {}", stderr(&o));
+    let token = json(&o)["token"].as_str().unwrap().to_string();
+    let o = rgw(&["lease", "release", "job", "--store", &url, "--token", &token]);
+    assert_eq!(code(&o), 0, "release on RGW: {}", stderr(&o));
+    let f = d.path().join("m.json");
+    std::fs::write(&f, r#"{"name": "w", "spec": {"command": "sleep", "args": ["1"]}}"#).unwrap();
+    let o = rgw(&["apply", f.to_str().unwrap(), "--store", &url]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    std::fs::write(&f, r#"{"name": "w", "spec": {"command": "sleep", "args": ["2"]}}"#).unwrap();
+    let o = rgw(&["apply", f.to_str().unwrap(), "--store", &url, "--replace"]);
+    assert_eq!(code(&o), 0, "apply --replace on RGW: {}", stderr(&o));
+    assert!(stdout(&o).contains("replaced"), "{}", stdout(&o));
+    let upper = url.replacen("s3://", "S3://", 1);
+    let o = rgw(&["ls", "manifests", "--store", &upper]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(stdout(&o).contains('w'), "{}", stdout(&o));
+}
+
+/// A pipe whose reader is already gone, as `leasehold ls | head` leaves it.
+fn closed_pipe() -> std::process::Stdio {
+    use std::os::fd::FromRawFd;
+    let mut fds = [0; 2];
+    // SAFETY: pipe(2) fills two descriptors we own from here on.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: closing our own read end.
+    unsafe { libc::close(fds[0]) };
+    // SAFETY: the write end is ours and handed over exactly once.
+    std::process::Stdio::from(unsafe { std::os::fd::OwnedFd::from_raw_fd(fds[1]) })
+}
+
+/// Every subcommand whose reader has gone ends as Unix tools do (killed by
+/// SIGPIPE, or its own exit code), never with a panic (exit 101).
+#[test]
+fn every_command_into_a_closed_pipe_ends_without_a_panic() {
+    use std::os::unix::process::ExitStatusExt;
+    let (d, s) = store();
+    assert_eq!(code(&run(&["init", "--store", &s])), 0);
+    let f = d.path().join("m.json");
+    std::fs::write(&f, r#"{"name": "web", "spec": {"command": "sleep", "args": ["1"]}}"#).unwrap();
+    assert_eq!(code(&run(&["apply", f.to_str().unwrap(), "--store", &s])), 0);
+    let o = run(&["lease", "acquire", "l", "--store", &s, "--json"]);
+    let token = json(&o)["token"].as_str().unwrap().to_string();
+    let tok = d.path().join("tok");
+    std::fs::write(&tok, "test-token-0123456789abcdef\n").unwrap();
+    let tok = tok.to_str().unwrap();
+    let m = f.to_str().unwrap();
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["ls", "--store", &s],
+        vec!["ls", "--store", &s, "--json"],
+        vec!["ls", "nodes", "--store", &s],
+        vec!["ls", "manifests", "--store", &s, "--json"],
+        vec!["nodes", "--store", &s],
+        vec!["inspect", "manifests/web", "--store", &s],
+        vec!["inspect", "manifests/web", "--store", &s, "--json"],
+        vec!["resolve", "web", "--store", &s],
+        vec!["resolve", "web", "--store", &s, "--json"],
+        vec!["resolve", "web", "--wake", "--store", &s],
+        vec!["lease", "show", "l", "--store", &s],
+        vec!["lease", "show", "l", "--store", &s, "--json"],
+        vec!["lease", "renew", "l", "--store", &s, "--token", &token],
+        vec!["lease", "acquire", "l2", "--store", &s, "--no-probe"],
+        vec!["apply", m, "--store", &s],
+        vec!["apply", m, "--store", &s, "--json"],
+        vec!["init", "--store", &s],
+        vec!["doctor", "--store", &s],
+        vec!["doctor", "--store", &s, "--json"],
+        vec!["watch", "--store", &s, "--token-file", tok, "--duration", "1s"],
+        vec!["logs", "web", "--store", &s, "--token-file", tok],
+        vec!["completions", "bash"],
+        vec!["completions", "zsh"],
+        vec!["--help"],
+        vec!["ls", "--help"],
+        vec!["--version"],
+        vec!["delete", "nope", "--store", &s, "--ignore-not-found"],
+        vec!["demo", "--ttl", "200ms", "--sessions", "1"],
+    ];
+    for args in cases {
+        let o = bin()
+            .args(&args)
+            .stdout(closed_pipe())
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .unwrap();
+        let err = stderr(&o);
+        assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
+        assert_ne!(o.status.code(), Some(101), "{args:?}: {err}");
+        assert!(
+            o.status.signal() == Some(libc::SIGPIPE) || o.status.code().is_some(),
+            "{args:?}: {:?} {err}",
+            o.status
+        );
+    }
+}
+
+/// Inputs an operator gets wrong: each is a typed error that names the
+/// field or limit, and changes nothing.
+#[test]
+fn operator_mistakes_get_typed_errors_that_name_the_fix() {
+    let (d, s) = store();
+    assert_eq!(code(&run(&["init", "--store", &s])), 0);
+    let missing = format!("{s}/no-such-dir");
+    let big = d.path().join("big.json");
+    std::fs::write(
+        &big,
+        format!(r#"{{"name": "big", "spec": {{"command": "x", "args": ["{}"]}}}}"#, "a".repeat(70_000)),
+    )
+    .unwrap();
+    let spec_err = d.path().join("bad.json");
+    std::fs::write(&spec_err, "{\n  \"name\": \"web\",\n  \"spec\": {\"command\": \"x\",\n    \"restart\": \"sometimes\"}\n}\n").unwrap();
+    let cases: Vec<(Vec<&str>, i32, &str)> = vec![
+        (vec!["doctor", "--store", "s3://b", "--endpoint", "127.0.0.1:9150"], 2, "not an http:// or https:// URL"),
+        (vec!["doctor", "--store", "s3://b", "--endpoint", "http://"], 2, "invalid endpoint"),
+        (vec!["ls", "--store", "memory://"], 2, "memory:// lives inside one process"),
+        (vec!["ls", "--store", &missing], 2, "does not exist"),
+        (vec!["lease", "acquire", "日本", "--store", &s], 2, "must be ASCII"),
+        (vec!["lease", "renew", "x", "--store", &s, "--token", "a!b"], 2, "not a token printed by"),
+        (vec!["lease", "renew", "x", "--store", &s, "--token", "e30"], 2, "not a leasehold lease token"),
+        (vec!["apply", big.to_str().unwrap(), "--store", &s], 2, "limit of 64 KiB"),
+        (vec!["apply", spec_err.to_str().unwrap(), "--store", &s], 2, "spec.restart"),
+        (vec!["node", "run", "--store", &s, "--id", "a", "--capacity", "0"], 2, "0 is not in 1..=100000"),
+        (vec!["node", "run", "--store", &s, "--id", "a", "--capacity", "-1"], 2, "-1 is not in 1..=100000"),
+        (vec!["node", "run", "--store", &s, "--id", "a", "--ttl", "-5s"], 2, "cannot be negative"),
+        (vec!["demo", "--sessions", "0"], 2, "0 is not in 1..=100"),
+        (vec!["demo", "--store", &s], 2, "is not empty"),
+        (vec!["demo", "--lease", "--store", &s], 2, "is not empty"),
+    ];
+    for (args, want, needle) in cases {
+        let o = run(&args);
+        assert_eq!(code(&o), want, "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(needle), "{args:?}: {}", stderr(&o));
+        assert!(!stderr(&o).contains("panicked"), "{args:?}: {}", stderr(&o));
+    }
+    // The spec error's line is the file's own (line 4), not a re-serialised one.
+    let o = run(&["apply", spec_err.to_str().unwrap(), "--store", &s]);
+    assert!(stderr(&o).contains("line 4"), "{}", stderr(&o));
+    // The mistyped directory was not created; the demo wrote nothing.
+    assert!(!d.path().join("no-such-dir").exists());
+    let o = run(&["ls", "manifests", "--store", &s, "--json"]);
+    assert_eq!(json(&o).as_array().map(Vec::len), Some(0), "{}", stdout(&o));
+    // A file named by LEASEHOLD_CONFIG must exist; a log filter must parse.
+    let o = bin()
+        .args(["ls", "--store", &s])
+        .env("LEASEHOLD_CONFIG", d.path().join("nope.json"))
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("nope.json"), "{}", stderr(&o));
+    let o = bin()
+        .args(["ls", "--store", &s])
+        .env("LEASEHOLD_LOG", "leasehold=loud")
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("LEASEHOLD_LOG"), "{}", stderr(&o));
+    // init creates a missing root, saying so; the one-shot readers then work.
+    let o = run(&["init", "--store", &missing]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(stderr(&o).contains("creating"), "{}", stderr(&o));
+    assert_eq!(code(&run(&["ls", "--store", &missing])), 0);
+}
+
+/// apply and delete as kubectl users expect: a changed spec names
+/// `--replace`; a second delete is exit 7, or 0 with --ignore-not-found;
+/// `inspect NAME` suggests the prefixed key; lease tokens explain staleness.
+#[test]
+fn apply_delete_inspect_and_lease_messages_say_what_to_do() {
+    let (d, s) = store();
+    let f = d.path().join("m.json");
+    std::fs::write(&f, r#"{"name": "web", "spec": {"command": "sleep", "args": ["1"]}}"#).unwrap();
+    assert_eq!(code(&run(&["apply", f.to_str().unwrap(), "--store", &s])), 0);
+    std::fs::write(&f, r#"{"name": "web", "spec": {"command": "sleep", "args": ["2"]}}"#).unwrap();
+    let o = run(&["apply", f.to_str().unwrap(), "--store", &s]);
+    assert_eq!(code(&o), 3);
+    assert!(stderr(&o).contains("use `apply --replace`"), "{}", stderr(&o));
+    let o = run(&["inspect", "web", "--store", &s]);
+    assert_eq!(code(&o), 7);
+    assert!(stderr(&o).contains("did you mean sessions/web or manifests/web"), "{}", stderr(&o));
+    assert_eq!(code(&run(&["delete", "web", "--store", &s])), 0);
+    assert_eq!(code(&run(&["delete", "web", "--store", &s])), 7);
+    assert_eq!(code(&run(&["delete", "web", "--store", &s, "--ignore-not-found"])), 0);
+    // A token made stale by our own renew is stale, not "held by" us.
+    let o = run(&["lease", "acquire", "l", "--store", &s, "--json"]);
+    let t1 = json(&o)["token"].as_str().unwrap().to_string();
+    let o = run(&["lease", "renew", "l", "--store", &s, "--token", &t1, "--json"]);
+    let t2 = json(&o)["token"].as_str().unwrap().to_string();
+    let o = run(&["lease", "renew", "l", "--store", &s, "--token", &t1]);
+    assert_eq!(code(&o), 3);
+    assert!(stderr(&o).contains("this token is stale"), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("held by"), "{}", stderr(&o));
+    assert_eq!(code(&run(&["lease", "release", "l", "--store", &s, "--token", &t2])), 0);
+    let o = run(&["lease", "release", "l", "--store", &s, "--token", &t2]);
+    assert_eq!(code(&o), 3);
+    assert!(stderr(&o).contains("already released"), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("held by"), "{}", stderr(&o));
+}
+
+/// `watch` with a token the nodes refuse stops at once with exit 8 instead
+/// of printing "HTTP 401" forever and exiting 0.
+#[test]
+fn watch_with_a_refused_token_exits_8() {
+    let (d, s) = store();
+    let tok = d.path().join("tok");
+    std::fs::write(&tok, "test-token-0123456789abcdef\n").unwrap();
+    let _n1 = node_with_api(&s, "n1", &tok, &d.path().join("locks"));
+    let wrong = d.path().join("wrong");
+    std::fs::write(&wrong, "wrong-token-0123456789abcdef\n").unwrap();
+    // Wait for the node to register its address.
+    for _ in 0..100 {
+        let o = run(&["nodes", "--store", &s, "--json"]);
+        if stdout(&o).contains("http://") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let o = bin()
+        .args(["watch", "--store", &s, "--duration", "20s", "--token-file"])
+        .arg(&wrong)
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 8, "{}{}", stdout(&o), stderr(&o));
+    assert!(stderr(&o).contains("permission denied: bearer token"), "{}", stderr(&o));
 }

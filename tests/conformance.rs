@@ -8,8 +8,10 @@ mod suite;
 
 use common::server;
 
-use leasehold::clock::{Entropy, OsEntropy};
-use leasehold::store::{LocalDirStore, ObjectStoreBackend, OpenOptions, Store, open_store};
+use leasehold::clock::{Entropy, OsEntropy, SystemClock};
+use leasehold::store::{
+    EtagDialect, LocalDirStore, ObjectStoreBackend, OpenOptions, Store, open_store,
+};
 use std::sync::Arc;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -54,6 +56,45 @@ async fn s3_moto() {
     if let Some(base) = server("LEASEHOLD_TEST_S3") {
         run_on_server(base).await;
     }
+}
+
+/// Ceph RGW (Debian's 16.2.15): If-Match matches only bare ETags there. The
+/// probe learns that on a fresh handle (quoted by default); every store the
+/// suite then opens speaks the learned form, as a node's store does after
+/// its start-up probe.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn s3_ceph_rgw() {
+    let Some((base, endpoint)) = common::rgw() else {
+        return;
+    };
+    let opts = OpenOptions {
+        endpoint: Some(endpoint),
+        ..Default::default()
+    };
+    let entropy = OsEntropy::new();
+    let run = entropy.hex_id();
+    let first = open_store(&format!("{base}/run-{run}/probe"), &opts)
+        .await
+        .unwrap();
+    assert_eq!(first.etag_dialect(), Some(EtagDialect::Quoted));
+    let report = leasehold::probe::probe(&first, &entropy, &SystemClock::new())
+        .await
+        .unwrap();
+    assert_eq!(report.etag_dialect, Some(EtagDialect::Unquoted), "{:?}", report.steps);
+    let n = std::sync::atomic::AtomicU32::new(0);
+    suite::run_all(&|| {
+        let url = format!(
+            "{base}/run-{run}/s{}",
+            n.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+        );
+        let opts = opts.clone();
+        Box::pin(async move {
+            let s = open_store(&url, &opts).await.unwrap();
+            assert!(s.set_etag_dialect(EtagDialect::Unquoted));
+            s
+        })
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -289,7 +289,7 @@ async fn a_flood_of_output_finishes_and_its_tail_is_readable() {
     // The whole output is there (1 MiB of x, the newline, the two lines).
     let all = logs("1000");
     assert_eq!(all.stdout.len(), 1048576 + 1 + 9 + 10);
-    // A wrong token is refused, with exit 2 and no output.
+    // A wrong token is refused, with exit 8 (permission) and no output.
     std::fs::write(env.path("bad"), "not-the-token-at-all").unwrap();
     let o = bin()
         .args(["logs", "flood", "--store", &env.url])
@@ -298,7 +298,7 @@ async fn a_flood_of_output_finishes_and_its_tail_is_readable() {
         .unwrap();
     assert_eq!(
         o.status.code(),
-        Some(2),
+        Some(8),
         "{}",
         String::from_utf8_lossy(&o.stderr)
     );

@@ -356,7 +356,7 @@ async fn probe_refuses_a_lock_free_store_with_measured_power() {
             window: Duration::ZERO,
             clock: Arc::new(SystemClock::new()),
         });
-        match leasehold::probe::probe(&racy, &entropy).await {
+        match leasehold::probe::probe(&racy, &entropy, &SystemClock::new()).await {
             Ok(r) => panic!("a lock-free store passed: {:?}", r.steps),
             Err(e) => {
                 assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
@@ -374,9 +374,121 @@ async fn probe_refuses_a_lock_free_store_with_measured_power() {
     for _ in 0..1000 {
         let good = Arc::new(CountingStore::new(Arc::new(ObjectStoreBackend::memory())));
         let s: Arc<dyn Store> = good.clone();
-        leasehold::probe::probe(&s, &entropy).await.unwrap();
+        leasehold::probe::probe(&s, &entropy, &SystemClock::new()).await.unwrap();
         counts = good.counts().total();
     }
     eprintln!("a passing probe costs {counts} requests");
     assert!(counts <= 320, "{counts}");
+}
+
+/// A store whose If-Match matches only bare ETags (Ceph RGW 16): the probe
+/// learns the dialect instead of refusing the store, and the adapter then
+/// speaks it for everything after (a renew, a takeover after release).
+#[tokio::test]
+async fn the_probe_learns_an_unquoted_etag_dialect_and_leases_work_in_it() {
+    use leasehold::store::EtagDialect;
+    use leasehold::store::fault::{DialectDouble, DialectQuirk};
+    let store: Arc<dyn Store> = Arc::new(ObjectStoreBackend::new(
+        Arc::new(DialectDouble::new(DialectQuirk::UnquotedOnly)),
+        "",
+        "rgw-like://",
+    ));
+    assert_eq!(store.etag_dialect(), Some(EtagDialect::Quoted));
+    let r = leasehold::probe::probe(&store, &SeededEntropy::new(3), &MockClock::new())
+        .await
+        .unwrap();
+    assert_eq!(r.etag_dialect, Some(EtagDialect::Unquoted), "{:?}", r.steps);
+    assert!(
+        r.steps
+            .iter()
+            .any(|s| s.name == "update" && s.detail.contains("unquoted")),
+        "{:?}",
+        r.steps
+    );
+    // The learned dialect is what the adapter now speaks.
+    let clock = MockClock::new();
+    let a = client(store.clone(), "n1", &clock, 1);
+    let Acquire::Acquired(mut lease) = a.acquire(&name(), &opts()).await.unwrap() else {
+        panic!("fresh acquire");
+    };
+    lease.renew().await.unwrap();
+    lease.release().await.unwrap();
+    let b = client(store.clone(), "n2", &clock, 2);
+    let Acquire::Acquired(l2) = b.acquire(&name(), &opts()).await.unwrap() else {
+        panic!("takeover after release");
+    };
+    assert_eq!(l2.token().epoch, 2);
+}
+
+/// Learning a dialect never relaxes a check: a store that honours the
+/// quoted form but lets a bare stale ETag overwrite is refused, naming the
+/// form; and one whose listings carry no versions is refused at its own
+/// step (expiry by observation would strand a dead node's sessions there).
+#[tokio::test]
+async fn the_probe_refuses_a_stale_etag_in_either_form_and_listings_without_versions() {
+    use leasehold::store::fault::{DialectDouble, DialectQuirk};
+    for (quirk, step, says) in [
+        (DialectQuirk::UnquotedIgnored, "rejected stale update", "unquoted ETag"),
+        (DialectQuirk::ListsWithoutEtags, "listing versions", "listing shows version"),
+    ] {
+        let store: Arc<dyn Store> = Arc::new(ObjectStoreBackend::new(
+            Arc::new(DialectDouble::new(quirk)),
+            "",
+            "quirky://",
+        ));
+        let (report, outcome) =
+            leasehold::probe::probe_report(&store, &SeededEntropy::new(4), &MockClock::new())
+                .await;
+        let e = outcome.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Unsupported, "{quirk:?}: {e}");
+        let msg = e.to_string();
+        assert!(msg.contains(step) && msg.contains(says), "{quirk:?}: {msg}");
+        // The report keeps every step up to the failed one.
+        let last = report.steps.last().unwrap();
+        assert_eq!((last.name, last.ok), (step, false), "{:?}", report.steps);
+        assert!(report.steps[..report.steps.len() - 1].iter().all(|s| s.ok));
+    }
+}
+
+/// AWS S3 answers concurrent conditional writes with 409
+/// ConditionalRequestConflict, which object_store reports as AlreadyExists
+/// once its retries are spent. leasehold reads back and decides by its
+/// nonce: a 409 after the write landed is a renew, and a 409 that wrote
+/// nothing (the version it matched is still there) is "not landed", to
+/// retry, never "lost" to a writer that does not exist.
+#[tokio::test]
+async fn a_409_on_a_conditional_put_is_read_back_not_guessed() {
+    use leasehold::store::fault::{DialectDouble, DialectQuirk};
+    for landed in [true, false] {
+        let quirk = if landed {
+            DialectQuirk::Conflict409Landed
+        } else {
+            DialectQuirk::Conflict409NotLanded
+        };
+        let store: Arc<dyn Store> = Arc::new(ObjectStoreBackend::new(
+            Arc::new(DialectDouble::new(quirk)),
+            "",
+            "s3-409://",
+        ));
+        let clock = MockClock::new();
+        let a = client(store.clone(), "n1", &clock, 1);
+        let Acquire::Acquired(mut lease) = a.acquire(&name(), &opts()).await.unwrap() else {
+            panic!("fresh acquire");
+        };
+        let before = store.get("leases/job").await.unwrap().unwrap();
+        let r = lease.renew_once().await;
+        let after = store.get("leases/job").await.unwrap().unwrap();
+        if landed {
+            r.unwrap_or_else(|e| panic!("a landed write is a renew: {e}"));
+            assert_ne!(before.version, after.version);
+            assert_eq!(lease.token().version, after.version);
+        } else {
+            let e = r.unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Unavailable, "not landed, not lost: {e}");
+            assert_eq!(before, after, "nothing was written");
+            // The next attempt (no 409 now) renews the same tenure.
+            lease.renew_once().await.unwrap();
+            assert_eq!(lease.token().epoch, 1);
+        }
+    }
 }

@@ -339,6 +339,51 @@ async fn fleet_on_local_directory() {
     scenario(Arc::new(LocalDirStore::open(d.path()).unwrap())).await;
 }
 
+/// Finished sessions free their slot: on a capacity-1 node, the next job
+/// runs once the first has succeeded (it used to stay queued until the
+/// finished one's manifest was deleted). A new spec for the finished one,
+/// while the node is full again, releases it to placement rather than
+/// overcommitting the node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn finished_sessions_free_their_capacity() {
+    let store: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());
+    let mut f = Fleet::new(store.clone());
+    f.start("one", 1, &[]);
+    let mut job = spec("true");
+    job.restart = RestartPolicy::Never;
+    apply(&store, "first", &job).await;
+    f.wait_for("first running", |p| p.contains_key("first")).await;
+    apply(&store, "second", &job).await;
+    let runner = f.nodes[0].runner.clone();
+    runner.exit("first", 0);
+    f.wait_claim_state("first", ClaimState::Succeeded).await;
+    assert_eq!(f.claim("first").await.state, ClaimState::Succeeded);
+    f.wait_for("second runs in the freed slot", |p| p.contains_key("second"))
+        .await;
+    assert!(!f.placement().contains_key("first"));
+    // The node is full (second runs); first gets a new spec: released, not
+    // run beside second.
+    let (_, v) = manifest::get(&store, &Name::new("first").unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    let mut changed = job.clone();
+    changed.args = vec!["again".into()];
+    manifest::apply(
+        &store,
+        &OsEntropy::new(),
+        &Name::new("first").unwrap(),
+        &changed,
+        Some(&v),
+    )
+    .await
+    .unwrap();
+    f.wait_claim_state("first", ClaimState::Released).await;
+    assert_eq!(f.claim("first").await.state, ClaimState::Released);
+    assert_eq!(f.placement().len(), 1, "{:?}", f.placement());
+    f.finish().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn restart_policies_and_pause() {
     let store: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());

@@ -32,11 +32,17 @@ impl Drop for Node {
 struct Env {
     dir: tempfile::TempDir,
     url: String,
+    /// An S3 endpoint other than the environment's (Ceph RGW beside moto).
+    endpoint: Option<String>,
 }
 
 /// `leasehold init`: the fleet marker nodes need.
-fn init(url: &str) {
-    let o = bin().args(["init", "--store", url]).output().unwrap();
+fn init(url: &str, endpoint: Option<&str>) {
+    let mut c = bin();
+    if let Some(e) = endpoint {
+        c.env("AWS_ENDPOINT_URL", e);
+    }
+    let o = c.args(["init", "--store", url]).output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
 
@@ -50,12 +56,26 @@ impl Env {
     fn local() -> Env {
         let dir = tempfile::tempdir().unwrap();
         let url = format!("file://{}/bucket", dir.path().display());
-        init(&url);
-        Env { dir, url }
+        init(&url, None);
+        Env {
+            dir,
+            url,
+            endpoint: None,
+        }
     }
 
     fn moto() -> Option<Env> {
         let base = common::server("LEASEHOLD_TEST_S3")?;
+        Some(Self::on_s3(base, None))
+    }
+
+    /// Ceph RGW: a node learns its ETag dialect from its start-up probe.
+    fn rgw() -> Option<Env> {
+        let (base, endpoint) = common::rgw()?;
+        Some(Self::on_s3(base, Some(endpoint)))
+    }
+
+    fn on_s3(base: String, endpoint: Option<String>) -> Env {
         let dir = tempfile::tempdir().unwrap();
         let url = format!(
             "{base}/proc-{}",
@@ -65,8 +85,16 @@ impl Env {
                 .to_string_lossy()
                 .replace('.', "")
         );
-        init(&url);
-        Some(Env { dir, url })
+        init(&url, endpoint.as_deref());
+        Env { dir, url, endpoint }
+    }
+
+    fn cmd(&self) -> Command {
+        let mut c = bin();
+        if let Some(e) = &self.endpoint {
+            c.env("AWS_ENDPOINT_URL", e);
+        }
+        c
     }
 
     fn path(&self, f: &str) -> PathBuf {
@@ -79,7 +107,8 @@ impl Env {
 
     fn node_with_ttl(&self, id: &str, ttl: &str) -> Node {
         let log = self.path(&format!("{id}-{ttl}.log"));
-        let child = bin()
+        let child = self
+            .cmd()
             .args([
                 "node",
                 "run",
@@ -112,7 +141,8 @@ impl Env {
         });
         let f = self.path("m.json");
         std::fs::write(&f, m.to_string()).unwrap();
-        let o = bin()
+        let o = self
+            .cmd()
             .args(["apply", f.to_str().unwrap(), "--store", &self.url])
             .output()
             .unwrap();
@@ -160,7 +190,11 @@ fn log_of(n: &Node) -> String {
 }
 
 async fn store(env: &Env) -> Arc<dyn Store> {
-    open_store(&env.url, &OpenOptions::default()).await.unwrap()
+    let opts = OpenOptions {
+        endpoint: env.endpoint.clone(),
+        ..Default::default()
+    };
+    open_store(&env.url, &opts).await.unwrap()
 }
 
 /// Starts n1, places the session there, then starts n2.
@@ -272,6 +306,23 @@ async fn sigterm_releases_local() {
 async fn kill_9_moves_sessions_moto() {
     if let Some(env) = Env::moto() {
         kill_9(env).await;
+    }
+}
+
+/// On Ceph RGW (If-Match in its bare-ETag dialect), through real node
+/// processes: registration, renewals, the takeover's fence and the new claim
+/// all write with If-Match.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_moves_sessions_rgw() {
+    if let Some(env) = Env::rgw() {
+        kill_9(env).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_releases_rgw() {
+    if let Some(env) = Env::rgw() {
+        sigterm(env).await;
     }
 }
 

@@ -203,7 +203,7 @@ async fn matrix(urls: Vec<String>, json: bool) -> leasehold::Result<()> {
     for url in urls {
         let store = open_store(&url, &OpenOptions::default()).await?;
         let entropy = OsEntropy::new();
-        let (verdict, steps) = match leasehold::probe::probe(&store, &entropy).await {
+        let (verdict, steps) = match leasehold::probe::probe(&store, &entropy, &leasehold::clock::SystemClock::new()).await {
             Ok(r) => ("honours conditions".to_string(), r.steps),
             Err(e) => (format!("REFUSED: {e}"), Vec::new()),
         };
@@ -359,7 +359,7 @@ async fn latency(url: &str, iterations: usize, json: bool) -> leasehold::Result<
     let inner = open_store(url, &OpenOptions::default()).await?;
     let counting = Arc::new(CountingStore::new(inner));
     let store: Arc<dyn Store> = counting.clone();
-    leasehold::probe::probe(&store, &entropy).await?;
+    leasehold::probe::probe(&store, &entropy, &leasehold::clock::SystemClock::new()).await?;
     let raw = RawSide {
         raw: open_raw(url, &OpenOptions::default()).await?,
         base: base.clone(),

@@ -31,7 +31,8 @@ pub async fn run(store_url: Option<String>, ttl: Duration) -> Result<(), Error> 
     let counting = Arc::new(CountingStore::new(store));
     let store: Arc<dyn Store> = counting.clone();
     println!("store   {url}");
-    let report = crate::probe::probe(&store, &crate::clock::OsEntropy::new()).await?;
+    refuse_occupied(&store).await?;
+    let report = crate::probe::probe(&store, &crate::clock::OsEntropy::new(), &SystemClock::new()).await?;
     println!(
         "probe   conditional writes honoured ({} steps ok)",
         report.steps.iter().filter(|s| s.ok).count()
@@ -230,7 +231,8 @@ pub async fn fleet(store_url: Option<String>, ttl: Duration, sessions: u32) -> R
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
     let entropy = Arc::new(crate::clock::OsEntropy::new());
     println!("store   {url}");
-    crate::probe::probe(&store, entropy.as_ref()).await?;
+    refuse_occupied(&observer_store).await?;
+    crate::probe::probe(&store, entropy.as_ref(), clock.as_ref()).await?;
     println!("probe   conditional writes honoured");
     let (marker, _) =
         crate::fleet::marker::init(&store, entropy.as_ref(), clock.wall_ms(), 1).await?;
@@ -297,7 +299,8 @@ pub async fn fleet(store_url: Option<String>, ttl: Duration, sessions: u32) -> R
         }
         if clock.now() >= deadline {
             return Err(Error::Internal(format!(
-                "sessions were not placed in time: {c:?}"
+                "sessions were not placed in time: {}",
+                summary(&c, sessions)
             )));
         }
         clock.sleep(Duration::from_millis(20)).await;
@@ -316,10 +319,12 @@ pub async fn fleet(store_url: Option<String>, ttl: Duration, sessions: u32) -> R
         .max_by_key(|(_, c)| **c)
         .map(|(n, _)| n.to_string())
         .unwrap_or_default();
-    let victim = nodes
-        .iter()
-        .position(|n| n.id == victim_id)
-        .expect("a node runs sessions");
+    let Some(victim) = nodes.iter().position(|n| n.id == victim_id) else {
+        return Err(Error::Internal(format!(
+            "no demo node runs a session ({})",
+            summary(&placed, sessions)
+        )));
+    };
     let v = nodes.remove(victim);
     v.task.abort();
     let _ = v.task.await;
@@ -339,7 +344,8 @@ pub async fn fleet(store_url: Option<String>, ttl: Duration, sessions: u32) -> R
         }
         if clock.now() >= deadline + ttl * 10 {
             return Err(Error::Internal(format!(
-                "sessions did not move in time: {c:?}"
+                "sessions did not move in time: {}",
+                summary(&c, sessions)
             )));
         }
         clock.sleep(Duration::from_millis(20)).await;
@@ -377,11 +383,58 @@ pub async fn fleet(store_url: Option<String>, ttl: Duration, sessions: u32) -> R
     Ok(())
 }
 
+/// The claim state as `ls` spells it.
+fn state_word(s: crate::fleet::claim::ClaimState) -> &'static str {
+    s.as_str()
+}
+
+/// "4 of 6 running (job-2: released on bravo, ...)", for a demo that timed out.
+fn summary(
+    c: &std::collections::BTreeMap<String, (String, u64, crate::fleet::claim::ClaimState)>,
+    want: u32,
+) -> String {
+    use crate::fleet::claim::ClaimState;
+    let running = c.values().filter(|v| v.2 == ClaimState::Running).count();
+    let others: Vec<String> = c
+        .iter()
+        .filter(|(_, v)| v.2 != ClaimState::Running)
+        .take(5)
+        .map(|(s, (n, _, st))| format!("{s}: {} on {n}", state_word(*st)))
+        .collect();
+    format!(
+        "{running} of {want} running, {} claimed{}",
+        c.len(),
+        if others.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", others.join(", "))
+        }
+    )
+}
+
+/// The demo writes a fleet of its own (a marker, manifests, three nodes):
+/// never into a store that holds anything, a live fleet above all.
+async fn refuse_occupied(store: &Arc<dyn Store>) -> Result<(), Error> {
+    use futures::StreamExt;
+    let mut list = store.list("");
+    if let Some(e) = list.next().await {
+        let e = e.map_err(|e| Error::from_store("list", "", e))?;
+        return Err(Error::invalid(
+            "--store",
+            format!(
+                "{store} is not empty (it holds {}, maybe more): the demo runs its own fleet and writes only into an empty store; omit --store for a fresh local one",
+                e.key
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn print_placement(
     c: &std::collections::BTreeMap<String, (String, u64, crate::fleet::claim::ClaimState)>,
 ) {
     println!("  {:<10} {:<8} {:<6} state", "session", "node", "epoch");
     for (s, (n, e, st)) in c {
-        println!("  {s:<10} {n:<8} {e:<6} {st:?}");
+        println!("  {s:<10} {n:<8} {e:<6} {}", state_word(*st));
     }
 }

@@ -57,7 +57,16 @@ pub async fn resolve(
                         lease_text(*lease)
                     )
                 }
-                WakeOutcome::NoOwner { owner } => println!("{name}: no owner ({owner:?})"),
+                WakeOutcome::NoOwner { owner } => println!(
+                    "{name}: no owner ({})",
+                    match owner {
+                        Owned::Released { epoch } => format!("released at epoch {epoch}; queued"),
+                        Owned::Unowned => "queued, never claimed".into(),
+                        Owned::NoManifest => "no such session: no claim, no manifest".into(),
+                        Owned::Claimed { node, status, .. } =>
+                            format!("{} on {node}", status.as_str()),
+                    }
+                ),
                 WakeOutcome::ClaimedHere { node, epoch } => {
                     println!("{name}: claimed on {node}, epoch {epoch}")
                 }
@@ -92,7 +101,8 @@ pub async fn resolve(
                 status,
                 ..
             } => println!(
-                "{name}: {node} epoch {epoch} {status:?}{}{}",
+                "{name}: {node} epoch {epoch} {}{}{}",
+                status.as_str(),
                 address
                     .as_ref()
                     .map(|a| format!(" at {a}"))
@@ -107,7 +117,13 @@ pub async fn resolve(
             Owned::NoManifest => println!("{name}: no such session (no claim, no manifest)"),
         }
     }
-    if live { Ok(()) } else { Err(Failure::Held) }
+    // Exit 0 means "a live owner runs it": a failed, succeeded or paused
+    // session has an owner on record but nothing to reach.
+    let running = matches!(
+        &r.owner,
+        Owned::Claimed { status, .. } if *status == crate::fleet::claim::ClaimState::Running
+    );
+    if live && running { Ok(()) } else { Err(Failure::Held) }
 }
 
 /// Lists `prefix` and reads every object, `READS` at a time. Listings are
@@ -183,13 +199,11 @@ fn ago(ms: u64) -> String {
     }
 }
 
+/// One-shot readers judge by wall clock, and say so.
 fn lease_text(l: OwnerLease) -> &'static str {
     match l {
-        OwnerLease::Live => "live",
         OwnerLease::Expired => "expired by wall clock",
-        OwnerLease::Released => "released its lease",
-        OwnerLease::Superseded => "restarted as a new instance",
-        OwnerLease::Missing => "has no node record",
+        other => other.describe(),
     }
 }
 
@@ -224,8 +238,10 @@ pub async fn ls(
                         "epoch": r.epoch, "released": r.released, "address": r.address,
                         "capacity": r.attrs.get("capacity"), "load": r.attrs.get("load"),
                         "labels": r.attrs.get("labels"), "renewed_ms_ago_wall": now.saturating_sub(r.renewed_at_ms),
-                        // "fenced": released by a peer that took its sessions over.
-                        "state": if r.released && r.attrs.contains_key("released_by") { "fenced" } else if r.released { "released" } else if r.expired_by_wall_clock(now, max_skew) { "expired" } else { "held" },
+                        // One vocabulary (crate::liveness): live, expired
+                        // (by wall clock, within the skew bound), released,
+                        // fenced (released by a peer that took over).
+                        "state": crate::liveness::judge(Some(&r), None, crate::liveness::Evidence::WallClock { now_ms: now, max_skew }).as_str(),
                         "released_by": r.attrs.get("released_by"),
                     }),
                     Err(err) => {
@@ -392,6 +408,22 @@ pub async fn inspect(key: &str, store: &StoreArgs, json: bool) -> Result<(), Fai
         .await
         .map_err(|e| Error::from_store("get", key, e))?
     else {
+        // A bare name most likely meant one of its objects: say which exist.
+        if !key.contains('/') {
+            let mut found = Vec::new();
+            for p in ["sessions", "manifests", "nodes", "leases"] {
+                let k = format!("{p}/{key}");
+                if let Ok(Some(_)) = store.get(&k).await {
+                    found.push(k);
+                }
+            }
+            if !found.is_empty() {
+                return Err(Error::NotFound {
+                    key: format!("{key} (keys are prefixed: did you mean {}?)", found.join(" or ")),
+                }
+                .into());
+            }
+        }
         return Err(Error::NotFound {
             key: key.to_string(),
         }

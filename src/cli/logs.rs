@@ -116,10 +116,10 @@ pub async fn run(
                 .and_then(|v| v["message"].as_str().map(str::to_string))
                 .unwrap_or(body);
             let e = match status.as_u16() {
-                401 | 403 => Error::invalid(
-                    "bearer token",
-                    format!("node {node} answered {status}: {msg} (check --token-file)"),
-                ),
+                401 | 403 => Error::Denied {
+                    what: "bearer token".into(),
+                    reason: format!("node {node} answered {status}: {msg} (check --token-file)"),
+                },
                 404 => Error::NotFound {
                     key: format!("log of {name} on node {node}: {msg}"),
                 },

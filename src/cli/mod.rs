@@ -12,6 +12,7 @@
 //! | 5 | corrupt or foreign data in the bucket |
 //! | 6 | the store failed the conditional-write probe and is refused |
 //! | 7 | not found |
+//! | 8 | permission denied: the store's credentials or a node's bearer token |
 //! | 70 | internal error |
 
 mod demo;
@@ -49,7 +50,7 @@ pub struct Cli {
     /// Wall-clock skew bound for one-shot readers (ls, nodes, resolve): an
     /// owner not renewed for ttl + this, by the clocks, shows as expired.
     /// Advisory only: nodes never take anything over by wall clock.
-    #[arg(long, global = true, default_value = "5s", value_parser = parse_duration, env = "LEASEHOLD_MAX_SKEW")]
+    #[arg(long, global = true, default_value = "5s", value_parser = parse_duration, allow_hyphen_values = true, env = "LEASEHOLD_MAX_SKEW")]
     max_skew: Duration,
     #[command(subcommand)]
     command: Command,
@@ -67,7 +68,7 @@ pub(crate) struct StoreArgs {
     #[arg(long)]
     endpoint: Option<String>,
     /// Per-request timeout.
-    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    #[arg(long, default_value = "5s", value_parser = parse_duration, allow_hyphen_values = true)]
     request_timeout: Duration,
 }
 
@@ -158,7 +159,7 @@ enum Command {
         #[arg(long)]
         from_start: bool,
         /// Stop after this long (default: until interrupted).
-        #[arg(long, value_parser = parse_duration)]
+        #[arg(long, value_parser = parse_duration, allow_hyphen_values = true)]
         duration: Option<Duration>,
         /// One JSON object per line.
         #[arg(long)]
@@ -198,10 +199,14 @@ enum Command {
         shell: clap_complete::Shell,
     },
     /// Delete a manifest; its owner stops the session and releases the claim.
+    /// Exit 7 if there is none (0 with --ignore-not-found).
     Delete {
         name: String,
         #[command(flatten)]
         store: StoreArgs,
+        /// A manifest that is already gone is not an error (as kubectl's flag).
+        #[arg(long)]
+        ignore_not_found: bool,
     },
     /// Three nodes in this process on a local directory store: manifests are
     /// placed, one node is killed abruptly, its sessions move. No server, no
@@ -211,10 +216,11 @@ enum Command {
         #[arg(long)]
         store: Option<String>,
         /// Node (or lease) TTL for the demo.
-        #[arg(long, default_value = "1s", value_parser = parse_duration)]
+        #[arg(long, default_value = "1s", value_parser = parse_duration, allow_hyphen_values = true)]
         ttl: Duration,
-        /// How many manifests to apply.
-        #[arg(long, default_value_t = 6)]
+        /// How many manifests to apply (1-100).
+        #[arg(long, default_value_t = 6, allow_hyphen_values = true,
+              value_parser = clap::value_parser!(u32).range(1..=100))]
         sessions: u32,
         /// Run the leader-election demo instead.
         #[arg(long)]
@@ -238,8 +244,9 @@ enum NodeOp {
         /// Node id (unique in the fleet).
         #[arg(long, env = "LEASEHOLD_NODE")]
         id: String,
-        /// Most sessions at once.
-        #[arg(long, default_value_t = 16)]
+        /// Most sessions at once (1-100000).
+        #[arg(long, default_value_t = 16, allow_hyphen_values = true,
+              value_parser = clap::value_parser!(u32).range(1..=100_000))]
         capacity: u32,
         /// Labels for manifest selectors: k=v,k2=v2.
         #[arg(long, value_parser = parse_labels, default_value = "")]
@@ -249,14 +256,14 @@ enum NodeOp {
         address: Option<String>,
         /// Node lease TTL; sessions move about ttl + ttl/10 + one poll after
         /// this node dies.
-        #[arg(long, default_value = "10s", value_parser = parse_duration)]
+        #[arg(long, default_value = "10s", value_parser = parse_duration, allow_hyphen_values = true)]
         ttl: Duration,
         /// A launcher prefixed to every session command, split on spaces
         /// (e.g. 'nice -n 10'). Default: run the spec's command directly.
         #[arg(long)]
         exec: Option<String>,
         /// SIGTERM-to-SIGKILL grace when stopping a session.
-        #[arg(long, default_value = "5s", value_parser = parse_duration)]
+        #[arg(long, default_value = "5s", value_parser = parse_duration, allow_hyphen_values = true)]
         stop_grace: Duration,
         /// Serve the node's HTTP API (events, sessions, health, metrics) on
         /// this address. A bare port (7400 or :7400) binds loopback.
@@ -360,7 +367,7 @@ enum LeaseOp {
         name: String,
         #[command(flatten)]
         store: StoreArgs,
-        #[arg(long, default_value = "10s", value_parser = parse_duration)]
+        #[arg(long, default_value = "10s", value_parser = parse_duration, allow_hyphen_values = true)]
         ttl: Duration,
         /// Holder node id (default: this host's name, sanitised).
         #[arg(long, env = "LEASEHOLD_NODE")]
@@ -369,14 +376,16 @@ enum LeaseOp {
         #[arg(long)]
         address: Option<String>,
         /// Keep observing a held lease this long; take it if it expires.
-        #[arg(long, value_parser = parse_duration)]
+        #[arg(long, value_parser = parse_duration, allow_hyphen_values = true)]
         wait: Option<Duration>,
-        /// Skip the conditional-write probe (about 300 requests, 32 rounds of
-        /// concurrent writes). What it gives up: nothing then checks that
-        /// the store honours conditional writes, and on one that ignores
-        /// them or checks them without a lock, two callers can both be told
-        /// they hold the lease at the same epoch. Only for a store that
-        /// `leasehold doctor` has passed.
+        /// Skip the conditional-write probe's race rounds (about 300
+        /// requests, 32 rounds of concurrent writes); its sequential steps
+        /// (about ten requests) still run on an HTTP store, to learn the
+        /// ETag form. What it gives up: nothing then checks that the store
+        /// serialises concurrent conditional writes, and on one that checks
+        /// them without a lock, two callers can both be told they hold the
+        /// lease at the same epoch. Only for a store that `leasehold doctor`
+        /// has passed.
         #[arg(long)]
         no_probe: bool,
         #[arg(long)]
@@ -415,7 +424,12 @@ enum LeaseOp {
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s).map_err(|e| format!("{e} (examples: 500ms, 10s, 2m)"))
+    // `--ttl -5s` reaches here (hyphen values are allowed) so that it is
+    // told what is wrong, not parsed as an unknown flag `-5`.
+    if s.trim_start().starts_with('-') {
+        return Err(format!("{s:?}: a duration cannot be negative (examples: 500ms, 10s, 2m)"));
+    }
+    humantime::parse_duration(s).map_err(|e| format!("{s:?}: {e} (examples: 500ms, 10s, 2m)"))
 }
 
 /// What a command failed with: a library error, or a plain negative answer.
@@ -439,7 +453,8 @@ pub fn exit_code(kind: ErrorKind) -> u8 {
         ErrorKind::Data => 5,
         ErrorKind::Unsupported => 6,
         ErrorKind::NotFound => 7,
-        ErrorKind::Internal => 70,
+        ErrorKind::Permission => 8,
+        _ => 70,
     }
 }
 
@@ -462,6 +477,16 @@ pub fn main() -> ExitCode {
             return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
         }
     };
+    // One-shot commands end quietly when their reader goes away (`ls |
+    // head`), as Unix tools do: the default SIGPIPE action, instead of the
+    // Rust runtime's "ignore" that turns the next print into a panic. A node
+    // keeps ignoring it: its sockets and pipes report EPIPE as an error, and
+    // a closed stderr must not kill it without releasing its sessions.
+    if !matches!(cli.command, Command::Node { .. }) {
+        // SAFETY: restoring a default signal disposition before any thread
+        // is started has no preconditions.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     // A node reports its journal events at info; one-shot commands stay quiet.
     let telemetry = match crate::telemetry::init(
         if matches!(cli.command, Command::Node { .. }) {
@@ -536,9 +561,12 @@ fn apply_config_file() -> Result<(), Error> {
     let Some(path) = config_path() else {
         return Ok(());
     };
+    let named = std::env::var_os("LEASEHOLD_CONFIG").is_some();
     let bytes = match std::fs::read(&path) {
         Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        // The default location is optional; a file named by LEASEHOLD_CONFIG
+        // is not: ignoring it would run with settings nobody asked for.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !named => return Ok(()),
         Err(e) => {
             return Err(Error::invalid(
                 "config file",
@@ -575,7 +603,47 @@ fn apply_config_file() -> Result<(), Error> {
     Ok(())
 }
 
+/// Opens the store of a one-shot command. Refuses `memory://` (every
+/// process has its own, so a one-shot command would only ever see an empty
+/// store of its own) and a `file://` root that does not exist (a mistyped
+/// path would be created and listed as an empty fleet): `init` and `node
+/// run` create it ([`open_creating`]).
 pub(crate) async fn open(args: &StoreArgs) -> Result<Arc<dyn Store>, Error> {
+    let url = args.store.as_str();
+    let lower = url.to_ascii_lowercase();
+    if lower.starts_with("memory:") {
+        return Err(Error::invalid(
+            "--store",
+            "memory:// lives inside one process, so this command would see an empty store of its own; use file:///dir for a fleet on this machine",
+        ));
+    }
+    if let Some(dir) = lower.strip_prefix("file://").map(|_| &url["file://".len()..])
+        && dir.starts_with('/')
+        && !std::path::Path::new(dir).exists()
+    {
+        return Err(Error::invalid(
+            "--store",
+            format!(
+                "{dir} does not exist (a typo?); `leasehold init --store {url}` creates a fleet there"
+            ),
+        ));
+    }
+    open_creating(args).await
+}
+
+/// Opens the store, creating a `file://` root that does not exist yet (and
+/// saying so on stderr): for `init` and `node run`.
+pub(crate) async fn open_creating(args: &StoreArgs) -> Result<Arc<dyn Store>, Error> {
+    if let Some(dir) = args
+        .store
+        .to_ascii_lowercase()
+        .strip_prefix("file://")
+        .map(|_| &args.store["file://".len()..])
+        && dir.starts_with('/')
+        && !std::path::Path::new(dir).exists()
+    {
+        eprintln!("creating {dir} (a new local store)");
+    }
     let opts = OpenOptions {
         endpoint: args.endpoint.clone(),
         request_timeout: args.request_timeout,
@@ -614,7 +682,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     let max_skew = cli.max_skew;
     match cli.command {
         Command::Doctor { store, json } => doctor(&store, json).await,
-        Command::Lease { op } => lease(op).await,
+        Command::Lease { op } => lease(op, max_skew).await,
         Command::Demo {
             store,
             ttl,
@@ -664,7 +732,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             generation,
             json,
         } => {
-            let store = open(&store).await?;
+            let store = open_creating(&store).await?;
             let (m, created) = crate::fleet::marker::init(
                 &store,
                 &OsEntropy::new(),
@@ -706,11 +774,17 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             );
             Ok(())
         }
-        Command::Delete { name, store } => {
+        Command::Delete {
+            name,
+            store,
+            ignore_not_found,
+        } => {
             let name = Name::new(name)?;
             let store = open(&store).await?;
             if crate::fleet::manifest::delete(&store, &name).await? {
                 println!("deleted manifests/{name}");
+                Ok(())
+            } else if ignore_not_found {
                 Ok(())
             } else {
                 Err(Error::NotFound {
@@ -767,88 +841,108 @@ async fn doctor(args: &StoreArgs, json: bool) -> Result<(), Failure> {
     // Named before the probe: when the probe fails for want of credentials,
     // where they were looked for is the first thing an operator needs.
     let credentials = crate::store::open::credentials_source(&args.store).await;
-    let result = crate::probe::probe(&store, &OsEntropy::new()).await;
-    match &result {
-        Ok(report) => {
-            // A passing probe clears an audit's refusal on this host.
-            let marker = crate::fleet::refusal_marker(
-                &crate::hostlock::default_lock_dir(),
-                &store.identity(),
+    let clock = crate::clock::SystemClock::new();
+    let started = clock.now();
+    let (report, result) = crate::probe::probe_report(&store, &OsEntropy::new(), &clock).await;
+    let total_ms = clock.now().saturating_since(started).as_millis() as u64;
+    if result.is_ok() {
+        // A passing probe clears an audit's refusal on this host.
+        let marker =
+            crate::fleet::refusal_marker(&crate::hostlock::default_lock_dir(), &store.identity());
+        if std::fs::remove_file(&marker).is_ok() {
+            eprintln!(
+                "cleared the audit's refusal of this store ({})",
+                marker.display()
             );
-            if std::fs::remove_file(&marker).is_ok() {
-                eprintln!(
-                    "cleared the audit's refusal of this store ({})",
-                    marker.display()
-                );
-            }
-            let offset = clock_offset(&store).await.ok().flatten();
-            let config = config_path();
-            let config_found = config.as_ref().is_some_and(|p| p.exists());
-            let lock_dir = crate::hostlock::default_lock_dir();
-            let endpoint = args
-                .endpoint
-                .clone()
-                .or_else(|| std::env::var("AWS_ENDPOINT_URL_S3").ok())
-                .or_else(|| std::env::var("AWS_ENDPOINT_URL").ok());
-            if json {
-                print_json(&serde_json::json!({
-                    "store": report.store, "ok": true, "steps": report.steps,
-                    "clock_offset_ms": offset.map(|o| o.0), "clock_offset_uncertainty_ms": offset.map(|o| o.1),
-                    "config_file": config.map(|p| p.display().to_string()), "config_file_found": config_found,
-                    "lock_dir": lock_dir.display().to_string(),
-                    "endpoint": endpoint.as_deref().map(crate::store::objstore::redact),
-                    "credentials": credentials,
-                }));
-            } else {
-                println!("store {}", report.store);
-                for s in &report.steps {
-                    println!(
-                        "  {:<22} {:<4} {}",
-                        s.name,
-                        if s.ok { "ok" } else { "no" },
-                        s.detail
-                    );
-                }
-                println!("verdict: conditional writes honoured; safe for leasehold");
-                match offset {
-                    Some((o, u)) => println!(
-                        "clock offset to the store: {:+.1} s (± {:.1} s); advisory, leasehold never relies on it",
-                        o as f64 / 1000.0,
-                        u as f64 / 1000.0
-                    ),
-                    None => println!(
-                        "clock offset to the store: unknown (the store gives no timestamps)"
-                    ),
-                }
-                if let Some(e) = endpoint {
-                    println!("endpoint {}", crate::store::objstore::redact(&e));
-                }
-                println!("credentials {credentials}");
-                println!(
-                    "config file {} ({})",
-                    config
-                        .map(|p| p.display().to_string())
-                        .unwrap_or_else(|| "-".into()),
-                    if config_found { "found" } else { "absent" }
-                );
-                println!("host locks in {}", lock_dir.display());
-            }
-            Ok(())
-        }
-        Err(e) => {
-            if json {
-                print_json(
-                    &serde_json::json!({"store": store.to_string(), "ok": false, "error": e.to_string(), "credentials": credentials}),
-                );
-            } else {
-                eprintln!("credentials {credentials}");
-            }
-            Err(Failure::Error(result.unwrap_err()))
         }
     }
+    // The rest is shown on failure as on success: it is what an operator
+    // needs to find out why.
+    let offset = clock_offset(&store).await.ok().flatten();
+    let config = config_path();
+    let config_found = config.as_ref().is_some_and(|p| p.exists());
+    let lock_dir = crate::hostlock::default_lock_dir();
+    let endpoint = args
+        .endpoint
+        .clone()
+        .or_else(|| std::env::var("AWS_ENDPOINT_URL_S3").ok())
+        .or_else(|| std::env::var("AWS_ENDPOINT_URL").ok())
+        .map(|e| crate::store::objstore::redact(&e));
+    let dialect = report.etag_dialect.map(|d| d.as_str());
+    if json {
+        let mut v = serde_json::json!({
+            "store": report.store, "ok": result.is_ok(), "steps": report.steps,
+            "probe_ms": total_ms, "etag_dialect": dialect,
+            "clock_offset_ms": offset.map(|o| o.0), "clock_offset_uncertainty_ms": offset.map(|o| o.1),
+            "config_file": config.as_ref().map(|p| p.display().to_string()), "config_file_found": config_found,
+            "lock_dir": lock_dir.display().to_string(),
+            "endpoint": endpoint,
+            "credentials": credentials,
+        });
+        if let Err(e) = &result {
+            v["error"] = crate::store::objstore::redact(&error_text(e)).into();
+        }
+        print_json(&v);
+    } else {
+        println!("store {}", report.store);
+        for s in &report.steps {
+            println!(
+                "  {:<22} {:<4} {:>6} ms  {}",
+                s.name,
+                if s.ok { "ok" } else { "FAIL" },
+                s.ms,
+                s.detail
+            );
+        }
+        match &result {
+            Ok(()) => println!("verdict: conditional writes honoured; safe for leasehold ({total_ms} ms)"),
+            Err(e) if e.kind() == ErrorKind::Unsupported => {
+                println!("verdict: REFUSED; nothing leasehold promises holds on this store")
+            }
+            Err(_) => println!("verdict: the probe could not complete (see the error below)"),
+        }
+        if let Some(d) = dialect {
+            println!("etag dialect {d} (If-Match)");
+        }
+        match offset {
+            Some((o, u)) => println!(
+                "clock offset to the store: {:+.1} s (± {:.1} s); advisory, leasehold never relies on it",
+                o as f64 / 1000.0,
+                u as f64 / 1000.0
+            ),
+            None => {
+                println!("clock offset to the store: unknown (no timestamps, or unreachable)")
+            }
+        }
+        if let Some(e) = &endpoint {
+            println!("endpoint {e}");
+        }
+        println!("credentials {credentials}");
+        println!(
+            "config file {} ({})",
+            config
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|| "-".into()),
+            if config_found { "found" } else { "absent" }
+        );
+        println!("host locks in {}", lock_dir.display());
+    }
+    result.map_err(Failure::Error)
 }
 
-async fn lease(op: LeaseOp) -> Result<(), Failure> {
+/// An error with its `Caused by` chain on one line, for JSON output.
+fn error_text(e: &Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = std::error::Error::source(e);
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
+async fn lease(op: LeaseOp, max_skew: Duration) -> Result<(), Failure> {
     match op {
         LeaseOp::Acquire {
             name,
@@ -864,10 +958,13 @@ async fn lease(op: LeaseOp) -> Result<(), Failure> {
             let node = node_name(node)?;
             let mut opts = AcquireOptions::ttl(ttl);
             opts.address = address;
-            let store = open(&store).await?;
-            if !no_probe {
-                crate::probe::probe(&store, &OsEntropy::new()).await?;
-            }
+            let store = if no_probe {
+                open_for_match(&store).await?
+            } else {
+                let store = open(&store).await?;
+                crate::probe::probe(&store, &OsEntropy::new(), &SystemClock::new()).await?;
+                store
+            };
             let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
             // Standalone leases in a fleet's bucket take its generation's
             // epochs too (one GET); without a marker, epochs start at 1.
@@ -985,19 +1082,38 @@ async fn lease(op: LeaseOp) -> Result<(), Failure> {
             // Wall-clock age is for humans only, and says so.
             let age_ms = clock.wall_ms() as i64 - rec.renewed_at_ms as i64;
             if json {
+                let liveness = crate::liveness::judge(
+                    Some(&rec),
+                    None,
+                    crate::liveness::Evidence::WallClock {
+                        now_ms: clock.wall_ms(),
+                        max_skew,
+                    },
+                );
                 print_json(&serde_json::json!({
                     "key": format!("leases/{name}"), "version": version, "record": rec,
-                    "wall_clock_age_ms": age_ms,
+                    "wall_clock_age_ms": age_ms, "state": liveness,
                 }));
             } else {
                 println!("key       leases/{name}");
                 println!("version   {version}");
+                // The one vocabulary (crate::liveness), by wall clock within
+                // the skew bound: advisory, as the line says.
+                let liveness = crate::liveness::judge(
+                    Some(&rec),
+                    None,
+                    crate::liveness::Evidence::WallClock {
+                        now_ms: clock.wall_ms(),
+                        max_skew,
+                    },
+                );
                 println!(
-                    "state     {}",
-                    if rec.released {
-                        "released"
-                    } else {
-                        "held (liveness is judged by observation, not by this output)"
+                    "state     {}{}",
+                    liveness.as_str(),
+                    match liveness {
+                        crate::liveness::Liveness::Live | crate::liveness::Liveness::Expired =>
+                            " (by wall clock; takeovers are judged by observation)",
+                        _ => "",
                     }
                 );
                 println!("epoch     {}", rec.epoch);
@@ -1019,14 +1135,26 @@ async fn lease(op: LeaseOp) -> Result<(), Failure> {
 async fn resumed_client(store: &StoreArgs) -> Result<LeaseClient, Error> {
     // `resume` takes the holder identity from the record, checked against the
     // token; this client's own identity is not used.
-    LeaseClient::builder(open(store).await?, Name::new("cli")?).build()
+    LeaseClient::builder(open_for_match(store).await?, Name::new("cli")?).build()
+}
+
+/// Opens the store of a one-shot command that writes with If-Match, having
+/// learned the store's ETag form (`probe::learn_dialect`, about ten requests
+/// on an HTTP store, none on a local one) unless LEASEHOLD_ETAG_DIALECT
+/// names it.
+async fn open_for_match(args: &StoreArgs) -> Result<Arc<dyn Store>, Error> {
+    let store = open(args).await?;
+    if std::env::var_os("LEASEHOLD_ETAG_DIALECT").is_none() {
+        crate::probe::learn_dialect(&store, &OsEntropy::new(), &SystemClock::new()).await?;
+    }
+    Ok(store)
 }
 
 #[derive(serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ManifestFile {
     name: String,
-    spec: serde_json::Value,
+    spec: crate::fleet::manifest::Spec,
 }
 
 async fn apply(file: &str, store: &StoreArgs, replace: bool, json: bool) -> Result<(), Failure> {
@@ -1040,11 +1168,38 @@ async fn apply(file: &str, store: &StoreArgs, replace: bool, json: bool) -> Resu
         std::fs::File::open(file).and_then(|f| f.take(limit).read_to_end(&mut bytes))
     };
     read.map_err(|e| Error::invalid("manifest file", format!("{file}: {e}")))?;
-    let parsed: ManifestFile = serde_json::from_slice(&bytes)
-        .map_err(|e| Error::invalid("manifest file", format!("{file}: {e}")))?;
+    if bytes.len() > manifest::MAX_MANIFEST_BYTES {
+        return Err(Error::invalid(
+            "manifest file",
+            format!(
+                "{file} is larger than the limit of {} KiB ({} bytes)",
+                manifest::MAX_MANIFEST_BYTES / 1024,
+                manifest::MAX_MANIFEST_BYTES
+            ),
+        )
+        .into());
+    }
+    // Parsed once, from the file itself: an error names the field's path
+    // (`spec.restart`) and the line and column in *this* file.
+    let de = &mut serde_json::Deserializer::from_slice(&bytes);
+    let parsed: ManifestFile = serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        let at = if path == "." {
+            String::new()
+        } else {
+            format!(" at {path}")
+        };
+        Error::invalid("manifest file", format!("{file}{at}: {inner}"))
+    })?;
     let name = Name::new(parsed.name)?;
-    let spec = Spec::parse(&serde_json::to_vec(&parsed.spec).expect("json"))?;
-    let store = open(store).await?;
+    let spec: Spec = parsed.spec;
+    spec.validate()?;
+    let store = if replace {
+        open_for_match(store).await?
+    } else {
+        open(store).await?
+    };
     let current = if replace {
         manifest::get(&store, &name).await?.map(|(_, v)| v)
     } else {
@@ -1114,7 +1269,7 @@ async fn node(op: NodeOp) -> Result<(), Failure> {
     if ttl < Duration::from_millis(100) {
         return Err(Error::invalid("ttl", "at least 100ms for a node").into());
     }
-    let store = open(&store).await?;
+    let store = open_creating(&store).await?;
     let counting = Arc::new(crate::store::CountingStore::new(store));
     let store: Arc<dyn Store> = counting.clone();
     let host = crate::hostlock::hostname();

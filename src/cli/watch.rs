@@ -33,6 +33,12 @@ enum Msg {
         node: String,
         text: String,
     },
+    /// A node refused our token: watching cannot succeed until it is
+    /// fixed, so watch stops with exit 8 rather than retrying forever.
+    Denied {
+        node: String,
+        status: u16,
+    },
 }
 
 pub async fn run(
@@ -104,6 +110,16 @@ pub async fn run(
         };
         tokio::select! {
             m = rx.recv() => {
+                if let Some(Msg::Denied { node, status }) = &m {
+                    for (_, t) in followers {
+                        t.abort();
+                    }
+                    return Err(Error::Denied {
+                        what: "bearer token".into(),
+                        reason: format!("node {node} answered HTTP {status} (check --token-file)"),
+                    }
+                    .into());
+                }
                 if let Some(m) = m {
                     print(&m, json);
                 }
@@ -127,6 +143,7 @@ fn print(m: &Msg, json: bool) {
             Msg::Event { node, event } => serde_json::json!({"node": node, "event": event}),
             Msg::Gap { node, from, to } => serde_json::json!({"node": node, "gap": [from, to]}),
             Msg::Status { node, text } => serde_json::json!({"node": node, "status": text}),
+            Msg::Denied { node, status } => serde_json::json!({"node": node, "denied": status}),
         };
         println!("{v}");
         return;
@@ -148,6 +165,7 @@ fn print(m: &Msg, json: bool) {
             println!("{node:<12} GAP: events {from}..={to} were evicted before they could be read")
         }
         Msg::Status { node, text } => println!("{node:<12} -- {text}"),
+        Msg::Denied { node, status } => println!("{node:<12} -- HTTP {status}"),
     }
 }
 
@@ -173,7 +191,19 @@ async fn live_nodes(
             tracing::warn!(key = k, "skipping corrupt node record");
             continue;
         };
-        if let (false, Some(a)) = (r.released, r.address.clone())
+        // Followed unless its tenure is over (released or fenced): an
+        // expired-looking node may be alive behind a skewed clock, and
+        // following it costs a failed connection at worst.
+        let over = crate::liveness::judge(
+            Some(&r),
+            None,
+            crate::liveness::Evidence::WallClock {
+                now_ms: 0,
+                max_skew: Duration::ZERO,
+            },
+        )
+        .is_final();
+        if let (false, Some(a)) = (over, r.address.clone())
             && a.starts_with("http://")
         {
             out.push((r.holder.node, r.holder.instance, a));
@@ -221,6 +251,15 @@ async fn follow(
                     {
                         cursor = v["latest"].as_u64();
                     }
+                }
+                Ok(r) if matches!(r.status().as_u16(), 401 | 403) => {
+                    let _ = tx
+                        .send(Msg::Denied {
+                            node: node.clone(),
+                            status: r.status().as_u16(),
+                        })
+                        .await;
+                    return;
                 }
                 Ok(r) => {
                     say(&tx, &node, format!("HTTP {}", r.status())).await;
@@ -287,6 +326,15 @@ async fn follow(
                     // Our cursor is beyond this journal: a restarted node that
                     // kept its address. Start again from its latest.
                     cursor = None;
+                }
+                Ok(r) if matches!(r.status().as_u16(), 401 | 403) => {
+                    let _ = tx
+                        .send(Msg::Denied {
+                            node: node.clone(),
+                            status: r.status().as_u16(),
+                        })
+                        .await;
+                    return;
                 }
                 Ok(r) => {
                     say(&tx, &node, format!("HTTP {}", r.status())).await;

@@ -33,6 +33,17 @@ pub enum ClaimState {
 }
 
 impl ClaimState {
+    /// The word readers print (`ls`, `resolve`, the demo), as serialised.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClaimState::Running => "running",
+            ClaimState::Paused => "paused",
+            ClaimState::Succeeded => "succeeded",
+            ClaimState::Failed => "failed",
+            ClaimState::Released => "released",
+        }
+    }
+
     /// Completed sessions are not run again unless their manifest changes.
     pub fn is_terminal(self) -> bool {
         matches!(self, ClaimState::Succeeded | ClaimState::Failed)

@@ -100,7 +100,10 @@ impl Journal {
         i.next += 1;
         i.bytes += e.size();
         *i.totals.entry(kind).or_default() += 1;
-        tracing::info!(seq = e.seq, kind, session = ?e.session, epoch = ?e.epoch, detail = %e.detail, "event");
+        // Absent fields print as "-", not as Rust's `None` / `Some("web")`.
+        let session = e.session.as_deref().unwrap_or("-");
+        let epoch = e.epoch.map_or_else(|| "-".to_string(), |x| x.to_string());
+        tracing::info!(seq = e.seq, kind, session, epoch = %epoch, detail = %e.detail, "event");
         i.events.push_back(e);
         while i.events.len() > self.max_events || (i.bytes > self.max_bytes && i.events.len() > 1) {
             let old = i.events.pop_front().expect("non-empty");

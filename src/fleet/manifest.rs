@@ -288,6 +288,8 @@ pub async fn apply(
             let existing = ManifestRecord::decode(&key, &bytes)?;
             if replace.is_none() && existing.digest == rec.digest {
                 Ok(Applied::Unchanged(version))
+            } else if replace.is_none() {
+                Err(Error::SpecDiffers { key })
             } else {
                 Err(Error::Conflict { key })
             }

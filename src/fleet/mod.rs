@@ -44,6 +44,7 @@ pub(crate) async fn put_checked(
     nonce: &str,
     nonce_of: impl Fn(&[u8]) -> Option<String>,
 ) -> Result<Put> {
+    let cond_version = cond.version().cloned();
     let rejected = match store.put(key, bytes, cond).await {
         Ok(v) => return Ok(Put::Committed(v)),
         Err(e) if e.is_rejection() => true,
@@ -56,7 +57,12 @@ pub(crate) async fn put_checked(
         .map_err(|e| Error::from_store("get", key, e))?;
     match current {
         Some(o) if nonce_of(&o.bytes).as_deref() == Some(nonce) => Ok(Put::Committed(o.version)),
-        Some(o) if rejected => Ok(Put::Rejected(Some((o.bytes, o.version)))),
+        // Rejected while the version we matched is still there: nothing was
+        // written (a 409 under concurrent conditional writes), so it is not
+        // a rejection; fall through to "did not land".
+        Some(o) if rejected && cond_version.as_ref() != Some(&o.version) => {
+            Ok(Put::Rejected(Some((o.bytes, o.version))))
+        }
         None if rejected => Ok(Put::Rejected(None)),
         _ => Err(Error::Unavailable {
             op: "put",

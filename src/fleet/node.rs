@@ -23,6 +23,7 @@ use super::{Put, audit, json_nonce, put_checked};
 use crate::clock::{Clock, Entropy, MonoTime};
 use crate::error::{Error, Result};
 use crate::hostlock::HostLock;
+use crate::liveness::Liveness;
 use crate::lease::{Acquire, AcquireOptions, Lease, LeaseClient, default_margin};
 use crate::name::Name;
 use crate::record::{Kind, LeaseRecord, SCHEMA};
@@ -92,14 +93,14 @@ impl NodeConfig {
 pub struct NodeStatus {
     inner: std::sync::RwLock<StatusSnapshot>,
     renew: std::sync::Mutex<RenewHistogram>,
-    live: std::sync::Mutex<Liveness>,
+    live: std::sync::Mutex<ReadinessInputs>,
     corrupt: std::sync::Mutex<Vec<String>>,
 }
 
 /// What readiness is computed from, at the moment it is asked: never a
 /// stored flag, which a hung pull loop would leave saying "ready".
 #[derive(Debug, Default)]
-struct Liveness {
+struct ReadinessInputs {
     clock: Option<Arc<dyn Clock>>,
     /// The node lease's validity as the renew task last extended it.
     valid_until: Option<MonoTime>,
@@ -401,7 +402,7 @@ pub async fn run(cfg: NodeConfig, deps: NodeDeps, shutdown: CancellationToken) -
         return Err(Error::invalid("capacity", "must be at least 1"));
     }
     if cfg.probe {
-        crate::probe::probe(&deps.store, deps.entropy.as_ref()).await?;
+        crate::probe::probe(&deps.store, deps.entropy.as_ref(), deps.clock.as_ref()).await?;
     }
     // No marker, no service: a bucket without one is new (init it) or wiped.
     // A transient failure to read it is retried, as registration is.
@@ -791,7 +792,7 @@ impl Node {
                     true
                 }
             };
-            let _ = load_tx.send(self.owned.len() as u32);
+            let _ = load_tx.send(self.load());
             self.publish_status(self.deps.clock.now() < valid_rx.borrow().until);
             self.deps.status.pass_completed(
                 self.deps.clock.now(),
@@ -880,10 +881,9 @@ impl Node {
         let Some(n) = self.nodes.get(&key).cloned() else {
             return Ok(false);
         };
-        if n.record.holder.instance != c.owner.instance
-            || (n.record.released && n.listed == n.fetched)
-        {
-            return Ok(true); // superseded or released: already final
+        let judged = owner_liveness(&n.record, &c.owner.instance);
+        if judged == Liveness::Superseded || (judged.is_final() && n.listed == n.fetched) {
+            return Ok(true); // superseded, released or fenced: already final
         }
         // Build the tombstone from the record at the watched version: the
         // cached one if we read that very version (claim_now just did),
@@ -912,7 +912,7 @@ impl Node {
                 return Ok(false);
             }
             let record = LeaseRecord::decode(&key, &o.bytes, Kind::Node)?;
-            if record.holder.instance != c.owner.instance || record.released {
+            if owner_liveness(&record, &c.owner.instance).is_final() {
                 self.fetch_node(&key, None).await?;
                 return Ok(true);
             }
@@ -963,7 +963,10 @@ impl Node {
                 // ago (then it is final all the same).
                 self.fetch_node(&key, None).await?;
                 Ok(self.nodes.get(&key).is_some_and(|n| {
-                    n.record.released && n.record.holder.instance == c.owner.instance
+                    matches!(
+                        owner_liveness(&n.record, &c.owner.instance),
+                        Liveness::Released | Liveness::Fenced
+                    )
                 }))
             }
         }
@@ -984,7 +987,7 @@ impl Node {
                 epoch: o.record.epoch,
             });
         }
-        if self.owned.len() as u32 >= self.cfg.capacity {
+        if self.load() >= self.cfg.capacity {
             return Ok(declined("no free capacity"));
         }
         let mut round_trips = 1;
@@ -1236,7 +1239,11 @@ impl Node {
             return false;
         };
         let ttl = (*ttl).max(self.cfg.ttl);
-        self.deps.clock.now().saturating_since(*since) >= ttl + default_margin(ttl)
+        crate::liveness::absent_long_enough(
+            self.deps.clock.now().saturating_since(*since),
+            ttl,
+            default_margin(ttl),
+        )
     }
 
     #[tracing::instrument(level = "debug", name = "node pass", skip_all)]
@@ -1338,7 +1345,7 @@ impl Node {
             .collect();
         names.sort();
         for name in names {
-            if self.owned.len() as u32 >= self.cfg.capacity {
+            if self.load() >= self.cfg.capacity {
                 break;
             }
             if self.owned.contains_key(&name) {
@@ -1426,10 +1433,22 @@ impl Node {
     /// live, so views diverged (0.085–0.141 conflicts per claim measured).
     /// Every node re-reads changed claims every pass, so counts from claims
     /// differ between nodes only by the claims of the last poll.
+    /// Sessions that count against our capacity: every owned claim but the
+    /// finished ones (succeeded, failed), which hold no process and run
+    /// again only if their manifest changes. A paused session keeps its
+    /// slot, to resume into.
+    fn load(&self) -> u32 {
+        self.owned
+            .values()
+            .filter(|o| !o.record.state.is_terminal())
+            .count() as u32
+    }
+
     fn claim_loads(&self) -> HashMap<String, u32> {
         let mut loads = HashMap::new();
         for (_, c) in self.claims.values() {
-            if c.state != ClaimState::Released {
+            // As `load`: released and finished claims take no capacity.
+            if c.state != ClaimState::Released && !c.state.is_terminal() {
                 *loads
                     .entry(format!("{}/{}", c.owner.node, c.owner.instance))
                     .or_insert(0) += 1;
@@ -1456,14 +1475,33 @@ impl Node {
         for (key, n) in &self.nodes {
             let rec = &n.record;
             let ttl = Duration::from_millis(rec.ttl_ms);
-            // Expiry by observation of the *listed* version, as of the send
-            // time of the listing that last showed it (see `nodes_listed_at`).
-            let expired = self
+            // Judged on the stillness of the *listed* version, as of the send
+            // time of the listing that last showed it (see
+            // `nodes_listed_at`); a release counts only if we read that very
+            // version (a newer one may be a renewal by a new instance).
+            let unchanged_for = self
                 .client
                 .observer()
                 .unchanged_for(key, &n.listed, self.nodes_listed_at)
-                .is_some_and(|d| d >= ttl + default_margin(ttl));
-            let released = rec.released && n.listed == n.fetched;
+                .unwrap_or(Duration::ZERO);
+            let current;
+            let judged = if n.listed == n.fetched {
+                rec
+            } else {
+                current = LeaseRecord {
+                    released: false,
+                    ..rec.clone()
+                };
+                &current
+            };
+            let liveness = crate::liveness::judge(
+                Some(judged),
+                None,
+                crate::liveness::Evidence::Observed {
+                    unchanged_for,
+                    margin: default_margin(ttl),
+                },
+            );
             let get = |k: &str| rec.attrs.get(k).and_then(|v| v.as_u64()).unwrap_or(0) as u32;
             out.push(NodeView {
                 id: rec.holder.node.clone(),
@@ -1475,7 +1513,7 @@ impl Node {
                     .get("labels")
                     .and_then(|l| serde_json::from_value(l.clone()).ok())
                     .unwrap_or_default(),
-                live: !released && !expired,
+                live: liveness == crate::liveness::Liveness::Live,
             });
         }
         out
@@ -2012,6 +2050,17 @@ impl Node {
                             "manifest changed",
                         );
                     }
+                    // A finished session takes no capacity; run again (a
+                    // new spec) on a node that is full since, it would
+                    // overcommit it. Release it to placement instead.
+                    if o.record.state.is_terminal()
+                        && new_spec
+                        && self.load() >= self.cfg.capacity
+                    {
+                        let _ = self.set_state(&name, ClaimState::Released, None).await;
+                        changed = true;
+                        continue;
+                    }
                     let terminal_same = o.record.state.is_terminal() && !new_spec;
                     let running = self.owned.get(&name).is_some_and(|x| x.running);
                     if !running && !terminal_same {
@@ -2035,6 +2084,20 @@ impl Node {
         }
         changed
     }
+}
+
+/// The final verdicts about a claim owner's record (superseded, released,
+/// fenced) need no evidence beyond the record itself; expiry is judged in
+/// `node_views` with the observer's evidence.
+fn owner_liveness(record: &LeaseRecord, instance: &str) -> Liveness {
+    crate::liveness::judge(
+        Some(record),
+        Some(instance),
+        crate::liveness::Evidence::Observed {
+            unchanged_for: Duration::ZERO,
+            margin: Duration::ZERO,
+        },
+    )
 }
 
 fn manifest_view(m: &ManifestRecord) -> ManifestView {

@@ -104,7 +104,7 @@ impl Store for CountingStore {
     async fn put(&self, key: &str, bytes: Bytes, cond: Cond) -> Result<Version, StoreError> {
         match cond {
             Cond::Create => self.c.put_create.fetch_add(1, Ordering::Relaxed),
-            Cond::Match(_) => self.c.put_match.fetch_add(1, Ordering::Relaxed),
+            Cond::Match(_) | Cond::MatchAs(..) => self.c.put_match.fetch_add(1, Ordering::Relaxed),
         };
         self.inner.put(key, bytes, cond).await
     }
@@ -131,5 +131,13 @@ impl Store for CountingStore {
 
     fn identity(&self) -> String {
         self.inner.identity()
+    }
+
+    fn etag_dialect(&self) -> Option<crate::store::EtagDialect> {
+        self.inner.etag_dialect()
+    }
+
+    fn set_etag_dialect(&self, d: crate::store::EtagDialect) -> bool {
+        self.inner.set_etag_dialect(d)
     }
 }

@@ -223,6 +223,14 @@ impl Store for FaultStore {
     fn identity(&self) -> String {
         self.inner.identity()
     }
+
+    fn etag_dialect(&self) -> Option<crate::store::EtagDialect> {
+        self.inner.etag_dialect()
+    }
+
+    fn set_etag_dialect(&self, d: crate::store::EtagDialect) -> bool {
+        self.inner.set_etag_dialect(d)
+    }
 }
 
 /// A deliberately broken store that ignores `If-None-Match` and/or
@@ -252,7 +260,7 @@ impl Store for IgnoreConditions {
     async fn put(&self, key: &str, bytes: Bytes, cond: Cond) -> Result<Version, StoreError> {
         let ignore = match cond {
             Cond::Create => self.ignore_create,
-            Cond::Match(_) => self.ignore_match,
+            Cond::Match(_) | Cond::MatchAs(..) => self.ignore_match,
         };
         if !ignore {
             return self.inner.put(key, bytes, cond).await;
@@ -274,6 +282,14 @@ impl Store for IgnoreConditions {
 
     fn identity(&self) -> String {
         self.inner.identity()
+    }
+
+    fn etag_dialect(&self) -> Option<crate::store::EtagDialect> {
+        self.inner.etag_dialect()
+    }
+
+    fn set_etag_dialect(&self, d: crate::store::EtagDialect) -> bool {
+        self.inner.set_etag_dialect(d)
     }
 }
 
@@ -309,8 +325,8 @@ impl Store for LockFreeConditions {
         match (&cond, &cur) {
             (Cond::Create, None) => {}
             (Cond::Create, Some(_)) => return Err(StoreError::AlreadyExists),
-            (Cond::Match(v), Some(o)) if o.version == *v => {}
-            (Cond::Match(_), _) => return Err(StoreError::Precondition),
+            (Cond::Match(v) | Cond::MatchAs(v, _), Some(o)) if o.version == *v => {}
+            (Cond::Match(_) | Cond::MatchAs(..), _) => return Err(StoreError::Precondition),
         }
         if self.window.is_zero() {
             tokio::task::yield_now().await;
@@ -338,5 +354,166 @@ impl Store for LockFreeConditions {
 
     fn identity(&self) -> String {
         self.inner.identity()
+    }
+
+    fn etag_dialect(&self) -> Option<crate::store::EtagDialect> {
+        self.inner.etag_dialect()
+    }
+
+    fn set_etag_dialect(&self, d: crate::store::EtagDialect) -> bool {
+        self.inner.set_etag_dialect(d)
+    }
+}
+
+/// How a [`DialectDouble`] departs from HTTP's entity-tag rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DialectQuirk {
+    /// If-Match matches only the bare ETag (Ceph RGW 16): a quoted one is
+    /// always a 412.
+    UnquotedOnly,
+    /// The quoted form is checked, the bare form is ignored: any bare
+    /// If-Match overwrites. The probe must refuse this store outright.
+    UnquotedIgnored,
+    /// Listings carry no ETags (some S3-compatibles omit them): expiry by
+    /// observation, which compares listed and read versions, would strand a
+    /// dead node's sessions.
+    ListsWithoutEtags,
+    /// The first If-Match PUT is answered 409 (AWS S3's
+    /// ConditionalRequestConflict under concurrent conditional writes, which
+    /// object_store reports as `AlreadyExists` once its retries are spent)
+    /// after the write landed.
+    Conflict409Landed,
+    /// As `Conflict409Landed`, but nothing was written.
+    Conflict409NotLanded,
+}
+
+/// An `object_store` backend (over [`object_store::memory::InMemory`]) with
+/// one of the real-world quirks of [`DialectQuirk`]: below leasehold's
+/// adapter, so the adapter's quoting is what it sees, as on the wire.
+#[derive(Debug)]
+pub struct DialectDouble {
+    inner: object_store::memory::InMemory,
+    quirk: DialectQuirk,
+    fired: std::sync::atomic::AtomicBool,
+}
+
+impl DialectDouble {
+    pub fn new(quirk: DialectQuirk) -> Self {
+        DialectDouble {
+            inner: object_store::memory::InMemory::new(),
+            quirk,
+            fired: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+}
+
+impl fmt::Display for DialectDouble {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "memory store with quirk {:?}", self.quirk)
+    }
+}
+
+#[async_trait]
+impl object_store::ObjectStore for DialectDouble {
+    async fn put_opts(
+        &self,
+        location: &object_store::path::Path,
+        payload: object_store::PutPayload,
+        mut opts: object_store::PutOptions,
+    ) -> object_store::Result<object_store::PutResult> {
+        use object_store::{PutMode, UpdateVersion};
+        let conflict = matches!(
+            self.quirk,
+            DialectQuirk::Conflict409Landed | DialectQuirk::Conflict409NotLanded
+        );
+        if conflict
+            && matches!(opts.mode, PutMode::Update(_))
+            && !self.fired.swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            if self.quirk == DialectQuirk::Conflict409Landed {
+                self.inner.put_opts(location, payload, opts).await?;
+            }
+            return Err(object_store::Error::AlreadyExists {
+                path: location.to_string(),
+                source: "409 ConditionalRequestConflict".into(),
+            });
+        }
+        if let PutMode::Update(UpdateVersion { e_tag: Some(e), version }) = &opts.mode {
+            let quoted = e.starts_with('"');
+            match (self.quirk, quoted) {
+                (DialectQuirk::UnquotedOnly, true) => {
+                    return Err(object_store::Error::Precondition {
+                        path: location.to_string(),
+                        source: "quoted If-Match (this store matches bare ETags only)".into(),
+                    });
+                }
+                (DialectQuirk::UnquotedOnly, false) => {
+                    opts.mode = PutMode::Update(UpdateVersion {
+                        e_tag: Some(format!("\"{e}\"")),
+                        version: version.clone(),
+                    });
+                }
+                (DialectQuirk::UnquotedIgnored, false) => opts.mode = PutMode::Overwrite,
+                _ => {}
+            }
+        }
+        self.inner.put_opts(location, payload, opts).await
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &object_store::path::Path,
+        opts: object_store::PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
+        self.inner.put_multipart_opts(location, opts).await
+    }
+
+    async fn get_opts(
+        &self,
+        location: &object_store::path::Path,
+        options: object_store::GetOptions,
+    ) -> object_store::Result<object_store::GetResult> {
+        self.inner.get_opts(location, options).await
+    }
+
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, object_store::Result<object_store::path::Path>>,
+    ) -> BoxStream<'static, object_store::Result<object_store::path::Path>> {
+        self.inner.delete_stream(locations)
+    }
+
+    fn list(
+        &self,
+        prefix: Option<&object_store::path::Path>,
+    ) -> BoxStream<'static, object_store::Result<object_store::ObjectMeta>> {
+        let strip = self.quirk == DialectQuirk::ListsWithoutEtags;
+        self.inner
+            .list(prefix)
+            .map(move |r| {
+                r.map(|mut m| {
+                    if strip {
+                        m.e_tag = None;
+                    }
+                    m
+                })
+            })
+            .boxed()
+    }
+
+    async fn list_with_delimiter(
+        &self,
+        prefix: Option<&object_store::path::Path>,
+    ) -> object_store::Result<object_store::ListResult> {
+        self.inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy_opts(
+        &self,
+        from: &object_store::path::Path,
+        to: &object_store::path::Path,
+        options: object_store::CopyOptions,
+    ) -> object_store::Result<()> {
+        self.inner.copy_opts(from, to, options).await
     }
 }

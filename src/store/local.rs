@@ -290,8 +290,8 @@ impl Inner {
         let generation = match (cond, &current) {
             (Cond::Create, None) => 1,
             (Cond::Create, Some(_)) => return Err(StoreError::AlreadyExists),
-            (Cond::Match(_), None) => return Err(StoreError::Precondition),
-            (Cond::Match(want), Some(cur)) => {
+            (Cond::Match(_) | Cond::MatchAs(..), None) => return Err(StoreError::Precondition),
+            (Cond::Match(want) | Cond::MatchAs(want, _), Some(cur)) => {
                 if want.etag.is_none() || want.etag != cur.version.etag {
                     return Err(StoreError::Precondition);
                 }

@@ -74,6 +74,22 @@ pub enum Cond {
     Create,
     /// Replace only this exact version (`If-Match`).
     Match(Version),
+    /// As `Match`, with the ETag written in this form whatever the store's
+    /// dialect ([`EtagDialect`]). Only the probe uses it: it tests a form
+    /// for one request without switching the form that every other writer
+    /// of the same handle is using. Stores without dialects treat it as
+    /// `Match`.
+    MatchAs(Version, EtagDialect),
+}
+
+impl Cond {
+    /// The version an If-Match names (None for a create).
+    pub fn version(&self) -> Option<&Version> {
+        match self {
+            Cond::Create => None,
+            Cond::Match(v) | Cond::MatchAs(v, _) => Some(v),
+        }
+    }
 }
 
 /// One object as read.
@@ -102,6 +118,43 @@ pub enum Conditional {
     NotModified,
     Changed(Object),
     Missing,
+}
+
+/// How a store wants the ETag of an If-Match written.
+///
+/// HTTP quotes entity tags (`If-Match: "abc"`), and most stores match only
+/// that form. Ceph RGW 16 (and, by report, DigitalOcean Spaces and Hetzner)
+/// match only the bare form. The probe learns which one a store speaks
+/// (`crate::probe`): a 412 is a definite "not written", so trying the other
+/// form after one is safe, and the probe then checks that a stale ETag is
+/// refused in *both* forms, so learning a dialect never relaxes a check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EtagDialect {
+    /// `If-Match: "abc"`, as HTTP specifies.
+    Quoted,
+    /// `If-Match: abc` (Ceph RGW 16).
+    Unquoted,
+}
+
+impl EtagDialect {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EtagDialect::Quoted => "quoted",
+            EtagDialect::Unquoted => "unquoted",
+        }
+    }
+}
+
+impl std::str::FromStr for EtagDialect {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "quoted" => Ok(EtagDialect::Quoted),
+            "unquoted" => Ok(EtagDialect::Unquoted),
+            other => Err(format!("{other:?} is not quoted or unquoted")),
+        }
+    }
 }
 
 /// What a store operation can answer besides success.
@@ -163,6 +216,19 @@ pub trait Store: Send + Sync + Debug + Display + 'static {
     /// is the display name.
     fn identity(&self) -> String {
         self.to_string()
+    }
+
+    /// The form in which this store writes an If-Match ETag, or None for a
+    /// store without HTTP ETags (the local directory store, the test
+    /// doubles). Wrappers forward it.
+    fn etag_dialect(&self) -> Option<EtagDialect> {
+        None
+    }
+
+    /// Switches the If-Match form; false if the store has no such choice.
+    /// Only the probe calls this, on evidence (see [`EtagDialect`]).
+    fn set_etag_dialect(&self, _dialect: EtagDialect) -> bool {
+        false
     }
 }
 

@@ -1,7 +1,8 @@
 //! [`Store`] over any `object_store` backend (S3, Azure Blob, GCS, in-memory).
 
 use super::{
-    Cond, Conditional, Entry, Object, Store, StoreError, Version, check_key, check_prefix,
+    Cond, Conditional, Entry, EtagDialect, Object, Store, StoreError, Version, check_key,
+    check_prefix,
 };
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -13,6 +14,7 @@ use object_store::{
 };
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Largest object leasehold will read. Our records are a few hundred bytes;
 /// anything far larger is foreign, and reading it whole would let a stray
@@ -26,6 +28,9 @@ pub struct ObjectStoreBackend {
     root: String,
     display: String,
     identity: Option<String>,
+    /// See [`EtagDialect`]; shared by clones, so what the probe learns on
+    /// one handle holds for every handle of the store.
+    unquoted: Arc<AtomicBool>,
 }
 
 impl ObjectStoreBackend {
@@ -38,6 +43,7 @@ impl ObjectStoreBackend {
             root: root.trim_matches('/').to_string(),
             display: display.into(),
             identity: None,
+            unquoted: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -48,15 +54,35 @@ impl ObjectStoreBackend {
         self
     }
 
+    /// Starts in `dialect` (see [`Store::set_etag_dialect`]).
+    pub fn with_etag_dialect(self, dialect: EtagDialect) -> Self {
+        self.unquoted
+            .store(dialect == EtagDialect::Unquoted, Ordering::Relaxed);
+        self
+    }
+
     /// [`Version`] ETags are kept without quotes, because some services quote
     /// them in PUT and GET responses but not in listings (Azure Blob does),
     /// and expiry by observation compares versions from both. On the wire,
-    /// If-Match and If-None-Match get the quotes back, as HTTP requires.
+    /// If-None-Match gets the quotes back, as HTTP requires.
     fn wire(&self, etag: String) -> String {
         if !etag.starts_with('"') && !etag.starts_with("W/") {
             format!("\"{etag}\"")
         } else {
             etag
+        }
+    }
+
+    /// An If-Match ETag in `form`, else the store's dialect ([`EtagDialect`]).
+    fn wire_match(&self, etag: String, form: Option<EtagDialect>) -> String {
+        let unquoted = match form {
+            Some(f) => f == EtagDialect::Unquoted,
+            None => self.unquoted.load(Ordering::Relaxed),
+        };
+        if unquoted {
+            etag.trim_matches('"').to_string()
+        } else {
+            self.wire(etag)
         }
     }
 
@@ -125,6 +151,22 @@ fn map_err(e: object_store::Error, write: bool) -> StoreError {
         },
         other => {
             let message = redact(&error_chain(&other));
+            // A response without the ETag header the protocol needs (some
+            // emulators): not a transport failure, a store leasehold cannot
+            // use, and the probe refuses it at the step that saw it.
+            if message.contains("ETag Header missing") {
+                return StoreError::NotSupported {
+                    message: "the store returned no ETag (version) on a write or read".into(),
+                };
+            }
+            // A 501 is definite (nothing was done), and permanent: the
+            // request this protocol needs is not implemented there.
+            // object_store keeps the status only in its message.
+            if message.contains("status code: 501") {
+                return StoreError::NotSupported {
+                    message: "the store answered 501 Not Implemented".into(),
+                };
+            }
             if write {
                 StoreError::Ambiguous { message }
             } else {
@@ -259,7 +301,11 @@ impl Store for ObjectStoreBackend {
         let mode = match cond {
             Cond::Create => PutMode::Create,
             Cond::Match(v) => PutMode::Update(UpdateVersion {
-                e_tag: v.etag.map(|e| self.wire(e)),
+                e_tag: v.etag.map(|e| self.wire_match(e, None)),
+                version: v.version,
+            }),
+            Cond::MatchAs(v, d) => PutMode::Update(UpdateVersion {
+                e_tag: v.etag.map(|e| self.wire_match(e, Some(d))),
                 version: v.version,
             }),
         };
@@ -354,6 +400,20 @@ impl Store for ObjectStoreBackend {
         self.identity
             .clone()
             .unwrap_or_else(|| self.display.clone())
+    }
+
+    fn etag_dialect(&self) -> Option<EtagDialect> {
+        Some(if self.unquoted.load(Ordering::Relaxed) {
+            EtagDialect::Unquoted
+        } else {
+            EtagDialect::Quoted
+        })
+    }
+
+    fn set_etag_dialect(&self, dialect: EtagDialect) -> bool {
+        self.unquoted
+            .store(dialect == EtagDialect::Unquoted, Ordering::Relaxed);
+        true
     }
 }
 

@@ -46,7 +46,18 @@ pub async fn open_store(url: &str, opts: &OpenOptions) -> Result<Arc<dyn Store>,
             prefix,
             display,
             identity,
-        } => Arc::new(ObjectStoreBackend::new(store, &prefix, display).with_identity(identity)),
+        } => {
+            let mut b = ObjectStoreBackend::new(store, &prefix, display).with_identity(identity);
+            // The probe learns the If-Match form on every start; this is for
+            // `--no-probe` runs on a store known to want bare ETags.
+            if let Ok(d) = std::env::var("LEASEHOLD_ETAG_DIALECT") {
+                let d = d
+                    .parse::<super::EtagDialect>()
+                    .map_err(|e| Error::invalid("LEASEHOLD_ETAG_DIALECT", e))?;
+                b = b.with_etag_dialect(d);
+            }
+            Arc::new(b)
+        }
     };
     Ok(Arc::new(super::TracedStore::new(store)))
 }
@@ -81,6 +92,9 @@ pub async fn open_raw(url: &str, opts: &OpenOptions) -> Result<Raw, Error> {
     let (scheme, rest) = url
         .split_once("://")
         .ok_or_else(|| bad("expected s3://, az://, gs://, file:// or memory://"))?;
+    // Schemes are case-insensitive (RFC 3986): `S3://b` is `s3://b`.
+    let scheme_lc = scheme.to_ascii_lowercase();
+    let scheme = scheme_lc.as_str();
     if scheme == "file" {
         if !rest.starts_with('/') {
             return Err(bad(
@@ -111,6 +125,11 @@ pub async fn open_raw(url: &str, opts: &OpenOptions) -> Result<Raw, Error> {
     if !prefix.is_empty() {
         crate::store::check_prefix(prefix).map_err(|e| bad(&e.to_string()))?;
     }
+    // Azure's builder reads AZURE_ALLOW_HTTP into client options that ours
+    // replace (the emulator allows http by itself): carry it over.
+    let env_allow_http = |var: &str| {
+        std::env::var(var).is_ok_and(|v| matches!(v.to_ascii_lowercase().as_str(), "1" | "true"))
+    };
     let client = ClientOptions::new()
         .with_timeout(opts.request_timeout)
         .with_connect_timeout(opts.request_timeout.min(Duration::from_secs(3)));
@@ -131,6 +150,11 @@ pub async fn open_raw(url: &str, opts: &OpenOptions) -> Result<Raw, Error> {
     let mut identity = format!("{canonical_scheme}://{bucket}/{prefix}");
     let inner: Arc<dyn object_store::ObjectStore> = match scheme {
         "s3" => {
+            // Checked before aws-config loads (which may consult IMDS): a bad
+            // flag is answered at once, about the flag.
+            if let Some(e) = opts.endpoint.as_deref().filter(|e| !e.is_empty()) {
+                check_endpoint(e)?;
+            }
             let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
                 .load()
                 .await;
@@ -144,6 +168,9 @@ pub async fn open_raw(url: &str, opts: &OpenOptions) -> Result<Raw, Error> {
                 .or_else(|| std::env::var("AWS_ENDPOINT_URL_S3").ok())
                 .or_else(|| std::env::var("AWS_ENDPOINT_URL").ok())
                 .filter(|e| !e.is_empty());
+            if let Some(e) = &endpoint {
+                check_endpoint(e)?;
+            }
             let mut b = AmazonS3Builder::new()
                 .with_bucket_name(bucket)
                 .with_region(region)
@@ -175,19 +202,25 @@ pub async fn open_raw(url: &str, opts: &OpenOptions) -> Result<Raw, Error> {
             Arc::new(
                 MicrosoftAzureBuilder::from_env()
                     .with_container_name(bucket)
-                    .with_client_options(client)
+                    .with_client_options(
+                        client.with_allow_http(env_allow_http("AZURE_ALLOW_HTTP")),
+                    )
                     .with_retry(retry)
                     .build()
                     .map_err(|e| bad(&super::objstore::redact(&e.to_string())))?,
             )
         }
+        // The GCS builder's own client options allow http (its base URL,
+        // `GOOGLE_BASE_URL` or the credentials' `gcs_base_url`, decides the
+        // scheme); ours replace them, so keep that, or an emulator on
+        // http://127.0.0.1 fails before sending anything.
         "gs" | "gcs" => Arc::new(
             GoogleCloudStorageBuilder::from_env()
                 .with_bucket_name(bucket)
-                .with_client_options(client)
+                .with_client_options(client.with_allow_http(true))
                 .with_retry(retry)
                 .build()
-                .map_err(|e| bad(&e.to_string()))?,
+                .map_err(|e| bad(&super::objstore::redact(&e.to_string())))?,
         ),
         other => return Err(bad(&format!("unknown scheme {other:?}"))),
     };
@@ -197,6 +230,22 @@ pub async fn open_raw(url: &str, opts: &OpenOptions) -> Result<Raw, Error> {
         display,
         identity,
     })
+}
+
+/// An S3 endpoint must be an http(s) URL with a host: object_store would
+/// otherwise fail on first use with a bare `InvalidUri`, far from the flag.
+fn check_endpoint(e: &str) -> Result<(), Error> {
+    let shown = super::objstore::redact(e);
+    let ok = url::Url::parse(e)
+        .ok()
+        .filter(|u| matches!(u.scheme(), "http" | "https") && u.host_str().is_some());
+    if ok.is_none() {
+        return Err(Error::invalid(
+            "endpoint",
+            format!("{shown:?} is not an http:// or https:// URL (e.g. http://127.0.0.1:9000)"),
+        ));
+    }
+    Ok(())
 }
 
 /// Where the store's credentials come from, for `leasehold doctor`: the
@@ -210,7 +259,11 @@ pub async fn open_raw(url: &str, opts: &OpenOptions) -> Result<Raw, Error> {
 /// builders consult them. A failure to resolve is reported as text, not as an
 /// error: doctor's job is to explain, and the probe reports the failure itself.
 pub async fn credentials_source(url: &str) -> String {
-    let scheme = url.split_once("://").map(|(s, _)| s).unwrap_or("");
+    let scheme = url
+        .split_once("://")
+        .map(|(s, _)| s.to_ascii_lowercase())
+        .unwrap_or_default();
+    let scheme = scheme.as_str();
     let set = |k: &str| std::env::var(k).is_ok_and(|v| !v.is_empty());
     match scheme {
         "memory" | "file" | "" => "none needed".to_string(),

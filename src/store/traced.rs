@@ -96,7 +96,7 @@ impl Store for TracedStore {
     async fn put(&self, key: &str, bytes: Bytes, cond: Cond) -> Result<Version, StoreError> {
         let op = match cond {
             Cond::Create => "put_create",
-            Cond::Match(_) => "put_match",
+            Cond::Match(_) | Cond::MatchAs(..) => "put_match",
         };
         self.traced(op, key, self.inner.put(key, bytes, cond)).await
     }
@@ -127,6 +127,14 @@ impl Store for TracedStore {
 
     fn identity(&self) -> String {
         self.inner.identity()
+    }
+
+    fn etag_dialect(&self) -> Option<crate::store::EtagDialect> {
+        self.inner.etag_dialect()
+    }
+
+    fn set_etag_dialect(&self, d: crate::store::EtagDialect) -> bool {
+        self.inner.set_etag_dialect(d)
     }
 }
 

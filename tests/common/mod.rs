@@ -22,6 +22,15 @@ pub fn server(var: &str) -> Option<String> {
     }
 }
 
+/// Ceph RGW started by `scripts/test`: (store URL, S3 endpoint), or None to
+/// skip (a failure under LEASEHOLD_REQUIRE_SERVERS, as [`server`]).
+#[allow(dead_code)]
+pub fn rgw() -> Option<(String, String)> {
+    let url = server("LEASEHOLD_TEST_RGW")?;
+    let endpoint = server("LEASEHOLD_TEST_RGW_ENDPOINT")?;
+    Some((url, endpoint))
+}
+
 /// One run of a session, as a recording runner saw it:
 /// (session, epoch, node, started, ended).
 #[allow(dead_code)]

@@ -255,7 +255,7 @@ async fn store_refuses_bad_keys(s: Arc<dyn Store>) {
 }
 
 async fn probe_passes(s: Arc<dyn Store>) {
-    let r = leasehold::probe::probe(&s, &SeededEntropy::new(1))
+    let r = leasehold::probe::probe(&s, &SeededEntropy::new(1), &leasehold::clock::SystemClock::new())
         .await
         .unwrap();
     assert!(
@@ -265,7 +265,7 @@ async fn probe_passes(s: Arc<dyn Store>) {
             .all(|s| s.ok),
         "{r:?}"
     );
-    assert_eq!(r.steps.len(), 7);
+    assert_eq!(r.steps.len(), 8);
     let left: Vec<_> = s.list("").collect().await;
     assert!(
         left.is_empty(),
@@ -284,7 +284,7 @@ async fn probe_refuses_store_ignoring_conditions(s: Arc<dyn Store>) {
             ignore_create: ic,
             ignore_match: im,
         });
-        let e = leasehold::probe::probe(&broken, &SeededEntropy::new(2))
+        let e = leasehold::probe::probe(&broken, &SeededEntropy::new(2), &leasehold::clock::SystemClock::new())
             .await
             .unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
