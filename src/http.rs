@@ -164,6 +164,7 @@ pub fn router(state: HttpState) -> Router {
         .route("/metrics", get(metrics))
         .route("/v1/sessions", get(sessions))
         .route("/v1/events", get(events))
+        .route("/v1/nudge", axum::routing::post(nudge))
         .route("/v1/sessions/{name}/claim", axum::routing::post(claim))
         .route("/v1/sessions/{name}/logs", get(logs))
         .fallback(|| async { error(StatusCode::NOT_FOUND, "not_found", "no such route") })
@@ -243,6 +244,21 @@ fn descriptor_limit() -> usize {
         return 1024;
     }
     usize::try_from(r.rlim_cur).unwrap_or(usize::MAX)
+}
+
+/// `POST /v1/nudge`: look at the bucket now (a pass, and this node's control
+/// object), at most one pass per `NUDGE_MIN_GAP`. Best effort; the answer
+/// does not wait for the pass.
+async fn nudge(State(s): State<HttpState>, headers: HeaderMap) -> Response {
+    if let Some(r) = unauthorised(&s, &headers) {
+        return r;
+    }
+    s.status.nudge();
+    (
+        StatusCode::ACCEPTED,
+        axum::Json(serde_json::json!({"nudged": true})),
+    )
+        .into_response()
 }
 
 async fn readyz(State(s): State<HttpState>) -> Response {

@@ -691,8 +691,11 @@ fn inventory_scenario(s: &str, dir: &std::path::Path) {
         ),
         (Some("running"), Some("n1"), Some(1))
     );
+    // A paused manifest nobody has claimed is paused, and says why.
     let later = rows.iter().find(|r| r["name"] == "later").unwrap();
-    assert_eq!(later["status"], "queued");
+    assert_eq!(later["status"], "paused");
+    assert_eq!(later["reason"], "paused by its manifest");
+    assert_eq!(web["reason"], "", "a healthy running session needs no reason");
     let nodes = json(&run(&["nodes", "--store", s, "--json"]));
     assert_eq!(nodes[0]["node"], "n1");
     assert!(
@@ -1595,4 +1598,206 @@ fn watch_with_a_refused_token_exits_8() {
         .unwrap();
     assert_eq!(code(&o), 8, "{}{}", stdout(&o), stderr(&o));
     assert!(stderr(&o).contains("permission denied: bearer token"), "{}", stderr(&o));
+}
+
+/// `ls` gives every status but a healthy `running` a reason, and `describe`
+/// puts manifest, claim, owner liveness, reason, restarts and the owner's
+/// recent events for the session in one place.
+#[test]
+fn ls_reasons_and_describe() {
+    let (d, s) = store();
+    let tok = d.path().join("tok");
+    std::fs::write(&tok, "test-token-0123456789abcdef\n").unwrap();
+    let mut n1 = node_with_api(&s, "n1", &tok, &d.path().join("locks"));
+    let f = d.path().join("m.json");
+    std::fs::write(&f, r#"{"name": "web", "spec": {"command": "sleep", "args": ["100"]}}"#).unwrap();
+    assert_eq!(code(&run(&["apply", f.to_str().unwrap(), "--store", &s])), 0);
+    std::fs::write(
+        &f,
+        r#"{"name": "picky", "spec": {"command": "sleep", "args": ["1"], "selector": {"zone": "nowhere"}}}"#,
+    )
+    .unwrap();
+    assert_eq!(code(&run(&["apply", f.to_str().unwrap(), "--store", &s])), 0);
+    let mut running = false;
+    for _ in 0..200 {
+        if code(&run(&["resolve", "web", "--store", &s])) == 0 {
+            running = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(running, "web never ran");
+    let ls = json(&run(&["ls", "--store", &s, "--json"]));
+    let row = |n: &str| ls.as_array().unwrap().iter().find(|r| r["name"] == n).cloned().unwrap();
+    assert_eq!(row("picky")["status"], "queued");
+    assert_eq!(row("picky")["reason"], "no node matches zone=nowhere");
+    assert_eq!(row("web")["reason"], "");
+    let o = run(&["ls", "--store", &s]);
+    assert!(stdout(&o).contains("REASON") && stdout(&o).contains("no node matches zone=nowhere"), "{}", stdout(&o));
+    // describe, with the owner's journal.
+    let o = bin()
+        .args(["describe", "web", "--store", &s, "--token-file"])
+        .arg(&tok)
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let out = stdout(&o);
+    for want in ["Name:       web", "Status:     running", "Command:  sleep 100", "Owner:      n1", "(live,", "Restarts:   0", "started"] {
+        assert!(out.contains(want), "{want:?} missing:\n{out}");
+    }
+    let o = run(&["describe", "web", "--store", &s, "--json"]);
+    let j = json(&o);
+    assert_eq!((j["status"].as_str(), j["owner_liveness"].as_str()), (Some("running"), Some("live")), "{j}");
+    assert!(j["events_note"].as_str().unwrap().contains("--token-file"), "{j}");
+    assert_eq!(code(&run(&["describe", "nothing", "--store", &s])), 7);
+    // The owner dies: by wall clock (skew bound 0 s) the session is
+    // interrupted, and the reason says what the fleet is waiting for.
+    let _ = n1.0.kill();
+    let _ = n1.0.wait();
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let o = run(&["describe", "web", "--store", &s, "--max-skew", "0s", "--json"]);
+    let j = json(&o);
+    assert_eq!(j["status"], "interrupted", "{j}");
+    assert!(
+        j["reason"].as_str().unwrap().contains("waiting for a peer to observe n1's lease expired"),
+        "{j}"
+    );
+}
+
+/// `node drain` hands a node's sessions over gracefully and waits until it
+/// holds none; the cordoned node takes nothing new (a new session goes to
+/// its peer) and says so in `nodes`; `uncordon` lets it take sessions
+/// again. With the token, the node is nudged and acts at once.
+#[test]
+fn drain_cordon_and_uncordon_a_node() {
+    let (d, s) = store();
+    let tok = d.path().join("tok");
+    std::fs::write(&tok, "test-token-0123456789abcdef\n").unwrap();
+    let locks = d.path().join("locks");
+    let _n1 = node_with_api(&s, "n1", &tok, &locks);
+    let _n2 = node_with_api(&s, "n2", &tok, &locks);
+    let f = d.path().join("m.json");
+    for i in 0..4 {
+        std::fs::write(&f, format!(r#"{{"name": "s{i}", "spec": {{"command": "sleep", "args": ["100"]}}}}"#)).unwrap();
+        assert_eq!(code(&run(&["apply", f.to_str().unwrap(), "--store", &s])), 0);
+    }
+    let owners = || -> Vec<String> {
+        let ls = json(&run(&["ls", "--store", &s, "--json"]));
+        ls.as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["status"] == "running")
+            .map(|r| r["owner"].as_str().unwrap_or("").to_string())
+            .collect()
+    };
+    let mut placed = false;
+    for _ in 0..300 {
+        if owners().len() == 4 {
+            placed = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(placed, "{:?}", owners());
+    let o = bin()
+        .args(["node", "drain", "n1", "--store", &s, "--timeout", "60s", "--token-file"])
+        .arg(&tok)
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    assert!(stdout(&o).contains("n1 drained"), "{}", stdout(&o));
+    let mut moved = false;
+    for _ in 0..300 {
+        let w = owners();
+        if w.len() == 4 && w.iter().all(|o| o == "n2") {
+            moved = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(moved, "every session on n2: {:?}", owners());
+    // A new session goes to n2: n1 is cordoned.
+    std::fs::write(&f, r#"{"name": "s9", "spec": {"command": "sleep", "args": ["100"]}}"#).unwrap();
+    let o = bin()
+        .args(["apply", f.to_str().unwrap(), "--store", &s, "--token-file"])
+        .arg(&tok)
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let mut s9 = None;
+    for _ in 0..300 {
+        let ls = json(&run(&["ls", "--store", &s, "--json"]));
+        s9 = ls
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == "s9" && r["status"] == "running")
+            .map(|r| r["owner"].clone());
+        if s9.is_some() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(s9, Some("n2".into()));
+    let mut shown = false;
+    for _ in 0..100 {
+        let nodes = json(&run(&["nodes", "--store", &s, "--json"]));
+        if nodes
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n["node"] == "n1" && n["cordoned"] == true)
+        {
+            shown = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(shown, "n1 publishes cordoned");
+    let o = bin()
+        .args(["node", "uncordon", "n1", "--store", &s, "--token-file"])
+        .arg(&tok)
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(stdout(&o).contains("now (nudged)"), "{}", stdout(&o));
+    let mut cleared = false;
+    for _ in 0..100 {
+        let nodes = json(&run(&["nodes", "--store", &s, "--json"]));
+        if nodes
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n["node"] == "n1" && n["cordoned"] == false)
+        {
+            cleared = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(cleared, "n1 uncordoned");
+}
+
+/// `gc` shows its plan with --dry-run and removes nothing then; it removes
+/// only what is old enough (the default retention is a day), and records
+/// the epoch floor it raised.
+#[test]
+fn gc_dry_run_then_removal_of_old_tombstones_only() {
+    let (d, s) = store();
+    let f = d.path().join("m.json");
+    std::fs::write(&f, r#"{"name": "web", "spec": {"command": "sleep", "args": ["1"]}}"#).unwrap();
+    assert_eq!(code(&run(&["apply", f.to_str().unwrap(), "--store", &s])), 0);
+    assert_eq!(code(&run(&["delete", "web", "--store", &s])), 0);
+    let o = run(&["gc", "--store", &s, "--json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(json(&o)["candidates"].as_array().map(Vec::len), Some(0), "a day's retention");
+    let o = run(&["gc", "--store", &s, "--older-than", "0s", "--dry-run"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(stdout(&o).contains("would remove sessions/web"), "{}", stdout(&o));
+    assert!(d.path().join("sessions").read_dir().unwrap().next().is_some(), "dry run removed nothing");
+    let o = run(&["gc", "--store", &s, "--older-than", "0s", "--json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(json(&o)["removed"], 1, "{}", stdout(&o));
+    let o = run(&["inspect", "sessions/web", "--store", &s]);
+    assert_eq!(code(&o), 7, "{}", stdout(&o));
 }

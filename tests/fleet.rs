@@ -384,6 +384,79 @@ async fn finished_sessions_free_their_capacity() {
     f.finish().await;
 }
 
+/// A crash loop is visible and backs off: the first restart is at once,
+/// then each quick exit waits longer (250 ms, 500 ms, ...), each wait is a
+/// `backoff` event in the journal, and the claim counts every restart and
+/// keeps the last exit code.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_crash_loop_backs_off_and_counts_its_restarts() {
+    let store: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());
+    let mut f = Fleet::new(store.clone());
+    f.start("solo", 4, &[]);
+    let mut svc = spec("crasher");
+    svc.restart = RestartPolicy::Always;
+    apply(&store, "svc", &svc).await;
+    f.wait_for("running", |p| p.contains_key("svc")).await;
+    let runner = f.nodes[0].runner.clone();
+    let journal = f.nodes[0].journal.clone();
+    let count = |k: &str| journal.totals().get(k).copied().unwrap_or(0);
+    for i in 1..=4 {
+        runner.exit("svc", 7);
+        for _ in 0..400 {
+            if count("exited") >= i {
+                break;
+            }
+            f.clock.sleep(Duration::from_millis(10)).await;
+        }
+        assert!(count("exited") >= i, "exit {i} never seen");
+        f.wait_for("restarted", |p| p.contains_key("svc")).await;
+    }
+    assert!(count("backoff") >= 3, "three waits after four quick exits: {:?}", journal.totals());
+    let c = f.claim("svc").await;
+    if c.epoch == 1 {
+        assert_eq!((c.restarts, c.exit_code), (4, Some(7)), "{c:?}");
+    }
+    f.finish().await;
+}
+
+/// gc removes a deleted session's tombstone, yet a session applied again
+/// under the same name never gets an epoch it had: the floor is raised
+/// before the delete, and a claim made over a placeholder or an absence
+/// starts above it. (Without the floor, the new claim would be epoch 1.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn gc_never_lets_an_epoch_be_issued_twice() {
+    let store: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());
+    let mut f = Fleet::new(store.clone());
+    f.start("solo", 4, &[]);
+    apply(&store, "web", &spec("daemon")).await;
+    f.wait_for("web running", |p| p.contains_key("web")).await;
+    let first = f.claim("web").await.epoch;
+    manifest::delete(&store, &Name::new("web").unwrap())
+        .await
+        .unwrap();
+    f.wait_claim_state("web", ClaimState::Released).await;
+    assert_eq!(f.claim("web").await.state, ClaimState::Released);
+    let entropy = OsEntropy::new();
+    let plan = leasehold::fleet::gc::scan(&store, u64::MAX / 2, Duration::ZERO)
+        .await
+        .unwrap();
+    assert!(plan.iter().any(|r| r.key == "sessions/web"), "{plan:?}");
+    assert!(
+        !plan.iter().any(|r| r.key == "nodes/solo"),
+        "a live node's record is never removed: {plan:?}"
+    );
+    let removed = leasehold::fleet::gc::apply(&store, &entropy, &plan).await.unwrap();
+    assert!(removed >= 1);
+    assert!(store.get("sessions/web").await.unwrap().is_none());
+    assert!(leasehold::fleet::gc::floor(&store).await.unwrap() >= first);
+    // The same name again: a fresh placeholder, claimed above the floor.
+    apply(&store, "web", &spec("daemon")).await;
+    f.wait_for("web running again", |p| p.contains_key("web")).await;
+    let again = f.claim("web").await.epoch;
+    assert!(again > first, "epoch {again} after gc, was {first}");
+    f.finish().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn restart_policies_and_pause() {
     let store: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());
@@ -1176,7 +1249,10 @@ async fn idle_fleet_reads_peer_records_only_every_node_refresh() {
     // Besides peer records, the audit reads back one in AUDIT_SAMPLE of each
     // node's renewals (its only conditional writes here): count those apart.
     let audits = used.put_match / leasehold::fleet::node::AUDIT_SAMPLE + 3;
-    let peer_reads = used.get.saturating_sub(audits);
+    // And each node reads its control object (cordon, drain) once every
+    // CONTROL_EVERY passes; a pass lists three prefixes.
+    let controls = used.list_pages / 3 / leasehold::fleet::control::CONTROL_EVERY;
+    let peer_reads = used.get.saturating_sub(audits + controls);
     assert!(
         used.get >= audits.saturating_sub(6),
         "the audit did not run: {used:?}"

@@ -41,6 +41,7 @@ async fn apply_sleepers(store: &Arc<dyn Store>, m: usize) -> Result<()> {
 struct SpikeNode {
     id: String,
     journal: Arc<Journal>,
+    status: Arc<leasehold::fleet::node::NodeStatus>,
     shutdown: CancellationToken,
     task: tokio::task::JoinHandle<Result<()>>,
 }
@@ -70,6 +71,7 @@ fn start(
             Arc::new(RecordingRunner::new(clock.clone())),
         )
     };
+    let status = deps.status.clone();
     let shutdown = CancellationToken::new();
     let init_store = store.clone();
     let stop = shutdown.clone();
@@ -82,9 +84,110 @@ fn start(
     SpikeNode {
         id: id.into(),
         journal,
+        status,
         shutdown,
         task,
     }
+}
+
+/// See `Cmd::Admit`.
+pub async fn admit(
+    url: &str,
+    n: usize,
+    ttl: Duration,
+    samples: usize,
+    json: bool,
+) -> Result<()> {
+    let store = open_store(url, &OpenOptions::default()).await?;
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+    let nodes: Vec<SpikeNode> = (0..n)
+        .map(|i| start(&format!("n{i}"), &store, &clock, ttl, 1000, None))
+        .collect();
+    // Idle: a node backs off to one pass per max_poll (= ttl) after about
+    // three quiet passes (ttl/3, 2ttl/3, ttl).
+    let idle = ttl * 2 + ttl / 2;
+    clock.sleep(idle).await;
+    let entropy = OsEntropy::new();
+    let claim_state = |name: String| {
+        let store = store.clone();
+        async move {
+            match store.get(&format!("sessions/{name}")).await {
+                Ok(Some(o)) => ClaimRecord::decode("c", &o.bytes).ok().map(|c| c.state),
+                _ => None,
+            }
+        }
+    };
+    let mut results = BTreeMap::new();
+    for nudge in [false, true] {
+        let (mut up, mut down) = (Vec::new(), Vec::new());
+        for i in 0..samples {
+            let name = Name::new(format!("a{}-{i}", if nudge { "n" } else { "p" })).unwrap();
+            let t0 = clock.now();
+            manifest::apply(&store, &entropy, &name, &spec(), None).await?;
+            if nudge {
+                // `apply --token-file` nudges the (at most two) nodes ranked
+                // first; in process, nudging every node is the same or more.
+                for node in &nodes {
+                    node.status.nudge();
+                }
+            }
+            while claim_state(name.to_string()).await != Some(ClaimState::Running) {
+                clock.sleep(Duration::from_millis(5)).await;
+            }
+            up.push(clock.now().saturating_since(t0));
+            clock.sleep(idle).await;
+            let t1 = clock.now();
+            manifest::delete(&store, &name).await?;
+            if nudge {
+                for node in &nodes {
+                    node.status.nudge();
+                }
+            }
+            while claim_state(name.to_string()).await != Some(ClaimState::Released) {
+                clock.sleep(Duration::from_millis(5)).await;
+            }
+            down.push(clock.now().saturating_since(t1));
+            clock.sleep(idle).await;
+        }
+        results.insert(if nudge { "nudged" } else { "plain" }, (up, down));
+    }
+    for node in nodes {
+        node.shutdown.cancel();
+        let _ = node.task.await;
+    }
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    if json {
+        let v: serde_json::Value = results
+            .iter()
+            .map(|(k, (u, d))| {
+                (
+                    k.to_string(),
+                    serde_json::json!({
+                        "apply_to_running_ms_p50": ms(pct(u, 0.5)), "apply_to_running_ms_max": ms(pct(u, 1.0)),
+                        "delete_to_released_ms_p50": ms(pct(d, 0.5)), "delete_to_released_ms_max": ms(pct(d, 1.0)),
+                        "samples": u.len(),
+                    }),
+                )
+            })
+            .collect::<serde_json::Map<_, _>>()
+            .into();
+        println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+    } else {
+        println!(
+            "{n} idle nodes, ttl {} ms, {samples} samples per mode (wall clock)",
+            ttl.as_millis()
+        );
+        for (k, (u, d)) in &results {
+            println!(
+                "  {k:<7} apply -> running p50 {:>7.0} ms max {:>7.0} ms   delete -> released p50 {:>7.0} ms max {:>7.0} ms",
+                ms(pct(u, 0.5)),
+                ms(pct(u, 1.0)),
+                ms(pct(d, 0.5)),
+                ms(pct(d, 1.0))
+            );
+        }
+    }
+    Ok(())
 }
 
 /// session -> (owner, epoch) for running claims.

@@ -115,6 +115,23 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Apply → running and delete → stopped at the default ttl, on an idle
+    /// fleet (nodes backed off to one pass per ttl), with and without the
+    /// nudge `apply --token-file` / `delete --token-file` send (the HTTP
+    /// endpoint calls exactly `NodeStatus::nudge`). Wall-clock time.
+    Admit {
+        #[arg(long, default_value = "memory://")]
+        store: String,
+        #[arg(long, default_value_t = 3)]
+        nodes: usize,
+        #[arg(long, default_value = "10000")]
+        ttl_ms: u64,
+        /// Samples per mode.
+        #[arg(long, default_value_t = 5)]
+        samples: usize,
+        #[arg(long)]
+        json: bool,
+    },
     /// Latency of acquire-fresh, renew, resolve and release against raw
     /// PUT-create, PUT-If-Match and GET, with round trips per operation.
     Latency {
@@ -191,6 +208,13 @@ async fn main() {
             ttl_ms,
             json,
         } => fleet::cost(nodes, sessions, Duration::from_millis(ttl_ms), json).await,
+        Cmd::Admit {
+            store,
+            nodes,
+            ttl_ms,
+            samples,
+            json,
+        } => fleet::admit(&store, nodes, Duration::from_millis(ttl_ms), samples, json).await,
     };
     if let Err(e) = r {
         eprintln!("error: {e}");

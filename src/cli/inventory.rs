@@ -10,10 +10,11 @@ use super::{Failure, LsWhat, StoreArgs, open, print_json};
 use crate::Name;
 use crate::clock::{Clock, SystemClock};
 use crate::error::Error;
-use crate::fleet::claim::{self, ClaimRecord, Status};
+use crate::fleet::claim::ClaimRecord;
 use crate::fleet::manifest::ManifestRecord;
 use crate::record::{Kind, LeaseRecord};
 use crate::store::{Entry, Store};
+use crate::fleet::explain::{NodeFacts, explain};
 use crate::wake::{Owned, OwnerLease, Resolver, WakeOutcome};
 use futures::StreamExt;
 use std::collections::BTreeMap;
@@ -243,6 +244,7 @@ pub async fn ls(
                         // fenced (released by a peer that took over).
                         "state": crate::liveness::judge(Some(&r), None, crate::liveness::Evidence::WallClock { now_ms: now, max_skew }).as_str(),
                         "released_by": r.attrs.get("released_by"),
+                        "cordoned": r.attrs.get("cordoned").and_then(|v| v.as_bool()).unwrap_or(false),
                     }),
                     Err(err) => {
                         serde_json::json!({"node": &e.key["nodes/".len()..], "corrupt": err})
@@ -267,7 +269,11 @@ pub async fn ls(
                         r["instance"].as_str().unwrap_or(""),
                         r["epoch"].to_string(),
                         format!("{}/{}", r["load"], r["capacity"]),
-                        r["state"].as_str().unwrap_or(""),
+                        format!(
+                            "{}{}",
+                            r["state"].as_str().unwrap_or(""),
+                            if r["cordoned"] == true { ",cordoned" } else { "" }
+                        ),
                         r["address"].as_str().unwrap_or("-"),
                         ago(r["renewed_ms_ago_wall"].as_u64().unwrap_or(0)),
                     );
@@ -322,60 +328,84 @@ pub async fn ls(
             }
         }
         LsWhat::Sessions => {
-            // Sessions are the union of manifests and claims; liveness needs
-            // the node leases.
+            // Sessions are the union of manifests and claims; their status
+            // and its reason need the node records (`fleet::explain`).
             let manifests = read_all(&store, &format!("manifests/{prefix}")).await?;
             let claims = read_all(&store, &format!("sessions/{prefix}")).await?;
             let nodes = read_all(&store, "nodes/").await?;
-            let mut node_records: BTreeMap<String, LeaseRecord> = BTreeMap::new();
+            let mut facts: BTreeMap<String, NodeFacts> = BTreeMap::new();
             for (e, b) in &nodes {
                 if let Ok(Some(b)) = b
                     && let Ok(r) = LeaseRecord::decode(&e.key, b, Kind::Node)
                 {
-                    node_records.insert(r.holder.node.clone(), r);
+                    facts.insert(
+                        r.holder.node.clone(),
+                        NodeFacts::from_record(r, now, max_skew),
+                    );
                 }
             }
             let mut rows: BTreeMap<String, serde_json::Value> = BTreeMap::new();
+            let mut decoded_manifests: BTreeMap<String, ManifestRecord> = BTreeMap::new();
+            let mut decoded_claims: BTreeMap<String, ClaimRecord> = BTreeMap::new();
             for (e, b) in &manifests {
                 let name = e.key["manifests/".len()..].to_string();
-                let Some(decoded) = decode_row(&e.key, b, ManifestRecord::decode) else {
-                    continue;
-                };
-                let corrupt = decoded.err();
-                rows.insert(name.clone(), serde_json::json!({"name": name, "status": Status::Queued, "manifest": corrupt.is_none()}));
-                if let Some(err) = corrupt {
-                    rows.get_mut(&name).unwrap()["corrupt"] = err.into();
+                match decode_row(&e.key, b, ManifestRecord::decode) {
+                    None => {}
+                    Some(Ok(m)) => {
+                        decoded_manifests.insert(name, m);
+                    }
+                    Some(Err(err)) => {
+                        rows.insert(
+                            name.clone(),
+                            serde_json::json!({"name": name, "manifest": true, "corrupt": err}),
+                        );
+                    }
                 }
             }
             for (e, b) in &claims {
                 let name = e.key["sessions/".len()..].to_string();
-                let Some(decoded) = decode_row(&e.key, b, ClaimRecord::decode) else {
-                    continue;
-                };
-                let row = match decoded {
-                    Ok(c) => {
-                        let owner_live = node_records.get(&c.owner.node).is_some_and(|r| {
-                            crate::wake::owner_lease_of(r, &c.owner.instance, now, max_skew)
-                                == OwnerLease::Live
-                        });
-                        serde_json::json!({
-                            "name": name, "status": claim::status(Some(&c), owner_live),
-                            "owner": c.owner.node, "instance": c.owner.instance, "epoch": c.epoch,
-                            "address": c.address, "restarts": c.restarts, "exit_code": c.exit_code,
-                            "updated_ms_ago_wall": now.saturating_sub(c.updated_at_ms),
-                            "manifest": rows.get(&name).is_some_and(|r| r["manifest"] == true),
-                        })
+                match decode_row(&e.key, b, ClaimRecord::decode) {
+                    None => {}
+                    Some(Ok(c)) => {
+                        decoded_claims.insert(name, c);
                     }
-                    Err(err) => serde_json::json!({"name": name, "corrupt": err}),
+                    Some(Err(err)) => {
+                        rows.insert(name.clone(), serde_json::json!({"name": name, "corrupt": err}));
+                    }
+                }
+            }
+            let names: std::collections::BTreeSet<&String> =
+                decoded_manifests.keys().chain(decoded_claims.keys()).collect();
+            for name in names {
+                if rows.contains_key(name) {
+                    continue; // a corrupt manifest or claim: its own row
+                }
+                let m = decoded_manifests.get(name);
+                let c = decoded_claims.get(name);
+                let Some(x) = explain(m, c, &facts, now, max_skew) else {
+                    continue; // a tombstone of a deleted session: gc's
                 };
-                rows.insert(name, row);
+                let mut row = serde_json::json!({
+                    "name": name, "status": x.status, "reason": x.reason,
+                    "manifest": m.is_some(),
+                });
+                if let Some(c) = c.filter(|c| !c.is_placeholder()) {
+                    row["owner"] = c.owner.node.clone().into();
+                    row["instance"] = c.owner.instance.clone().into();
+                    row["epoch"] = c.epoch.into();
+                    row["address"] = c.address.clone().into();
+                    row["restarts"] = c.restarts.into();
+                    row["exit_code"] = c.exit_code.into();
+                    row["updated_ms_ago_wall"] = now.saturating_sub(c.updated_at_ms).into();
+                }
+                rows.insert(name.clone(), row);
             }
             if json {
                 print_json(&serde_json::Value::Array(rows.into_values().collect()));
             } else {
                 println!(
-                    "{:<24} {:<12} {:<16} {:<6} AGE (wall clock)",
-                    "NAME", "STATUS", "OWNER", "EPOCH"
+                    "{:<24} {:<12} {:<16} {:<6} {:<9} REASON",
+                    "NAME", "STATUS", "OWNER", "EPOCH", "AGE"
                 );
                 for r in rows.values() {
                     if printed_corrupt(r, "name", 24) {
@@ -383,7 +413,7 @@ pub async fn ls(
                     }
                     let status = r["status"].as_str().unwrap_or("");
                     println!(
-                        "{:<24} {:<12} {:<16} {:<6} {}",
+                        "{:<24} {:<12} {:<16} {:<6} {:<9} {}",
                         r["name"].as_str().unwrap_or(""),
                         status,
                         r["owner"].as_str().unwrap_or("-"),
@@ -392,6 +422,7 @@ pub async fn ls(
                             .and_then(|v| v.as_u64())
                             .map(ago)
                             .unwrap_or("-".into()),
+                        r["reason"].as_str().unwrap_or(""),
                     );
                 }
             }
@@ -467,4 +498,195 @@ pub async fn inspect(key: &str, store: &StoreArgs, json: bool) -> Result<(), Fai
         }
     }
     decoded.map(|_| ()).map_err(Failure::Error)
+}
+
+/// `leasehold describe NAME`: everything known about one session, in one
+/// place, as `kubectl describe` gives it: the manifest, the claim, the
+/// owner's liveness (by wall clock, labelled so), the status and its reason,
+/// the restart count and last exit, and (with a token file) the session's
+/// recent events from its owner's journal.
+pub async fn describe(
+    name: String,
+    store: &StoreArgs,
+    token_file: Option<&std::path::Path>,
+    json: bool,
+    max_skew: Duration,
+) -> Result<(), Failure> {
+    use crate::liveness::{Evidence, judge};
+    let name = Name::new(name)?;
+    let store = open(store).await?;
+    let now = SystemClock::new().wall_ms();
+    let manifest = crate::fleet::manifest::get(&store, &name).await?;
+    let claim = crate::fleet::claim::get(&store, name.as_str()).await?;
+    let mut facts: BTreeMap<String, NodeFacts> = BTreeMap::new();
+    for (e, b) in read_all(&store, "nodes/").await? {
+        if let Ok(Some(b)) = b
+            && let Ok(r) = LeaseRecord::decode(&e.key, &b, Kind::Node)
+        {
+            facts.insert(r.holder.node.clone(), NodeFacts::from_record(r, now, max_skew));
+        }
+    }
+    let m = manifest.as_ref().map(|(m, _)| m);
+    let c = claim
+        .as_ref()
+        .map(|(c, _)| c)
+        .filter(|c| !c.is_placeholder());
+    let Some(x) = explain(m, c, &facts, now, max_skew) else {
+        return Err(Error::NotFound {
+            key: format!("session {name} (no manifest; its claim, if any, is a tombstone)"),
+        }
+        .into());
+    };
+    let owner = c.map(|c| {
+        let l = judge(
+            facts.get(&c.owner.node).map(|n| &n.record),
+            Some(&c.owner.instance),
+            Evidence::WallClock { now_ms: now, max_skew },
+        );
+        (c, l)
+    });
+    // The owner's journal, filtered to this session: best effort.
+    let mut events: Vec<serde_json::Value> = Vec::new();
+    let mut events_note = String::new();
+    match (owner.as_ref(), token_file) {
+        (Some((c, _)), Some(tf)) => {
+            let address = facts
+                .get(&c.owner.node)
+                .and_then(|n| n.record.address.clone())
+                .or_else(|| c.address.clone());
+            match address {
+                Some(a) => match owner_events(&a, tf, name.as_str()).await {
+                    Ok(ev) => events = ev,
+                    Err(e) => events_note = e,
+                },
+                None => events_note = "the owner publishes no address".into(),
+            }
+        }
+        (Some(_), None) => events_note = "pass --token-file to read the owner's journal".into(),
+        (None, _) => events_note = "no owner".into(),
+    }
+    if json {
+        print_json(&serde_json::json!({
+            "name": name.as_str(), "status": x.status, "reason": x.reason,
+            "manifest": m, "claim": claim.as_ref().map(|(c, _)| c),
+            "owner_liveness": owner.as_ref().map(|(_, l)| *l),
+            "events": events, "events_note": (!events_note.is_empty()).then_some(&events_note),
+        }));
+        return Ok(());
+    }
+    println!("Name:       {name}");
+    println!(
+        "Status:     {}{}",
+        serde_json::to_value(x.status).expect("json").as_str().unwrap_or(""),
+        if x.reason.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", x.reason)
+        }
+    );
+    match m {
+        Some(m) => {
+            println!("Manifest:   manifests/{name} (digest {})", &m.digest[..12.min(m.digest.len())]);
+            let mut cmd = vec![m.spec.command.clone()];
+            cmd.extend(m.spec.args.iter().cloned());
+            println!("  Command:  {}", cmd.join(" "));
+            println!("  Restart:  {:?}", m.spec.restart);
+            if !m.spec.selector.is_empty() {
+                let sel: Vec<String> =
+                    m.spec.selector.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                println!("  Selector: {}", sel.join(","));
+            }
+            if m.spec.paused {
+                println!("  Paused:   yes");
+            }
+        }
+        None => println!("Manifest:   none (deleted)"),
+    }
+    match &owner {
+        Some((c, l)) => {
+            println!(
+                "Claim:      sessions/{name} epoch {} {} (updated {} ago by wall clock)",
+                c.epoch,
+                c.state.as_str(),
+                ago(now.saturating_sub(c.updated_at_ms))
+            );
+            println!(
+                "Owner:      {} instance {} ({}, by wall clock within {:?})",
+                c.owner.node,
+                c.owner.instance,
+                l.as_str(),
+                max_skew
+            );
+            println!(
+                "Restarts:   {}{}",
+                c.restarts,
+                c.exit_code
+                    .map(|e| format!(" (last exit {e})"))
+                    .unwrap_or_default()
+            );
+        }
+        None => println!("Claim:      none yet"),
+    }
+    println!("Events:");
+    if events.is_empty() {
+        println!(
+            "  {}",
+            if events_note.is_empty() {
+                "none retained"
+            } else {
+                &events_note
+            }
+        );
+    }
+    for e in &events {
+        println!(
+            "  #{:<5} {:<10} {}{}",
+            e["seq"],
+            e["kind"].as_str().unwrap_or(""),
+            e.get("epoch").map(|x| format!("epoch {x} ")).unwrap_or_default(),
+            e["detail"].as_str().unwrap_or("")
+        );
+    }
+    Ok(())
+}
+
+/// The last 20 events of `session` in the journal at `address`.
+async fn owner_events(
+    address: &str,
+    token_file: &std::path::Path,
+    session: &str,
+) -> Result<Vec<serde_json::Value>, String> {
+    let token = crate::http::read_token(token_file).map_err(|e| e.to_string())?;
+    let token = String::from_utf8_lossy(&token).into_owned();
+    let client = reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(2))
+        .timeout(Duration::from_secs(5))
+        .build()
+        .map_err(|e| format!("http client: {e}"))?;
+    let url = format!("{}/v1/events?after=0&limit=1000", address.trim_end_matches('/'));
+    let r = client
+        .get(&url)
+        .bearer_auth(token)
+        .send()
+        .await
+        .map_err(|e| format!("the owner did not answer: {}", crate::store::objstore::redact(&e.to_string())))?;
+    if !r.status().is_success() {
+        return Err(format!("the owner answered HTTP {}", r.status()));
+    }
+    let body = r
+        .bytes()
+        .await
+        .map_err(|e| format!("reading the journal page: {e}"))?;
+    let v: serde_json::Value =
+        serde_json::from_slice(&body).map_err(|e| format!("bad journal page: {e}"))?;
+    let mut ev: Vec<serde_json::Value> = v["events"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| e["session"] == session)
+        .collect();
+    let skip = ev.len().saturating_sub(20);
+    ev.drain(..skip);
+    Ok(ev)
 }

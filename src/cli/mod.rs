@@ -103,6 +103,11 @@ enum Command {
         /// the version read just before).
         #[arg(long)]
         replace: bool,
+        /// The fleet's bearer token: nudges the node placement ranks first,
+        /// so the session starts within about a second instead of at the
+        /// node's next pass.
+        #[arg(long, env = "LEASEHOLD_TOKEN_FILE")]
+        token_file: Option<std::path::PathBuf>,
         #[arg(long)]
         json: bool,
     },
@@ -127,6 +132,18 @@ enum Command {
         /// Only names starting with this.
         #[arg(long, default_value = "")]
         prefix: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Everything about one session: manifest, claim, owner liveness, status
+    /// and reason, restarts, and (with --token-file) its recent events.
+    Describe {
+        name: String,
+        #[command(flatten)]
+        store: StoreArgs,
+        /// File with the fleet's bearer token, to read the owner's journal.
+        #[arg(long, env = "LEASEHOLD_TOKEN_FILE")]
+        token_file: Option<std::path::PathBuf>,
         #[arg(long)]
         json: bool,
     },
@@ -193,6 +210,24 @@ enum Command {
         #[arg(long)]
         tail: Option<usize>,
     },
+    /// Remove what the fleet no longer needs, once older than --older-than:
+    /// tombstones of deleted sessions, claims of deleted sessions whose
+    /// owner is gone, and released or fenced node records. Never a live
+    /// object, and never so that a fencing token could be issued twice (an
+    /// epoch floor is raised first). Shows the plan with --dry-run.
+    Gc {
+        #[command(flatten)]
+        store: StoreArgs,
+        /// Only objects whose own timestamp is at least this old (wall
+        /// clock; advisory, hence the generous default).
+        #[arg(long, default_value = "24h", value_parser = parse_duration, allow_hyphen_values = true)]
+        older_than: Duration,
+        /// Print what would be removed; remove nothing.
+        #[arg(long)]
+        dry_run: bool,
+        #[arg(long)]
+        json: bool,
+    },
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions {
         #[arg(value_enum)]
@@ -207,6 +242,10 @@ enum Command {
         /// A manifest that is already gone is not an error (as kubectl's flag).
         #[arg(long)]
         ignore_not_found: bool,
+        /// The fleet's bearer token: nudges the session's owner, so it stops
+        /// the session at once.
+        #[arg(long, env = "LEASEHOLD_TOKEN_FILE")]
+        token_file: Option<std::path::PathBuf>,
     },
     /// Three nodes in this process on a local directory store: manifests are
     /// placed, one node is killed abruptly, its sessions move. No server, no
@@ -237,6 +276,37 @@ enum LsWhat {
 
 #[derive(Debug, Subcommand)]
 enum NodeOp {
+    /// Take no new sessions on node ID (running ones stay), as `kubectl
+    /// cordon`. Written to control/ID; the node applies it within a few
+    /// passes, at once when nudged (with --token-file).
+    Cordon {
+        id: String,
+        #[command(flatten)]
+        store: StoreArgs,
+        /// The fleet's bearer token, to nudge the node.
+        #[arg(long, env = "LEASEHOLD_TOKEN_FILE")]
+        token_file: Option<std::path::PathBuf>,
+    },
+    /// Undo cordon and drain: node ID takes sessions again.
+    Uncordon {
+        id: String,
+        #[command(flatten)]
+        store: StoreArgs,
+        #[arg(long, env = "LEASEHOLD_TOKEN_FILE")]
+        token_file: Option<std::path::PathBuf>,
+    },
+    /// Cordon node ID and hand its sessions over gracefully (each stopped,
+    /// its claim released, so a peer claims it at once); waits until the
+    /// node holds none, or --timeout (exit 4).
+    Drain {
+        id: String,
+        #[command(flatten)]
+        store: StoreArgs,
+        #[arg(long, env = "LEASEHOLD_TOKEN_FILE")]
+        token_file: Option<std::path::PathBuf>,
+        #[arg(long, default_value = "2m", value_parser = parse_duration, allow_hyphen_values = true)]
+        timeout: Duration,
+    },
     /// Run the node in the foreground.
     Run {
         #[command(flatten)]
@@ -682,6 +752,12 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     let max_skew = cli.max_skew;
     match cli.command {
         Command::Doctor { store, json } => doctor(&store, json).await,
+        Command::Describe {
+            name,
+            store,
+            token_file,
+            json,
+        } => inventory::describe(name, &store, token_file.as_deref(), json, max_skew).await,
         Command::Lease { op } => lease(op, max_skew).await,
         Command::Demo {
             store,
@@ -702,8 +778,9 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             file,
             store,
             replace,
+            token_file,
             json,
-        } => apply(&file, &store, replace, json).await,
+        } => apply(&file, &store, replace, token_file.as_deref(), json, max_skew).await,
         Command::Resolve {
             name,
             store,
@@ -764,6 +841,45 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             follow,
             tail,
         } => logs::run(name, &store, &token_file, follow, tail).await,
+        Command::Gc {
+            store,
+            older_than,
+            dry_run,
+            json,
+        } => {
+            let store = open(&store).await?;
+            let now = SystemClock::new().wall_ms();
+            let plan = crate::fleet::gc::scan(&store, now, older_than).await?;
+            let removed = if dry_run {
+                0
+            } else {
+                crate::fleet::gc::apply(&store, &OsEntropy::new(), &plan).await?
+            };
+            if json {
+                print_json(&serde_json::json!({
+                    "dry_run": dry_run, "candidates": plan, "removed": removed,
+                    "epoch_floor": crate::fleet::gc::floor(&store).await?,
+                }));
+            } else {
+                for r in &plan {
+                    println!(
+                        "{} {:<32} epoch {:<6} {}",
+                        if dry_run { "would remove" } else { "removed" },
+                        r.key,
+                        r.epoch,
+                        r.reason
+                    );
+                }
+                println!(
+                    "{} of {} candidates {}; older than {}",
+                    if dry_run { plan.len() } else { removed },
+                    plan.len(),
+                    if dry_run { "would be removed (dry run)" } else { "removed" },
+                    humantime::format_duration(older_than)
+                );
+            }
+            Ok(())
+        }
         Command::Completions { shell } => {
             use clap::CommandFactory;
             clap_complete::generate(
@@ -778,11 +894,25 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             name,
             store,
             ignore_not_found,
+            token_file,
         } => {
             let name = Name::new(name)?;
             let store = open(&store).await?;
+            let owner = crate::fleet::claim::get(&store, name.as_str())
+                .await
+                .ok()
+                .flatten()
+                .map(|(c, _)| c.owner.node)
+                .filter(|n| n != "queued");
             if crate::fleet::manifest::delete(&store, &name).await? {
-                println!("deleted manifests/{name}");
+                let nudged = match owner {
+                    Some(o) => nudge_nodes(&store, token_file.as_deref(), &[o]).await,
+                    None => 0,
+                };
+                println!(
+                    "deleted manifests/{name}{}",
+                    if nudged > 0 { " (owner nudged)" } else { "" }
+                );
                 Ok(())
             } else if ignore_not_found {
                 Ok(())
@@ -1157,7 +1287,14 @@ struct ManifestFile {
     spec: crate::fleet::manifest::Spec,
 }
 
-async fn apply(file: &str, store: &StoreArgs, replace: bool, json: bool) -> Result<(), Failure> {
+async fn apply(
+    file: &str,
+    store: &StoreArgs,
+    replace: bool,
+    token_file: Option<&std::path::Path>,
+    json: bool,
+    max_skew: Duration,
+) -> Result<(), Failure> {
     use crate::fleet::manifest::{self, Applied, Spec};
     use std::io::Read;
     let mut bytes = Vec::new();
@@ -1212,18 +1349,214 @@ async fn apply(file: &str, store: &StoreArgs, replace: bool, json: bool) -> Resu
         Applied::Unchanged(v) => ("unchanged", v),
         Applied::Replaced(v) => ("replaced", v),
     };
+    // Nudge the nodes placement ranks first (best effort, with a token).
+    let mut nudged = Vec::new();
+    if token_file.is_some()
+        && !matches!(r, Applied::Unchanged(_))
+        && let Ok(Some((m, _))) = manifest::get(&store, &name).await
+    {
+        for id in ranked_for(&store, &m, max_skew).await {
+            if nudge_nodes(&store, token_file, std::slice::from_ref(&id)).await > 0 {
+                nudged.push(id);
+            }
+        }
+    }
     if json {
         print_json(
-            &serde_json::json!({"key": format!("manifests/{name}"), "result": what, "digest": spec.digest(), "version": version}),
+            &serde_json::json!({"key": format!("manifests/{name}"), "result": what, "digest": spec.digest(), "version": version, "nudged": nudged}),
         );
     } else {
-        println!("manifests/{name} {what} (digest {})", &spec.digest()[..12]);
+        println!(
+            "manifests/{name} {what} (digest {}){}",
+            &spec.digest()[..12],
+            if nudged.is_empty() {
+                String::new()
+            } else {
+                format!("; nudged {}", nudged.join(", "))
+            }
+        );
     }
     Ok(())
 }
 
+/// Node IDs are names; the control object and nudge need the node's record.
+async fn node_control(op: NodeOp) -> Result<(), Failure> {
+    use crate::fleet::control;
+    let (id, store, token_file, drain, timeout) = match op {
+        NodeOp::Cordon { id, store, token_file } => (id, store, token_file, Some(false), None),
+        NodeOp::Drain {
+            id,
+            store,
+            token_file,
+            timeout,
+        } => (id, store, token_file, Some(true), Some(timeout)),
+        NodeOp::Uncordon { id, store, token_file } => (id, store, token_file, None, None),
+        NodeOp::Run { .. } => {
+            return Err(Error::Internal("node run is not a control command".into()).into());
+        }
+    };
+    let id = Name::new(id)?;
+    let store = open(&store).await?;
+    let clock = SystemClock::new();
+    match drain {
+        Some(d) => {
+            control::set(&store, &OsEntropy::new(), id.as_str(), d, clock.wall_ms()).await?;
+        }
+        None => {
+            control::clear(&store, id.as_str()).await?;
+        }
+    }
+    let nudged = nudge_nodes(&store, token_file.as_deref(), &[id.to_string()]).await;
+    let when = if nudged > 0 {
+        "now (nudged)"
+    } else {
+        "within a few of its passes (pass --token-file to nudge it)"
+    };
+    match drain {
+        Some(false) => println!("node {id} cordoned: it takes no new sessions {when}"),
+        None => println!("node {id} uncordoned: it takes sessions again {when}"),
+        Some(true) => {
+            println!("node {id} draining {when}");
+            let deadline = clock.now() + timeout.unwrap_or(Duration::from_secs(120));
+            loop {
+                let held = sessions_owned_by(&store, id.as_str()).await?;
+                if held == 0 {
+                    println!("node {id} drained: it holds no sessions");
+                    break;
+                }
+                if clock.now() >= deadline {
+                    return Err(Error::Unavailable {
+                        op: "drain",
+                        key: format!("nodes/{id}"),
+                        source: crate::store::StoreError::Unavailable {
+                            message: format!("still holds {held} sessions at the timeout"),
+                        },
+                    }
+                    .into());
+                }
+                clock.sleep(Duration::from_millis(500)).await;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// How many sessions the claims say node `id` holds (not released, not
+/// finished).
+async fn sessions_owned_by(store: &Arc<dyn Store>, id: &str) -> Result<usize, Error> {
+    use futures::StreamExt;
+    let mut n = 0;
+    let mut list = store.list("sessions/");
+    let mut keys = Vec::new();
+    while let Some(e) = list.next().await {
+        keys.push(e.map_err(|e| Error::from_store("list", "sessions/", e))?.key);
+    }
+    for k in keys {
+        if let Ok(Some(o)) = store.get(&k).await
+            && let Ok(c) = crate::fleet::claim::ClaimRecord::decode(&k, &o.bytes)
+            && c.owner.node == id
+            && c.state != crate::fleet::claim::ClaimState::Released
+            && !c.state.is_terminal()
+        {
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
+/// Best effort: asks nodes `ids` (their live records' addresses) to look at
+/// the bucket now (`POST /v1/nudge`), when a token file is at hand. Returns
+/// how many answered. Never an error: the bucket stays the truth, and a lost
+/// nudge only means the node notices at its own pace.
+pub(crate) async fn nudge_nodes(
+    store: &Arc<dyn Store>,
+    token_file: Option<&std::path::Path>,
+    ids: &[String],
+) -> usize {
+    let Some(tf) = token_file else {
+        return 0;
+    };
+    let Ok(token) = crate::http::read_token(tf) else {
+        return 0;
+    };
+    let token = String::from_utf8_lossy(&token).into_owned();
+    let Ok(client) = reqwest::Client::builder()
+        .connect_timeout(Duration::from_millis(500))
+        .timeout(Duration::from_secs(2))
+        .build()
+    else {
+        return 0;
+    };
+    let mut n = 0;
+    for id in ids.iter().take(8) {
+        let key = format!("nodes/{id}");
+        let Ok(Some(o)) = store.get(&key).await else {
+            continue;
+        };
+        let Ok(r) = crate::record::LeaseRecord::decode(&key, &o.bytes, Kind::Node) else {
+            continue;
+        };
+        let Some(a) = r.address.filter(|a| a.starts_with("http://") && !r.released) else {
+            continue;
+        };
+        let url = format!("{}/v1/nudge", a.trim_end_matches('/'));
+        if client
+            .post(url)
+            .bearer_auth(&token)
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success())
+        {
+            n += 1;
+        }
+    }
+    n
+}
+
+/// The nodes placement ranks first for `m` (at most two), from the node
+/// records by wall clock: whom `apply` nudges.
+async fn ranked_for(
+    store: &Arc<dyn Store>,
+    m: &crate::fleet::manifest::ManifestRecord,
+    max_skew: Duration,
+) -> Vec<String> {
+    use crate::fleet::explain::NodeFacts;
+    use futures::StreamExt;
+    let now = SystemClock::new().wall_ms();
+    let mut views = Vec::new();
+    let mut list = store.list("nodes/");
+    let mut keys = Vec::new();
+    while let Some(Ok(e)) = list.next().await {
+        keys.push(e.key);
+    }
+    for k in keys.iter().take(1000) {
+        if let Ok(Some(o)) = store.get(k).await
+            && let Ok(r) = crate::record::LeaseRecord::decode(k, &o.bytes, Kind::Node)
+        {
+            let f = NodeFacts::from_record(r, now, max_skew);
+            views.push(crate::fleet::plan::NodeView {
+                id: f.record.holder.node.clone(),
+                instance: f.record.holder.instance.clone(),
+                capacity: if f.cordoned { 0 } else { f.capacity },
+                load: f.load,
+                labels: f.labels.clone(),
+                live: f.liveness == crate::liveness::Liveness::Live,
+            });
+        }
+    }
+    let mv = crate::fleet::node::manifest_view(m);
+    crate::fleet::plan::rank(&mv, &views)
+        .into_iter()
+        .take(2)
+        .map(|n| n.id.clone())
+        .collect()
+}
+
 async fn node(op: NodeOp) -> Result<(), Failure> {
     use crate::fleet::{journal::Journal, node as fleet_node, runner::ExecRunner};
+    if !matches!(op, NodeOp::Run { .. }) {
+        return node_control(op).await;
+    }
     let NodeOp::Run {
         store,
         id,
@@ -1240,7 +1573,10 @@ async fn node(op: NodeOp) -> Result<(), Failure> {
         log_max_bytes,
         pass_env,
         max_connections,
-    } = op;
+    } = op
+    else {
+        return Err(Error::Internal("control commands are handled above".into()).into());
+    };
     let id = Name::new(id)?;
     // HTTP first: a bad address or token fails before anything is written.
     let http = match (&listen, &token_file) {

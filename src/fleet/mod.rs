@@ -12,6 +12,9 @@
 
 pub mod claim;
 pub mod contain;
+pub mod control;
+pub mod explain;
+pub mod gc;
 pub mod journal;
 pub mod manifest;
 pub mod marker;

@@ -95,6 +95,13 @@ pub struct NodeStatus {
     renew: std::sync::Mutex<RenewHistogram>,
     live: std::sync::Mutex<ReadinessInputs>,
     corrupt: std::sync::Mutex<Vec<String>>,
+    /// Published in the node record (`cordoned`): this node takes no new
+    /// sessions (`leasehold node cordon`).
+    cordoned: std::sync::atomic::AtomicBool,
+    /// Set by a nudge (`POST /v1/nudge`): the next pass comes at once and
+    /// re-reads this node's control object.
+    nudged: std::sync::atomic::AtomicBool,
+    nudge: tokio::sync::Notify,
 }
 
 /// What readiness is computed from, at the moment it is asked: never a
@@ -153,6 +160,20 @@ pub struct SessionStatus {
 }
 
 impl NodeStatus {
+    /// Asks the pull loop for a pass now (best effort; at most one pass per
+    /// [`NUDGE_MIN_GAP`] however often it is asked), which also re-reads the
+    /// node's control object. The bucket stays the truth: a nudge only
+    /// makes the node look sooner.
+    pub fn nudge(&self) {
+        self.nudged.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.nudge.notify_one();
+    }
+
+    /// Whether this node is cordoned (takes no new sessions).
+    pub fn cordoned(&self) -> bool {
+        self.cordoned.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// The last published snapshot, with `ready` computed now.
     pub fn snapshot(&self) -> StatusSnapshot {
         let mut s = self.inner.read().unwrap().clone();
@@ -394,6 +415,30 @@ struct Owned {
     /// write of it, or a listing or read that showed our version. See
     /// `Node::confirmed_until`.
     confirmed: MonoTime,
+    /// When the current run started (for the crash-loop back-off).
+    started_at: MonoTime,
+    /// Consecutive runs that exited within [`QUICK_EXIT`] of starting.
+    quick_exits: u32,
+    /// A restart held back by the crash-loop back-off until then.
+    restart_at: Option<MonoTime>,
+}
+
+/// The least time between two passes however often the node is nudged.
+pub const NUDGE_MIN_GAP: Duration = Duration::from_millis(200);
+
+/// A run shorter than this that exits counts toward the crash-loop back-off.
+const QUICK_EXIT: Duration = Duration::from_secs(10);
+
+/// The wait before restarting a session after its `n`th consecutive quick
+/// exit: none for the first (a one-off failure restarts at once), then
+/// 250 ms, doubling, at most 30 s, as Kubernetes' CrashLoopBackOff does at a
+/// smaller scale. A run that lasts [`QUICK_EXIT`] resets the count.
+fn restart_backoff(n: u32) -> Duration {
+    if n <= 1 {
+        return Duration::ZERO;
+    }
+    let ms = 250u64.saturating_mul(1u64 << (n - 2).min(16));
+    Duration::from_millis(ms.min(30_000))
 }
 
 /// Runs a node until `shutdown` is cancelled.
@@ -423,11 +468,23 @@ pub async fn run(cfg: NodeConfig, deps: NodeDeps, shutdown: CancellationToken) -
     // that re-registers must not forget that a claim existed.
     let mut memory = Memory::default();
     loop {
-        // One registration: a fresh instance id every time.
+        // One registration: a fresh instance id every time. Above gc's
+        // epoch floor, should gc have removed this node's old record.
+        let floor = loop {
+            match super::gc::floor(&deps.store).await {
+                Err(e) if e.is_transient() => {
+                    tokio::select! {
+                        _ = deps.clock.sleep(cfg.poll) => {}
+                        _ = shutdown.cancelled() => return Ok(()),
+                    }
+                }
+                other => break other?,
+            }
+        };
         let mut builder = LeaseClient::builder(deps.store.clone(), cfg.id.clone())
             .clock(deps.clock.clone())
             .entropy(deps.entropy.clone())
-            .epoch_base(base);
+            .epoch_base(base.max(floor));
         if let Some(l) = &deps.host_lock {
             builder = builder.host_lock(l.clone());
         }
@@ -469,9 +526,16 @@ pub async fn run(cfg: NodeConfig, deps: NodeDeps, shutdown: CancellationToken) -
     }
 }
 
-fn node_attrs(cfg: &NodeConfig, load: u32) -> serde_json::Map<String, serde_json::Value> {
+fn node_attrs(
+    cfg: &NodeConfig,
+    load: u32,
+    cordoned: bool,
+) -> serde_json::Map<String, serde_json::Value> {
     let mut m = serde_json::Map::new();
     m.insert("capacity".into(), cfg.capacity.into());
+    if cordoned {
+        m.insert("cordoned".into(), true.into());
+    }
     m.insert(
         "max_poll_ms".into(),
         (cfg.max_poll.as_millis() as u64).into(),
@@ -494,7 +558,7 @@ async fn register(
 ) -> Result<Option<Lease>> {
     let mut opts = AcquireOptions::ttl(cfg.ttl);
     opts.address = cfg.address.clone();
-    opts.attrs = node_attrs(cfg, 0);
+    opts.attrs = node_attrs(cfg, 0, deps.status.cordoned());
     loop {
         match client.acquire_kind(Kind::Node, &cfg.id, &opts).await {
             Ok(Acquire::Acquired(l)) => {
@@ -578,6 +642,9 @@ struct Node {
     /// only): a claim that vanished is made again above it, not at 1.
     seen_claims: HashMap<String, u64>,
     idle_ticks: u32,
+    /// Draining (see `apply_control`): not even a predecessor's sessions
+    /// are reclaimed.
+    draining: bool,
     /// When the last `nodes/` listing was sent. A peer counts as expired only
     /// if a listing *sent* ttl + margin after its version first arrived still
     /// showed that version: judging against the time the pass reaches its
@@ -654,6 +721,7 @@ impl Node {
             absent_claims: memory.absent_claims,
             seen_claims: memory.seen_claims,
             idle_ticks: 0,
+            draining: false,
             nodes_listed_at: MonoTime::ZERO,
             validity: None,
             confirmed_tx: watch::Sender::new(MonoTime::ZERO),
@@ -809,9 +877,21 @@ impl Node {
             // lease (a renewal is not a reason to list again).
             let sleep = self.deps.clock.sleep(pause);
             tokio::pin!(sleep);
+            let nudge = &self.deps.status.nudge;
+            let mut shortened = false;
             loop {
                 tokio::select! {
                     _ = &mut sleep => break,
+                    // A nudge brings the next pass forward, at most to
+                    // NUDGE_MIN_GAP after this one: a flood of nudges costs
+                    // no more than a pass every NUDGE_MIN_GAP.
+                    _ = nudge.notified(), if !shortened => {
+                        shortened = true;
+                        if pause > NUDGE_MIN_GAP {
+                            sleep.set(self.deps.clock.sleep(NUDGE_MIN_GAP));
+                        }
+                        self.idle_ticks = 0;
+                    }
                     _ = shutdown.cancelled() => break,
                     Some(req) = recv(&mut inbox) => {
                         request = Some(req);
@@ -987,6 +1067,9 @@ impl Node {
                 epoch: o.record.epoch,
             });
         }
+        if self.deps.status.cordoned() {
+            return Ok(declined("this node is cordoned"));
+        }
         if self.load() >= self.cfg.capacity {
             return Ok(declined("no free capacity"));
         }
@@ -1106,6 +1189,53 @@ impl Node {
                 );
             }
         }
+    }
+
+    /// Reads this node's control object and applies it: cordon (no new
+    /// sessions; published in the node record at the next renewal), drain
+    /// (cordon, and hand every session over: stop it, release the claim),
+    /// or neither. An unreadable object leaves things as they are.
+    async fn apply_control(&mut self) -> bool {
+        let c = match super::control::get(&self.deps.store, &self.me.node).await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "reading this node's control object");
+                return false;
+            }
+        };
+        let (cordon, drain) = c.map_or((false, false), |c| (c.cordon || c.drain, c.drain));
+        let was = self
+            .deps
+            .status
+            .cordoned
+            .swap(cordon, std::sync::atomic::Ordering::SeqCst);
+        let mut changed = false;
+        if was != cordon {
+            self.event(
+                if cordon { "cordoned" } else { "uncordoned" },
+                None,
+                None,
+                if cordon {
+                    "taking no new sessions"
+                } else {
+                    "taking sessions again"
+                },
+            );
+            changed = true;
+        }
+        self.draining = drain;
+        if drain && !self.owned.is_empty() {
+            self.event(
+                "draining",
+                None,
+                None,
+                format!("handing {} sessions over", self.owned.len()),
+            );
+            self.stop_all("node drained").await;
+            self.release_claims().await;
+            changed = true;
+        }
+        changed
     }
 
     async fn release_claims(&mut self) {
@@ -1260,6 +1390,16 @@ impl Node {
         }) {
             self.ensure_marker().await?;
         }
+        // Operator control (`control/<id>`): at the first pass, every
+        // CONTROL_EVERY passes, and at once when nudged.
+        let nudged = self
+            .deps
+            .status
+            .nudged
+            .swap(false, std::sync::atomic::Ordering::SeqCst);
+        if nudged || self.pass % super::control::CONTROL_EVERY == 1 {
+            changed |= self.apply_control().await;
+        }
         let listed_at = self.deps.clock.now();
         let node_entries = self.client.observe_listing("nodes/").await?;
         self.nodes_listed_at = listed_at;
@@ -1369,6 +1509,13 @@ impl Node {
                 self.first_claimable.remove(&name);
                 continue;
             };
+            // Cordoned: nothing new; a predecessor's sessions are ours
+            // already (unless draining).
+            if self.deps.status.cordoned()
+                && (why != plan::Claimable::Predecessor || self.draining)
+            {
+                continue;
+            }
             let vanished =
                 self.claim_vanished(&format!("sessions/{name}"), claim.as_ref().map(|(_, c)| c));
             if vanished && self.absent_claim_wait(&name).is_some() {
@@ -1464,10 +1611,16 @@ impl Node {
                 .copied()
                 .unwrap_or(0)
         };
+        // A cordoned node offers no capacity: placement ranks it out, so
+        // peers never wait for it to claim.
         let mut out = vec![NodeView {
             id: self.me.node.clone(),
             instance: self.me.instance.clone(),
-            capacity: self.cfg.capacity,
+            capacity: if self.deps.status.cordoned() {
+                0
+            } else {
+                self.cfg.capacity
+            },
             load: load_of(&self.me.node, &self.me.instance),
             labels: self.cfg.labels.clone(),
             live: true,
@@ -1503,10 +1656,11 @@ impl Node {
                 },
             );
             let get = |k: &str| rec.attrs.get(k).and_then(|v| v.as_u64()).unwrap_or(0) as u32;
+            let cordoned = rec.attrs.get("cordoned").and_then(|v| v.as_bool()) == Some(true);
             out.push(NodeView {
                 id: rec.holder.node.clone(),
                 instance: rec.holder.instance.clone(),
-                capacity: get("capacity"),
+                capacity: if cordoned { 0 } else { get("capacity") },
                 load: load_of(&rec.holder.node, &rec.holder.instance),
                 labels: rec
                     .attrs
@@ -1653,6 +1807,13 @@ impl Node {
             return Ok(false);
         }
         let key = format!("sessions/{name}");
+        // A claim created where none is, or over a placeholder, may follow
+        // a claim that `gc` deleted: start above gc's epoch floor (one GET,
+        // on these paths only; see `gc`).
+        let floor = match &existing {
+            Some((_, c)) if !c.is_placeholder() => 0,
+            _ => super::gc::floor(&self.deps.store).await?,
+        };
         let (cond, epoch, restarts) = match &existing {
             // Above any epoch we saw for it, should it have vanished.
             None => (
@@ -1660,14 +1821,16 @@ impl Node {
                 self.seen_claims
                     .get(&key)
                     .map_or(1, |e| e + 1)
-                    .max(self.epoch_base + 1),
+                    .max(self.epoch_base + 1)
+                    .max(floor + 1),
                 0,
             ),
             Some((v, c)) => (
                 Cond::Match(v.clone()),
                 (c.epoch + 1)
                     .max(self.seen_claims.get(&key).map_or(0, |e| e + 1))
-                    .max(self.epoch_base + 1),
+                    .max(self.epoch_base + 1)
+                    .max(floor + 1),
                 0,
             ),
         };
@@ -1723,6 +1886,9 @@ impl Node {
                         version,
                         running: false,
                         confirmed: sent,
+                        started_at: sent,
+                        quick_exits: 0,
+                        restart_at: None,
                     },
                 );
                 // The renew task must bound this session too, from now.
@@ -1760,8 +1926,11 @@ impl Node {
         };
         match self.deps.runner.start(start).await {
             Ok(()) => {
+                let now = self.deps.clock.now();
                 if let Some(o) = self.owned.get_mut(name) {
                     o.running = true;
+                    o.started_at = now;
+                    o.restart_at = None;
                 }
                 self.event("started", Some(name), Some(epoch), "");
             }
@@ -1924,6 +2093,28 @@ impl Node {
                         continue; // taken over, or the store is unreachable
                     }
                 }
+                // A crash loop backs off (see `restart_backoff`); the pass
+                // that finds the wait over starts it (`reconcile_owned`).
+                let now = self.deps.clock.now();
+                let delay = match self.owned.get_mut(&x.name) {
+                    Some(o) => {
+                        let quick = now.saturating_since(o.started_at) < QUICK_EXIT;
+                        o.quick_exits = if quick { o.quick_exits + 1 } else { 0 };
+                        let d = restart_backoff(o.quick_exits);
+                        o.restart_at = (!d.is_zero()).then_some(now + d);
+                        d
+                    }
+                    None => Duration::ZERO,
+                };
+                if !delay.is_zero() {
+                    self.event(
+                        "backoff",
+                        Some(&x.name),
+                        Some(x.epoch),
+                        format!("crash loop: restarting in {delay:?}"),
+                    );
+                    continue;
+                }
                 self.start(&x.name, &m).await;
             } else {
                 let state = if x.code == 0 {
@@ -2063,6 +2254,16 @@ impl Node {
                     }
                     let terminal_same = o.record.state.is_terminal() && !new_spec;
                     let running = self.owned.get(&name).is_some_and(|x| x.running);
+                    // A crash-loop back-off still running holds the restart
+                    // (a new spec does not wait); the pass stays at its base
+                    // pace meanwhile.
+                    if !running
+                        && !new_spec
+                        && o.restart_at.is_some_and(|t| self.deps.clock.now() < t)
+                    {
+                        changed = true;
+                        continue;
+                    }
                     if !running && !terminal_same {
                         if new_spec || o.record.state != ClaimState::Running {
                             if let Some(x) = self.owned.get_mut(&name) {
@@ -2100,7 +2301,8 @@ fn owner_liveness(record: &LeaseRecord, instance: &str) -> Liveness {
     )
 }
 
-fn manifest_view(m: &ManifestRecord) -> ManifestView {
+/// The placement view of a manifest (also for the CLI's nudge targets).
+pub fn manifest_view(m: &ManifestRecord) -> ManifestView {
     ManifestView {
         name: m.name.clone(),
         digest: m.digest.clone(),
@@ -2243,7 +2445,7 @@ async fn renew_task(
             _ = deps.clock.sleep(period) => {}
             _ = stop.cancelled() => return Some(lease),
         }
-        let attrs = node_attrs(&cfg, *load.borrow());
+        let attrs = node_attrs(&cfg, *load.borrow(), deps.status.cordoned());
         let t0 = deps.clock.now();
         let r = match lease.set_attrs(attrs).await {
             Err(e) if e.is_transient() => {

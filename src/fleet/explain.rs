@@ -1,0 +1,385 @@
+//! Why a session is in the state it is in: the reason `ls` and `describe`
+//! print beside every status but a plain "running".
+//!
+//! Pure: the caller reads the manifest, the claim and the node records (one
+//! listing each, as `ls` does) and passes the wall clock; nothing here does
+//! I/O or reads a clock. The reasons are advisory in the same way as the
+//! one-shot liveness judgement they build on ([`crate::liveness`], by wall
+//! clock within the skew bound): they explain, and never decide anything.
+
+use super::claim::{ClaimRecord, ClaimState, Status};
+use super::manifest::ManifestRecord;
+use crate::liveness::{Evidence, Liveness, judge};
+use crate::record::LeaseRecord;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// What `ls` knows of a node.
+#[derive(Debug, Clone)]
+pub struct NodeFacts {
+    pub record: LeaseRecord,
+    pub liveness: Liveness,
+    pub capacity: u32,
+    pub load: u32,
+    pub labels: BTreeMap<String, String>,
+    pub cordoned: bool,
+}
+
+impl NodeFacts {
+    /// From a node record, judged by wall clock (see [`crate::liveness`]).
+    pub fn from_record(record: LeaseRecord, now_ms: u64, max_skew: Duration) -> NodeFacts {
+        let liveness = judge(Some(&record), None, Evidence::WallClock { now_ms, max_skew });
+        let num = |k: &str| record.attrs.get(k).and_then(|v| v.as_u64()).unwrap_or(0) as u32;
+        let labels = record
+            .attrs
+            .get("labels")
+            .and_then(|l| serde_json::from_value(l.clone()).ok())
+            .unwrap_or_default();
+        let cordoned = record
+            .attrs
+            .get("cordoned")
+            .and_then(|v| v.as_bool())
+            .unwrap_or(false);
+        NodeFacts {
+            capacity: num("capacity"),
+            load: num("load"),
+            labels,
+            cordoned,
+            liveness,
+            record,
+        }
+    }
+}
+
+/// A session's status and the reason for it ("" for a healthy running
+/// session).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Explained {
+    pub status: Status,
+    pub reason: String,
+}
+
+/// Explains one session. `nodes` is every node record listed, keyed by node
+/// id. None for a session with neither manifest nor claim (nothing to say).
+pub fn explain(
+    manifest: Option<&ManifestRecord>,
+    claim: Option<&ClaimRecord>,
+    nodes: &BTreeMap<String, NodeFacts>,
+    now_ms: u64,
+    max_skew: Duration,
+) -> Option<Explained> {
+    let owned = claim.filter(|c| c.state != ClaimState::Released && !c.is_placeholder());
+    let Some(m) = manifest else {
+        // No manifest: the session was deleted. Its claim is a tombstone
+        // (gc removes it), or its owner is stopping it.
+        let c = owned?;
+        let (owner, live) = owner_of(c, nodes, now_ms, max_skew);
+        return Some(Explained {
+            status: if live { Status::Running } else { Status::Interrupted },
+            reason: if live {
+                format!("manifest deleted; {} is stopping it", c.owner.node)
+            } else {
+                format!(
+                    "manifest deleted and its owner {} is {}; `leasehold gc` removes the claim",
+                    c.owner.node,
+                    owner.describe()
+                )
+            },
+        });
+    };
+    let Some(c) = owned else {
+        if m.spec.paused {
+            return Some(Explained {
+                status: Status::Paused,
+                reason: "paused by its manifest".into(),
+            });
+        }
+        return Some(Explained {
+            status: Status::Queued,
+            reason: queued_reason(m, nodes),
+        });
+    };
+    let (owner, live) = owner_of(c, nodes, now_ms, max_skew);
+    let restarts = if c.restarts > 0 {
+        format!(
+            "{} restart{}{}",
+            c.restarts,
+            if c.restarts == 1 { "" } else { "s" },
+            c.exit_code
+                .map(|e| format!(", last exit {e}"))
+                .unwrap_or_default()
+        )
+    } else {
+        String::new()
+    };
+    let e = match c.state {
+        ClaimState::Succeeded => Explained {
+            status: Status::Succeeded,
+            reason: format!("exit {}", c.exit_code.unwrap_or(0)),
+        },
+        ClaimState::Failed => Explained {
+            status: Status::Failed,
+            reason: join(
+                &format!("exit {}", c.exit_code.map_or("?".into(), |e| e.to_string())),
+                &if c.restarts > 0 {
+                    format!("after {} restarts", c.restarts)
+                } else {
+                    String::new()
+                },
+            ),
+        },
+        ClaimState::Paused => Explained {
+            status: Status::Paused,
+            reason: "paused by its manifest".into(),
+        },
+        ClaimState::Running if live => Explained {
+            status: Status::Running,
+            reason: join(&restarts, &overdue(c, nodes, now_ms)),
+        },
+        ClaimState::Running | ClaimState::Released => Explained {
+            status: Status::Interrupted,
+            reason: interrupted_reason(c, owner, nodes, now_ms),
+        },
+    };
+    Some(e)
+}
+
+fn join(a: &str, b: &str) -> String {
+    match (a.is_empty(), b.is_empty()) {
+        (true, _) => b.to_string(),
+        (_, true) => a.to_string(),
+        _ => format!("{a} {b}"),
+    }
+}
+
+/// The owner's liveness (by wall clock) and whether it still runs `c`.
+fn owner_of(
+    c: &ClaimRecord,
+    nodes: &BTreeMap<String, NodeFacts>,
+    now_ms: u64,
+    max_skew: Duration,
+) -> (Liveness, bool) {
+    let l = judge(
+        nodes.get(&c.owner.node).map(|n| &n.record),
+        Some(&c.owner.instance),
+        Evidence::WallClock { now_ms, max_skew },
+    );
+    (l, l == Liveness::Live)
+}
+
+fn interrupted_reason(
+    c: &ClaimRecord,
+    owner: Liveness,
+    nodes: &BTreeMap<String, NodeFacts>,
+    now_ms: u64,
+) -> String {
+    let who = &c.owner.node;
+    match owner {
+        Liveness::Expired => {
+            // Peers take over once they have *observed* the lease unchanged
+            // for ttl + margin (from when they first saw that version); the
+            // wall clocks only say how stale it looks from here.
+            let r = &nodes[who].record;
+            format!(
+                "waiting for a peer to observe {who}'s lease expired (not renewed for {} s by wall clock; ttl {} s)",
+                now_ms.saturating_sub(r.renewed_at_ms) / 1000,
+                r.ttl_ms / 1000
+            )
+        }
+        Liveness::Fenced => format!("owner {who} was fenced; a peer is taking it over"),
+        Liveness::Released => format!("owner {who} shut down; a peer is taking it over"),
+        Liveness::Superseded => format!("owner {who} restarted; its new instance reclaims it"),
+        Liveness::Absent => format!("owner {who} has no node record; taken over once that is observed"),
+        Liveness::Live => String::new(),
+    }
+}
+
+/// A live-looking owner that is late with its renewal: dead, partitioned or
+/// skewed; the wall clocks cannot tell which, so this only says what is seen.
+fn overdue(c: &ClaimRecord, nodes: &BTreeMap<String, NodeFacts>, now_ms: u64) -> String {
+    let Some(n) = nodes.get(&c.owner.node) else {
+        return String::new();
+    };
+    let age = now_ms.saturating_sub(n.record.renewed_at_ms);
+    if age <= n.record.ttl_ms {
+        return String::new();
+    }
+    let ttl = Duration::from_millis(n.record.ttl_ms);
+    format!(
+        "(owner {} not renewed for {} s by wall clock, ttl {} s: if it is dead, peers take over {} s after they last saw its lease change)",
+        c.owner.node,
+        age / 1000,
+        ttl.as_secs(),
+        (ttl + crate::lease::default_margin(ttl)).as_secs_f64()
+    )
+}
+
+fn queued_reason(m: &ManifestRecord, nodes: &BTreeMap<String, NodeFacts>) -> String {
+    let live: Vec<&NodeFacts> = nodes
+        .values()
+        .filter(|n| n.liveness == Liveness::Live)
+        .collect();
+    if live.is_empty() {
+        return "no live node".into();
+    }
+    let matching: Vec<&&NodeFacts> = live
+        .iter()
+        .filter(|n| m.spec.selector.iter().all(|(k, v)| n.labels.get(k) == Some(v)))
+        .collect();
+    if matching.is_empty() {
+        let sel: Vec<String> = m
+            .spec
+            .selector
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        return format!("no node matches {}", sel.join(","));
+    }
+    let open: Vec<&&&NodeFacts> = matching.iter().filter(|n| !n.cordoned).collect();
+    if open.is_empty() {
+        return format!(
+            "every matching node is cordoned ({})",
+            matching
+                .iter()
+                .map(|n| n.record.holder.node.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    if open.iter().all(|n| n.load >= n.capacity) {
+        return format!(
+            "all {} matching node{} full",
+            open.len(),
+            if open.len() == 1 { " is" } else { "s are" }
+        );
+    }
+    "waiting for a node to claim it (next pass)".into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fleet::claim::Owner;
+    use crate::fleet::manifest::Spec;
+    use crate::record::{Holder, Kind};
+
+    fn node(id: &str, renewed_at_ms: u64, cap: u32, load: u32, zone: &str) -> (String, NodeFacts) {
+        let mut attrs = serde_json::Map::new();
+        attrs.insert("capacity".into(), cap.into());
+        attrs.insert("load".into(), load.into());
+        attrs.insert("labels".into(), serde_json::json!({ "zone": zone }));
+        let record = LeaseRecord {
+            schema: crate::record::SCHEMA.into(),
+            kind: Kind::Node,
+            holder: Holder {
+                node: id.into(),
+                host: "h".into(),
+                instance: format!("{id}-i"),
+            },
+            epoch: 1,
+            ttl_ms: 10_000,
+            renewed_at_ms,
+            released: false,
+            host_locked: false,
+            lock_id: None,
+            address: None,
+            attrs,
+            nonce: "n".into(),
+        };
+        (id.to_string(), NodeFacts::from_record(record, NOW, Duration::from_secs(5)))
+    }
+
+    const NOW: u64 = 1_000_000;
+
+    fn manifest(selector: &[(&str, &str)], paused: bool) -> ManifestRecord {
+        let mut spec = Spec::new("sleep", &["1"]);
+        spec.paused = paused;
+        spec.selector = selector
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        ManifestRecord {
+            schema: "leasehold/v1".into(),
+            kind: "manifest".into(),
+            name: "web".into(),
+            digest: spec.digest(),
+            spec,
+            nonce: "n".into(),
+        }
+    }
+
+    fn claim(owner: &str, state: ClaimState, restarts: u32, exit: Option<i32>) -> ClaimRecord {
+        ClaimRecord {
+            schema: "leasehold/v1".into(),
+            kind: "claim".into(),
+            owner: Owner {
+                node: owner.into(),
+                instance: format!("{owner}-i"),
+            },
+            epoch: 3,
+            state,
+            digest: "d".into(),
+            address: None,
+            exit_code: exit,
+            restarts,
+            updated_at_ms: NOW,
+            nonce: "n".into(),
+        }
+    }
+
+    fn says(e: Option<Explained>, status: Status, reason: &str) {
+        let e = e.expect("explained");
+        assert_eq!(e.status, status, "{e:?}");
+        assert!(e.reason.contains(reason), "{e:?} should say {reason:?}");
+    }
+
+    #[test]
+    fn every_status_but_running_says_why() {
+        let skew = Duration::from_secs(5);
+        let fleet: BTreeMap<String, NodeFacts> = [
+            node("n1", NOW - 1_000, 2, 2, "a"),  // live, full
+            node("n2", NOW - 20_000, 4, 0, "b"), // expired by wall clock
+        ]
+        .into_iter()
+        .collect();
+        let m = manifest(&[], false);
+        let x = |m: Option<&ManifestRecord>, c: Option<&ClaimRecord>, n: &BTreeMap<_, _>| {
+            explain(m, c, n, NOW, skew)
+        };
+        says(x(Some(&m), None, &BTreeMap::new()), Status::Queued, "no live node");
+        says(x(Some(&manifest(&[("zone", "z")], false)), None, &fleet), Status::Queued, "no node matches zone=z");
+        says(x(Some(&m), None, &fleet), Status::Queued, "all 1 matching node is full");
+        let roomy: BTreeMap<_, _> = [node("n3", NOW, 2, 1, "a")].into_iter().collect();
+        says(x(Some(&m), None, &roomy), Status::Queued, "waiting for a node");
+        says(x(Some(&manifest(&[], true)), None, &fleet), Status::Paused, "paused");
+        let run = claim("n1", ClaimState::Running, 0, None);
+        assert_eq!(x(Some(&m), Some(&run), &fleet).unwrap().reason, "");
+        let looping = claim("n1", ClaimState::Running, 5, Some(1));
+        says(x(Some(&m), Some(&looping), &fleet), Status::Running, "5 restarts, last exit 1");
+        let on_dead = claim("n2", ClaimState::Running, 0, None);
+        // Renewed 20 s ago, ttl 10 s + skew 5 s: expired by wall clock.
+        says(
+            x(Some(&m), Some(&on_dead), &fleet),
+            Status::Interrupted,
+            "waiting for a peer to observe n2's lease expired (not renewed for 20 s",
+        );
+        // 12 s: live within the skew bound, but late, and said so.
+        let late: BTreeMap<_, _> = [node("n2", NOW - 12_000, 4, 0, "b")].into_iter().collect();
+        says(x(Some(&m), Some(&on_dead), &late), Status::Running, "not renewed for 12 s");
+        let fresh: BTreeMap<_, _> = [node("n2", NOW - 3_000, 4, 0, "b")].into_iter().collect();
+        assert_eq!(x(Some(&m), Some(&on_dead), &fresh).unwrap().reason, "");
+        let gone = claim("n9", ClaimState::Running, 0, None);
+        says(x(Some(&m), Some(&gone), &fleet), Status::Interrupted, "no node record");
+        says(x(Some(&m), Some(&claim("n1", ClaimState::Succeeded, 0, Some(0))), &fleet), Status::Succeeded, "exit 0");
+        says(x(Some(&m), Some(&claim("n1", ClaimState::Failed, 2, Some(3))), &fleet), Status::Failed, "exit 3 after 2 restarts");
+        // Deleted: a tombstone says nothing; a live owner is stopping it; a
+        // dead owner's leftover is gc's.
+        assert!(x(None, Some(&claim("n1", ClaimState::Released, 0, None)), &fleet).is_none());
+        says(x(None, Some(&run), &fleet), Status::Running, "manifest deleted; n1 is stopping it");
+        says(x(None, Some(&on_dead), &fleet), Status::Interrupted, "gc");
+        // Cordoned nodes take nothing new.
+        let mut cordoned = roomy.clone();
+        cordoned.get_mut("n3").unwrap().cordoned = true;
+        says(x(Some(&m), None, &cordoned), Status::Queued, "cordoned (n3)");
+    }
+}
