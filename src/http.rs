@@ -10,6 +10,7 @@
 //! | `GET /v1/events` + `Accept: text/event-stream` | bearer | SSE, resumable with `Last-Event-ID` |
 //! | `GET /v1/sessions/{name}/logs?tail=N&follow=true` | bearer | the session's log on this node (stdout and stderr); `follow` streams new output until the session leaves this node |
 //! | `POST /v1/sessions/{name}/claim` | bearer | claim the session now (the wake path) |
+//! | `POST /v1/nudge` | bearer | look at the bucket now: a pass within 200 ms (at most one per 200 ms), re-reading the node's control object |
 //!
 //! Connections: at most `max_connections` at once (256 by default, and never
 //! more than half the process's descriptor limit: bucket connections must

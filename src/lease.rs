@@ -500,6 +500,7 @@ impl LeaseClient {
             nonce: record.nonce.clone(),
             sent,
         });
+        let mut conflict = false;
         let rejected = match self.inner.store.put(key, bytes, cond).await {
             Ok(version) => {
                 return Ok(Written::Committed {
@@ -508,7 +509,10 @@ impl LeaseClient {
                     record,
                 });
             }
-            Err(e) if e.is_rejection() => true,
+            Err(e) if e.is_rejection() => {
+                conflict = matches!(e, crate::store::StoreError::AlreadyExists);
+                true
+            }
             Err(crate::store::StoreError::Ambiguous { message }) => {
                 tracing::debug!(key, %message, "ambiguous write; reading back");
                 false
@@ -528,12 +532,15 @@ impl LeaseClient {
                 record: rec.clone(),
             });
         }
-        // A rejection of an If-Match on version v while v is still there is
-        // no rejection: nothing was written (AWS S3 answers concurrent
-        // conditional writes with 409, which arrives as AlreadyExists). Read
-        // back, not guessed: the outcome is "not landed", to retry.
+        // A 409 on an If-Match on version v while v is still there is no
+        // rejection: nothing was written (AWS S3 answers concurrent
+        // conditional writes with 409 ConditionalRequestConflict, which
+        // arrives as AlreadyExists). Read back, not guessed: the outcome is
+        // "not landed", to retry. A 412 stays a rejection, as the design
+        // says ("another writer won"), even with v still there: that is a
+        // store refusing our ETag form, which must not look transient.
         let unchanged = match (&cond_version, &current) {
-            (Some(v), Some((_, cur, _))) => cur == v,
+            (Some(v), Some((_, cur, _))) => conflict && cur == v,
             _ => false,
         };
         if rejected && !unchanged {
@@ -672,15 +679,14 @@ impl LeaseClient {
         }
         if rec.holder.instance == token.instance && version != token.version {
             // Our own later write (a renew printed a newer token): this one
-            // is stale, the lease is not lost.
-            return Err(Error::Lost {
-                key,
-                epoch: token.epoch,
-                reason: format!(
+            // is stale input, and the lease is not lost.
+            return Err(Error::invalid(
+                "lease token",
+                format!(
                     "this token is stale: the same holder renewed since (epoch {}); use the token from the last renew",
                     rec.epoch
                 ),
-            });
+            ));
         }
         if rec.holder.instance != token.instance {
             return Err(Error::Lost {

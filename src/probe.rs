@@ -428,8 +428,9 @@ async fn sequential(
     }
 
     // 4b. listings carry the versions reads return: expiry by observation
-    // compares a listed version with a read one, and a store whose listings
-    // lack them (or differ) would strand a dead node's sessions.
+    // compares a listed version with a read one (`Version`'s equality: the
+    // ETags), and a store whose listings lack them (or differ) would strand
+    // a dead node's sessions.
     let mut listed = None;
     let mut entries = store.list(&format!("{dir}/"));
     while let Some(e) = futures::StreamExt::next(&mut entries).await {

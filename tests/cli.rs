@@ -47,6 +47,14 @@ fn store() -> (tempfile::TempDir, String) {
     (d, url)
 }
 
+/// A fresh prefix on moto (and a scratch directory), or None to skip.
+fn moto_store(what: &str) -> Option<(tempfile::TempDir, String)> {
+    let base = common::server("LEASEHOLD_TEST_S3")?;
+    let d = tempfile::tempdir().unwrap();
+    let id = d.path().file_name().unwrap().to_string_lossy().replace('.', "");
+    Some((d, format!("{base}/cli-{what}-{id}")))
+}
+
 /// A node process (with its HTTP API on a free loopback port) killed on drop.
 struct NodeProc(std::process::Child);
 
@@ -133,12 +141,13 @@ fn lease_lifecycle_with_exit_codes_and_json() {
     let new_token = json(&r)["token"].as_str().unwrap().to_string();
     assert_ne!(new_token, token);
 
-    // The old token is stale now: fenced, exit 3, nothing changed.
+    // The old token is stale now (our own renew superseded it): invalid
+    // input, exit 2, not "lost"; nothing changed.
     let before = json(&run(&["lease", "show", "job", "--store", &s, "--json"]));
     let stale = run(&["lease", "renew", "job", "--store", &s, "--token", &token]);
-    assert_eq!(code(&stale), 3, "{}", stderr(&stale));
+    assert_eq!(code(&stale), 2, "{}", stderr(&stale));
     assert!(
-        stderr(&stale).starts_with("error: lease leases/job lost"),
+        stderr(&stale).starts_with("error: invalid lease token: this token is stale"),
         "{}",
         stderr(&stale)
     );
@@ -1451,6 +1460,14 @@ fn every_command_into_a_closed_pipe_ends_without_a_panic() {
         vec!["ls", "--help"],
         vec!["--version"],
         vec!["delete", "nope", "--store", &s, "--ignore-not-found"],
+        vec!["describe", "web", "--store", &s],
+        vec!["describe", "web", "--store", &s, "--json"],
+        vec!["gc", "--store", &s, "--dry-run"],
+        vec!["gc", "--store", &s, "--json"],
+        vec!["ls", "--store", &s, "-o", "wide"],
+        vec!["nodes", "--store", &s, "-o", "wide"],
+        vec!["node", "cordon", "nobody", "--store", &s],
+        vec!["node", "uncordon", "nobody", "--store", &s],
         vec!["demo", "--ttl", "200ms", "--sessions", "1"],
     ];
     for args in cases {
@@ -1544,6 +1561,18 @@ fn operator_mistakes_get_typed_errors_that_name_the_fix() {
 #[test]
 fn apply_delete_inspect_and_lease_messages_say_what_to_do() {
     let (d, s) = store();
+    apply_delete_messages(&d, &s);
+}
+
+#[test]
+fn apply_delete_inspect_and_lease_messages_say_what_to_do_on_moto() {
+    if let Some((d, s)) = moto_store("messages") {
+        apply_delete_messages(&d, &s);
+    }
+}
+
+fn apply_delete_messages(d: &tempfile::TempDir, s: &str) {
+    let s = s.to_string();
     let f = d.path().join("m.json");
     std::fs::write(&f, r#"{"name": "web", "spec": {"command": "sleep", "args": ["1"]}}"#).unwrap();
     assert_eq!(code(&run(&["apply", f.to_str().unwrap(), "--store", &s])), 0);
@@ -1563,7 +1592,7 @@ fn apply_delete_inspect_and_lease_messages_say_what_to_do() {
     let o = run(&["lease", "renew", "l", "--store", &s, "--token", &t1, "--json"]);
     let t2 = json(&o)["token"].as_str().unwrap().to_string();
     let o = run(&["lease", "renew", "l", "--store", &s, "--token", &t1]);
-    assert_eq!(code(&o), 3);
+    assert_eq!(code(&o), 2, "stale input, not a lost lease");
     assert!(stderr(&o).contains("this token is stale"), "{}", stderr(&o));
     assert!(!stderr(&o).contains("held by"), "{}", stderr(&o));
     assert_eq!(code(&run(&["lease", "release", "l", "--store", &s, "--token", &t2])), 0);
@@ -1606,6 +1635,18 @@ fn watch_with_a_refused_token_exits_8() {
 #[test]
 fn ls_reasons_and_describe() {
     let (d, s) = store();
+    reasons_and_describe(&d, &s);
+}
+
+#[test]
+fn ls_reasons_and_describe_on_moto() {
+    if let Some((d, s)) = moto_store("reasons") {
+        reasons_and_describe(&d, &s);
+    }
+}
+
+fn reasons_and_describe(d: &tempfile::TempDir, s: &str) {
+    let s = s.to_string();
     let tok = d.path().join("tok");
     std::fs::write(&tok, "test-token-0123456789abcdef\n").unwrap();
     let mut n1 = node_with_api(&s, "n1", &tok, &d.path().join("locks"));
@@ -1634,6 +1675,23 @@ fn ls_reasons_and_describe() {
     assert_eq!(row("web")["reason"], "");
     let o = run(&["ls", "--store", &s]);
     assert!(stdout(&o).contains("REASON") && stdout(&o).contains("no node matches zone=nowhere"), "{}", stdout(&o));
+    // -l and -o, as kubectl's.
+    let o = run(&["ls", "--store", &s, "-l", "zone=nowhere", "-o", "json"]);
+    let names: Vec<String> = json(&o)
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(names, ["picky"]);
+    let o = run(&["ls", "--store", &s, "-o", "wide"]);
+    assert!(stdout(&o).contains("INSTANCE") && stdout(&o).contains("RESTARTS"), "{}", stdout(&o));
+    let o = run(&["nodes", "--store", &s, "-l", "zone=x", "--json"]);
+    assert_eq!(json(&o).as_array().map(Vec::len), Some(0), "{}", stdout(&o));
+    let o = run(&["nodes", "--store", &s, "-o", "wide"]);
+    assert!(stdout(&o).contains("LABELS") && stdout(&o).contains("n1"), "{}", stdout(&o));
+    let o = run(&["ls", "--store", &s, "-l", "bad label"]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
     // describe, with the owner's journal.
     let o = bin()
         .args(["describe", "web", "--store", &s, "--token-file"])
@@ -1671,6 +1729,18 @@ fn ls_reasons_and_describe() {
 #[test]
 fn drain_cordon_and_uncordon_a_node() {
     let (d, s) = store();
+    drain_cordon_uncordon(&d, &s);
+}
+
+#[test]
+fn drain_cordon_and_uncordon_a_node_on_moto() {
+    if let Some((d, s)) = moto_store("drain") {
+        drain_cordon_uncordon(&d, &s);
+    }
+}
+
+fn drain_cordon_uncordon(d: &tempfile::TempDir, s: &str) {
+    let s = s.to_string();
     let tok = d.path().join("tok");
     std::fs::write(&tok, "test-token-0123456789abcdef\n").unwrap();
     let locks = d.path().join("locks");
@@ -1784,20 +1854,114 @@ fn drain_cordon_and_uncordon_a_node() {
 #[test]
 fn gc_dry_run_then_removal_of_old_tombstones_only() {
     let (d, s) = store();
+    gc_scenario(&d, &s);
+}
+
+#[test]
+fn gc_dry_run_then_removal_of_old_tombstones_only_on_moto() {
+    if let Some((d, s)) = moto_store("gc") {
+        gc_scenario(&d, &s);
+    }
+}
+
+fn gc_scenario(d: &tempfile::TempDir, s: &str) {
+    let s = s.to_string();
+
     let f = d.path().join("m.json");
     std::fs::write(&f, r#"{"name": "web", "spec": {"command": "sleep", "args": ["1"]}}"#).unwrap();
     assert_eq!(code(&run(&["apply", f.to_str().unwrap(), "--store", &s])), 0);
     assert_eq!(code(&run(&["delete", "web", "--store", &s])), 0);
+    // gc keeps its epoch floor in the fleet marker: no fleet, no removal.
+    let o = run(&["gc", "--store", &s, "--older-than", "0s"]);
+    assert_eq!(code(&o), 7, "{}", stderr(&o));
+    assert_eq!(code(&run(&["inspect", "sessions/web", "--store", &s])), 0);
+    assert_eq!(code(&run(&["init", "--store", &s])), 0);
     let o = run(&["gc", "--store", &s, "--json"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert_eq!(json(&o)["candidates"].as_array().map(Vec::len), Some(0), "a day's retention");
     let o = run(&["gc", "--store", &s, "--older-than", "0s", "--dry-run"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert!(stdout(&o).contains("would remove sessions/web"), "{}", stdout(&o));
-    assert!(d.path().join("sessions").read_dir().unwrap().next().is_some(), "dry run removed nothing");
+    assert_eq!(code(&run(&["inspect", "sessions/web", "--store", &s])), 0, "dry run removed nothing");
     let o = run(&["gc", "--store", &s, "--older-than", "0s", "--json"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert_eq!(json(&o)["removed"], 1, "{}", stdout(&o));
     let o = run(&["inspect", "sessions/web", "--store", &s]);
     assert_eq!(code(&o), 7, "{}", stdout(&o));
+}
+
+/// Job semantics through real processes: on a capacity-1 node the second
+/// job runs once the first has succeeded (finished sessions free their
+/// slot), and a crash-looping session shows its restarts and last exit in
+/// `ls` while it backs off.
+fn job_semantics(d: &tempfile::TempDir, s: &str) {
+    let tok = d.path().join("tok");
+    std::fs::write(&tok, "test-token-0123456789abcdef\n").unwrap();
+    assert_eq!(code(&run(&["init", "--store", s])), 0);
+    let _n = NodeProc(
+        bin()
+            .args(["node", "run", "--store", s, "--id", "solo", "--ttl", "2s", "--capacity", "1"])
+            .env("LEASEHOLD_LOCK_DIR", d.path().join("locks"))
+            .env("LEASEHOLD_STATE_DIR", d.path().join("state"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let f = d.path().join("m.json");
+    for (name, cmd) in [("one", "exit 0"), ("two", "exit 0")] {
+        std::fs::write(
+            &f,
+            format!(r#"{{"name": "{name}", "spec": {{"command": "sh", "args": ["-c", "{cmd}"], "restart": "never"}}}}"#),
+        )
+        .unwrap();
+        assert_eq!(code(&run(&["apply", f.to_str().unwrap(), "--store", s])), 0);
+    }
+    let status = |n: &str| -> serde_json::Value {
+        let ls = json(&run(&["ls", "--store", s, "--json"]));
+        ls.as_array().unwrap().iter().find(|r| r["name"] == n).cloned().unwrap_or_default()
+    };
+    let mut done = false;
+    for _ in 0..300 {
+        if status("one")["status"] == "succeeded" && status("two")["status"] == "succeeded" {
+            done = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(done, "both jobs succeeded on one slot: {} {}", status("one"), status("two"));
+    assert_eq!(status("two")["reason"], "exit 0");
+    std::fs::write(
+        &f,
+        r#"{"name": "loop", "spec": {"command": "sh", "args": ["-c", "exit 3"], "restart": "always"}}"#,
+    )
+    .unwrap();
+    assert_eq!(code(&run(&["apply", f.to_str().unwrap(), "--store", s])), 0);
+    let mut seen = false;
+    for _ in 0..300 {
+        let r = status("loop");
+        if r["restarts"].as_u64().unwrap_or(0) >= 3 {
+            assert!(
+                r["reason"].as_str().unwrap_or("").contains("last exit 3"),
+                "{r}"
+            );
+            seen = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(seen, "the crash loop shows: {}", status("loop"));
+}
+
+#[test]
+fn job_semantics_capacity_and_crash_loop() {
+    let (d, s) = store();
+    job_semantics(&d, &s);
+}
+
+#[test]
+fn job_semantics_capacity_and_crash_loop_on_moto() {
+    if let Some((d, s)) = moto_store("jobs") {
+        job_semantics(&d, &s);
+    }
 }

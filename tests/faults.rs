@@ -430,6 +430,7 @@ async fn the_probe_refuses_a_stale_etag_in_either_form_and_listings_without_vers
     for (quirk, step, says) in [
         (DialectQuirk::UnquotedIgnored, "rejected stale update", "unquoted ETag"),
         (DialectQuirk::ListsWithoutEtags, "listing versions", "listing shows version"),
+        (DialectQuirk::NoEtagOnPut, "create", "no ETag or version"),
     ] {
         let store: Arc<dyn Store> = Arc::new(ObjectStoreBackend::new(
             Arc::new(DialectDouble::new(quirk)),

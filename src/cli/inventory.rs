@@ -212,9 +212,11 @@ pub async fn ls(
     what: LsWhat,
     store: &StoreArgs,
     prefix: &str,
-    json: bool,
+    view: &super::ListView,
     max_skew: Duration,
 ) -> Result<(), Failure> {
+    let json = view.json();
+    let wide = view.wide();
     if !prefix.is_empty()
         && !prefix
             .chars()
@@ -252,19 +254,42 @@ pub async fn ls(
                 };
                 rows.push(row);
             }
+            // -l: a corrupt row has no labels to match, so a selector hides it.
+            rows.retain(|r| view.matches(&r["labels"]));
             if json {
                 print_json(&serde_json::Value::Array(rows));
             } else {
                 println!(
-                    "{:<16} {:<17} {:<6} {:<9} {:<10} {:<22} renewed (wall clock)",
-                    "NODE", "INSTANCE", "EPOCH", "LOAD", "STATE", "ADDRESS"
+                    "{:<16} {:<17} {:<6} {:<9} {:<10} {:<22} {:<14}{}",
+                    "NODE",
+                    "INSTANCE",
+                    "EPOCH",
+                    "LOAD",
+                    "STATE",
+                    "ADDRESS",
+                    "RENEWED",
+                    if wide { " HOST                 LABELS" } else { "" }
                 );
                 for r in rows {
                     if printed_corrupt(&r, "node", 16) {
                         continue;
                     }
+                    let labels = r["labels"]
+                        .as_object()
+                        .map(|m| {
+                            m.iter()
+                                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+                                .collect::<Vec<_>>()
+                                .join(",")
+                        })
+                        .unwrap_or_default();
+                    let extra = if wide {
+                        format!(" {:<20} {labels}", r["host"].as_str().unwrap_or(""))
+                    } else {
+                        String::new()
+                    };
                     println!(
-                        "{:<16} {:<17} {:<6} {:<9} {:<10} {:<22} {} ago",
+                        "{:<16} {:<17} {:<6} {:<9} {:<10} {:<22} {:<14}{extra}",
                         r["node"].as_str().unwrap_or(""),
                         r["instance"].as_str().unwrap_or(""),
                         r["epoch"].to_string(),
@@ -275,7 +300,7 @@ pub async fn ls(
                             if r["cordoned"] == true { ",cordoned" } else { "" }
                         ),
                         r["address"].as_str().unwrap_or("-"),
-                        ago(r["renewed_ms_ago_wall"].as_u64().unwrap_or(0)),
+                        format!("{} ago", ago(r["renewed_ms_ago_wall"].as_u64().unwrap_or(0))),
                     );
                 }
             }
@@ -290,25 +315,45 @@ pub async fn ls(
                     Ok(m) => serde_json::json!({
                         "name": m.name, "digest": m.digest, "command": m.spec.command,
                         "args": m.spec.args, "restart": m.spec.restart, "paused": m.spec.paused,
+                        "selector": m.spec.selector,
                     }),
                     Err(err) => {
                         serde_json::json!({"name": &e.key["manifests/".len()..], "corrupt": err})
                     }
                 });
             }
+            rows.retain(|r| view.matches(&r["selector"]));
             if json {
                 print_json(&serde_json::Value::Array(rows));
             } else {
                 println!(
-                    "{:<24} {:<13} {:<11} {:<7} COMMAND",
-                    "NAME", "DIGEST", "RESTART", "PAUSED"
+                    "{:<24} {:<13} {:<11} {:<7} {}COMMAND",
+                    "NAME",
+                    "DIGEST",
+                    "RESTART",
+                    "PAUSED",
+                    if wide { "SELECTOR             " } else { "" }
                 );
                 for r in rows {
                     if printed_corrupt(&r, "name", 24) {
                         continue;
                     }
+                    let selector = if wide {
+                        let s = r["selector"]
+                            .as_object()
+                            .map(|m| {
+                                m.iter()
+                                    .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+                                    .collect::<Vec<_>>()
+                                    .join(",")
+                            })
+                            .unwrap_or_default();
+                        format!("{:<20} ", if s.is_empty() { "-" } else { &s })
+                    } else {
+                        String::new()
+                    };
                     println!(
-                        "{:<24} {:<13} {:<11} {:<7} {} {}",
+                        "{:<24} {:<13} {:<11} {:<7} {selector}{} {}",
                         r["name"].as_str().unwrap_or(""),
                         &r["digest"].as_str().unwrap_or("")
                             [..12.min(r["digest"].as_str().unwrap_or("").len())],
@@ -382,6 +427,15 @@ pub async fn ls(
                 }
                 let m = decoded_manifests.get(name);
                 let c = decoded_claims.get(name);
+                if !view.selector.is_empty()
+                    && !m.is_some_and(|m| {
+                        view.selector
+                            .iter()
+                            .all(|(k, v)| m.spec.selector.get(k) == Some(v))
+                    })
+                {
+                    continue;
+                }
                 let Some(x) = explain(m, c, &facts, now, max_skew) else {
                     continue; // a tombstone of a deleted session: gc's
                 };
@@ -404,16 +458,39 @@ pub async fn ls(
                 print_json(&serde_json::Value::Array(rows.into_values().collect()));
             } else {
                 println!(
-                    "{:<24} {:<12} {:<16} {:<6} {:<9} REASON",
-                    "NAME", "STATUS", "OWNER", "EPOCH", "AGE"
+                    "{:<24} {:<12} {:<16} {:<6} {:<9} {}REASON",
+                    "NAME",
+                    "STATUS",
+                    "OWNER",
+                    "EPOCH",
+                    "AGE",
+                    if wide {
+                        "INSTANCE          RESTARTS EXIT ADDRESS                "
+                    } else {
+                        ""
+                    }
                 );
                 for r in rows.values() {
                     if printed_corrupt(r, "name", 24) {
                         continue;
                     }
                     let status = r["status"].as_str().unwrap_or("");
+                    let extra = if wide {
+                        format!(
+                            "{:<17} {:<8} {:<4} {:<22} ",
+                            r["instance"].as_str().unwrap_or("-"),
+                            r.get("restarts").map(|x| x.to_string()).unwrap_or("-".into()),
+                            r.get("exit_code")
+                                .filter(|x| !x.is_null())
+                                .map(|x| x.to_string())
+                                .unwrap_or("-".into()),
+                            r["address"].as_str().unwrap_or("-"),
+                        )
+                    } else {
+                        String::new()
+                    };
                     println!(
-                        "{:<24} {:<12} {:<16} {:<6} {:<9} {}",
+                        "{:<24} {:<12} {:<16} {:<6} {:<9} {extra}{}",
                         r["name"].as_str().unwrap_or(""),
                         status,
                         r["owner"].as_str().unwrap_or("-"),
@@ -663,7 +740,30 @@ async fn owner_events(
         .timeout(Duration::from_secs(5))
         .build()
         .map_err(|e| format!("http client: {e}"))?;
-    let url = format!("{}/v1/events?after=0&limit=1000", address.trim_end_matches('/'));
+    // The newest 1,000 events (a journal keeps up to 10,000): the latest
+    // sequence number first, then the page that ends there.
+    let base = address.trim_end_matches('/');
+    let latest = client
+        .get(format!("{base}/v1/events?limit=1"))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .ok()
+        .filter(|r| r.status().is_success());
+    let latest = match latest {
+        Some(r) => r
+            .bytes()
+            .await
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .and_then(|v| v["latest"].as_u64())
+            .unwrap_or(0),
+        None => 0,
+    };
+    let url = format!(
+        "{base}/v1/events?after={}&limit=1000",
+        latest.saturating_sub(1000)
+    );
     let r = client
         .get(&url)
         .bearer_auth(token)

@@ -111,8 +111,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Which node owns a session: exit 0 with a live owner, 1 with none, 2 on
-    /// any error.
+    /// Which node owns a session: exit 0 when a live owner runs it, 1
+    /// otherwise (none, or not running), 2 on any error.
     Resolve {
         name: String,
         #[command(flatten)]
@@ -132,8 +132,8 @@ enum Command {
         /// Only names starting with this.
         #[arg(long, default_value = "")]
         prefix: String,
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        view: ListView,
     },
     /// Everything about one session: manifest, claim, owner liveness, status
     /// and reason, restarts, and (with --token-file) its recent events.
@@ -151,8 +151,8 @@ enum Command {
     Nodes {
         #[command(flatten)]
         store: StoreArgs,
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        view: ListView,
     },
     /// One object: its raw bytes, version and decoded form; corruption is
     /// reported as such (exit 5).
@@ -265,6 +265,43 @@ enum Command {
         #[arg(long)]
         lease: bool,
     },
+}
+
+/// How list commands print, and which rows (as kubectl's `-o` and `-l`).
+#[derive(Debug, Args, Clone)]
+pub(crate) struct ListView {
+    /// JSON (same as -o json).
+    #[arg(long)]
+    pub json: bool,
+    /// table (default), wide (more columns) or json.
+    #[arg(short = 'o', long, value_enum)]
+    pub output: Option<Output>,
+    /// Only rows matching every k=v: nodes by their labels; sessions and
+    /// manifests by their manifest's selector.
+    #[arg(short = 'l', long = "selector", value_parser = parse_labels, default_value = "")]
+    pub selector: std::collections::BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Output {
+    Table,
+    Wide,
+    Json,
+}
+
+impl ListView {
+    pub fn json(&self) -> bool {
+        self.json || self.output == Some(Output::Json)
+    }
+    pub fn wide(&self) -> bool {
+        self.output == Some(Output::Wide)
+    }
+    /// Does `labels` (a JSON object of strings) include every k=v asked?
+    pub fn matches(&self, labels: &serde_json::Value) -> bool {
+        self.selector
+            .iter()
+            .all(|(k, v)| labels.get(k).and_then(|x| x.as_str()) == Some(v.as_str()))
+    }
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -552,18 +589,20 @@ pub fn main() -> ExitCode {
     // Rust runtime's "ignore" that turns the next print into a panic. A node
     // keeps ignoring it: its sockets and pipes report EPIPE as an error, and
     // a closed stderr must not kill it without releasing its sessions.
-    if !matches!(cli.command, Command::Node { .. }) {
+    let serving = matches!(
+        cli.command,
+        Command::Node {
+            op: NodeOp::Run { .. }
+        }
+    );
+    if !serving {
         // SAFETY: restoring a default signal disposition before any thread
         // is started has no preconditions.
         unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     }
     // A node reports its journal events at info; one-shot commands stay quiet.
     let telemetry = match crate::telemetry::init(
-        if matches!(cli.command, Command::Node { .. }) {
-            "info"
-        } else {
-            "warn"
-        },
+        if serving { "info" } else { "warn" },
         cli.log_format,
     ) {
         Ok(t) => t,
@@ -791,10 +830,10 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             what,
             store,
             prefix,
-            json,
-        } => inventory::ls(what, &store, &prefix, json, max_skew).await,
-        Command::Nodes { store, json } => {
-            inventory::ls(LsWhat::Nodes, &store, "", json, max_skew).await
+            view,
+        } => inventory::ls(what, &store, &prefix, &view, max_skew).await,
+        Command::Nodes { store, view } => {
+            inventory::ls(LsWhat::Nodes, &store, "", &view, max_skew).await
         }
         Command::Inspect { key, store, json } => inventory::inspect(&key, &store, json).await,
         Command::Watch {
@@ -847,32 +886,39 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             dry_run,
             json,
         } => {
-            let store = open(&store).await?;
+            // The floor is an If-Match write: learn the ETag form.
+            let store = if dry_run {
+                open(&store).await?
+            } else {
+                open_for_match(&store).await?
+            };
             let now = SystemClock::new().wall_ms();
             let plan = crate::fleet::gc::scan(&store, now, older_than).await?;
             let removed = if dry_run {
-                0
+                Vec::new()
             } else {
                 crate::fleet::gc::apply(&store, &OsEntropy::new(), &plan).await?
             };
             if json {
                 print_json(&serde_json::json!({
-                    "dry_run": dry_run, "candidates": plan, "removed": removed,
+                    "dry_run": dry_run, "candidates": plan, "removed": removed.len(),
+                    "removed_keys": removed,
                     "epoch_floor": crate::fleet::gc::floor(&store).await?,
                 }));
             } else {
                 for r in &plan {
-                    println!(
-                        "{} {:<32} epoch {:<6} {}",
-                        if dry_run { "would remove" } else { "removed" },
-                        r.key,
-                        r.epoch,
-                        r.reason
-                    );
+                    let verb = if dry_run {
+                        "would remove"
+                    } else if removed.contains(&r.key) {
+                        "removed"
+                    } else {
+                        "kept (changed since the plan)"
+                    };
+                    println!("{verb} {:<32} epoch {:<6} {}", r.key, r.epoch, r.reason);
                 }
                 println!(
                     "{} of {} candidates {}; older than {}",
-                    if dry_run { plan.len() } else { removed },
+                    if dry_run { plan.len() } else { removed.len() },
                     plan.len(),
                     if dry_run { "would be removed (dry run)" } else { "removed" },
                     humantime::format_duration(older_than)
@@ -1396,8 +1442,22 @@ async fn node_control(op: NodeOp) -> Result<(), Failure> {
         }
     };
     let id = Name::new(id)?;
-    let store = open(&store).await?;
+    // The control object is replaced with If-Match: learn the ETag form.
+    let store = open_for_match(&store).await?;
     let clock = SystemClock::new();
+    // A mistyped id must not "succeed": the node has to be known.
+    let node_key = format!("nodes/{id}");
+    if store
+        .get(&node_key)
+        .await
+        .map_err(|e| Error::from_store("get", &node_key, e))?
+        .is_none()
+    {
+        return Err(Error::NotFound {
+            key: format!("{node_key} (no such node; `leasehold nodes` lists them)"),
+        }
+        .into());
+    }
     match drain {
         Some(d) => {
             control::set(&store, &OsEntropy::new(), id.as_str(), d, clock.wall_ms()).await?;
@@ -1476,8 +1536,12 @@ pub(crate) async fn nudge_nodes(
     let Some(tf) = token_file else {
         return 0;
     };
-    let Ok(token) = crate::http::read_token(tf) else {
-        return 0;
+    let token = match crate::http::read_token(tf) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("warning: not nudging: {e}");
+            return 0;
+        }
     };
     let token = String::from_utf8_lossy(&token).into_owned();
     let Ok(client) = reqwest::Client::builder()

@@ -8,8 +8,9 @@
 //! takes over at its epoch + 1. Delete it, re-apply the session, and a node
 //! that never saw the old claim would start at 1 again, reissuing tokens a
 //! downstream system may already have seen. So before gc deletes anything
-//! it raises the **epoch floor** (`fleet-floor`, one small object, changed
-//! only by If-Match) to at least every epoch it is about to delete, and every
+//! it raises the **epoch floor** (a field of the fleet marker, changed only
+//! by If-Match; losing it is losing the marker, which stops every node) to
+//! above every epoch it is about to delete, and every
 //! writer that creates a record where none is (a node creating a claim
 //! after an observed absence, `apply`'s placeholder, a node's registration)
 //! starts above the floor. The floor is raised *before* the deletes, and a
@@ -24,7 +25,7 @@
 //!   good (released, fenced, superseded, absent: nobody will stop or take
 //!   it over);
 //! - a node record that is released or fenced (the node shut down or was
-//!   taken over), with its control object.
+//!   taken over). Its control object (an operator's cordon) is kept.
 //!
 //! Never: a manifest, a live node's record, a claim with a manifest, the
 //! fleet marker, the floor.
@@ -41,72 +42,36 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The epoch floor's key.
-pub const FLOOR_KEY: &str = "fleet-floor";
-
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Floor {
-    schema: String,
-    kind: String,
-    /// Every epoch ever deleted by gc is at most this.
-    epoch: u64,
-    nonce: String,
-}
-
 /// The epoch floor: every record created where none is starts above it
-/// (0 when gc never ran).
+/// (0 when gc never ran, or without a fleet marker). It lives in the fleet
+/// marker (see [`super::marker::FleetMarker::epoch_floor`]).
 pub async fn floor(store: &Arc<dyn Store>) -> Result<u64> {
-    match store
-        .get(FLOOR_KEY)
-        .await
-        .map_err(|e| Error::from_store("get", FLOOR_KEY, e))?
-    {
-        None => Ok(0),
-        Some(o) => Ok(decode(&o.bytes)?.epoch),
-    }
+    Ok(super::marker::read(store)
+        .await?
+        .map_or(0, |(m, _)| m.epoch_floor))
 }
 
-fn decode(bytes: &[u8]) -> Result<Floor> {
-    let f: Floor = serde_json::from_slice(bytes)
-        .map_err(|e| Error::corrupt(FLOOR_KEY, format!("not an epoch floor: {e}")))?;
-    if f.schema != crate::record::SCHEMA || f.kind != "epoch-floor" {
-        return Err(Error::corrupt(FLOOR_KEY, "not an epoch floor"));
-    }
-    Ok(f)
-}
-
-/// Raises the floor to at least `epoch` (If-Match, retried on a race).
+/// Raises the floor to at least `epoch`: an If-Match on the marker, retried
+/// on a race. Nodes accept the changed marker (same fleet, same generation).
 pub async fn raise_floor(store: &Arc<dyn Store>, entropy: &dyn Entropy, epoch: u64) -> Result<()> {
     for _ in 0..10 {
-        let (cur, cond) = match store
-            .get(FLOOR_KEY)
-            .await
-            .map_err(|e| Error::from_store("get", FLOOR_KEY, e))?
-        {
-            None => (0, Cond::Create),
-            Some(o) => (decode(&o.bytes)?.epoch, Cond::Match(o.version)),
-        };
-        if cur >= epoch {
+        let (mut m, version) = super::marker::require(store).await?;
+        if m.epoch_floor >= epoch {
             return Ok(());
         }
-        let f = Floor {
-            schema: crate::record::SCHEMA.into(),
-            kind: "epoch-floor".into(),
-            epoch,
-            nonce: entropy.hex_id(),
-        };
-        let bytes = Bytes::from(serde_json::to_vec(&f).expect("floor serialises"));
-        match store.put(FLOOR_KEY, bytes, cond).await {
+        m.epoch_floor = epoch;
+        m.nonce = entropy.hex_id();
+        let bytes = Bytes::from(serde_json::to_vec(&m).expect("marker serialises"));
+        match store.put(super::marker::KEY, bytes, Cond::Match(version)).await {
             Ok(_) => return Ok(()),
             Err(e) if e.is_rejection() => continue,
             // Landed or not, the next round reads it back.
             Err(StoreError::Ambiguous { .. }) => continue,
-            Err(e) => return Err(Error::from_store("put", FLOOR_KEY, e)),
+            Err(e) => return Err(Error::from_store("put", super::marker::KEY, e)),
         }
     }
     Err(Error::Conflict {
-        key: FLOOR_KEY.into(),
+        key: super::marker::KEY.into(),
     })
 }
 
@@ -116,6 +81,9 @@ pub struct Removal {
     pub key: String,
     pub reason: String,
     pub epoch: u64,
+    /// The object's nonce as planned: removed only if still this write.
+    #[serde(skip)]
+    pub nonce: String,
 }
 
 /// What to remove now: see the module docs. Pure over the listed records.
@@ -153,6 +121,7 @@ pub fn plan(
             key: format!("sessions/{name}"),
             reason: reason.into(),
             epoch: c.epoch,
+            nonce: c.nonce.clone(),
         });
     }
     for (id, r) in nodes {
@@ -165,6 +134,7 @@ pub fn plan(
                     "node record released at shutdown".into()
                 },
                 epoch: r.epoch,
+                nonce: r.nonce.clone(),
             });
         }
     }
@@ -212,22 +182,32 @@ pub async fn scan(store: &Arc<dyn Store>, now_ms: u64, retention: Duration) -> R
     Ok(plan(&manifests, &claims, &nodes, now_ms, retention))
 }
 
-/// Removes `removals`: the floor first (above every epoch removed), then
-/// each object, re-read just before and removed only if still what the plan
-/// saw (same epoch, still removable: a session re-applied since, or a node
-/// that registered again, is left alone).
+/// Removes `removals`: the floor first, then each object, re-read just
+/// before and removed only if it is still the very write the plan saw (its
+/// nonce: a session re-applied and claimed since, or a node that registered
+/// again, is left alone). Returns the keys removed.
+///
+/// The floor is raised to one *above* the highest epoch planned: a delete
+/// is not conditional (not every store has conditional deletes), so a claim
+/// taken over between the re-read and the delete (one takeover: a second
+/// needs a release or an observed expiry) may be deleted too, and its epoch
+/// (at most that + 1) must be covered as well.
 pub async fn apply(
     store: &Arc<dyn Store>,
     entropy: &dyn Entropy,
     removals: &[Removal],
-) -> Result<usize> {
+) -> Result<Vec<String>> {
     let Some(top) = removals.iter().map(|r| r.epoch).max() else {
-        return Ok(0);
+        return Ok(Vec::new());
     };
-    raise_floor(store, entropy, top).await?;
-    let mut done = 0;
+    raise_floor(store, entropy, top.saturating_add(1)).await?;
+    let mut done = Vec::new();
     for r in removals {
-        let still = match store.get(&r.key).await.map_err(|e| Error::from_store("get", &r.key, e))? {
+        let still = match store
+            .get(&r.key)
+            .await
+            .map_err(|e| Error::from_store("get", &r.key, e))?
+        {
             None => false,
             Some(o) => {
                 if let Some(name) = r.key.strip_prefix("sessions/") {
@@ -237,10 +217,10 @@ pub async fn apply(
                         .await
                         .map_err(|e| Error::from_store("get", &manifest, e))?
                         .is_none();
-                    gone && ClaimRecord::decode(&r.key, &o.bytes).is_ok_and(|c| c.epoch == r.epoch)
+                    gone && ClaimRecord::decode(&r.key, &o.bytes).is_ok_and(|c| c.nonce == r.nonce)
                 } else {
                     LeaseRecord::decode(&r.key, &o.bytes, Kind::Node)
-                        .is_ok_and(|n| n.released && n.epoch == r.epoch)
+                        .is_ok_and(|n| n.released && n.nonce == r.nonce)
                 }
             }
         };
@@ -251,103 +231,7 @@ pub async fn apply(
             .delete(&r.key)
             .await
             .map_err(|e| Error::from_store("delete", &r.key, e))?;
-        if let Some(id) = r.key.strip_prefix("nodes/") {
-            let _ = store.delete(&super::control::key(id)).await;
-        }
-        done += 1;
+        done.push(r.key.clone());
     }
     Ok(done)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::fleet::claim::Owner;
-    use crate::record::Holder;
-
-    const NOW: u64 = 100 * 3_600_000;
-    const DAY: Duration = Duration::from_secs(86_400);
-
-    fn claim(owner: &str, state: ClaimState, epoch: u64, age_h: u64) -> ClaimRecord {
-        ClaimRecord {
-            schema: crate::record::SCHEMA.into(),
-            kind: "session".into(),
-            owner: Owner {
-                node: owner.into(),
-                instance: format!("{owner}-i"),
-            },
-            epoch,
-            state,
-            digest: "d".into(),
-            address: None,
-            exit_code: None,
-            restarts: 0,
-            updated_at_ms: NOW - age_h * 3_600_000,
-            nonce: "n".into(),
-        }
-    }
-
-    fn node(id: &str, released: bool, fenced: bool, age_h: u64) -> LeaseRecord {
-        let mut attrs = serde_json::Map::new();
-        if fenced {
-            attrs.insert("released_by".into(), "n9".into());
-        }
-        LeaseRecord {
-            schema: crate::record::SCHEMA.into(),
-            kind: Kind::Node,
-            holder: Holder {
-                node: id.into(),
-                host: "h".into(),
-                instance: format!("{id}-i"),
-            },
-            epoch: 3,
-            ttl_ms: 10_000,
-            renewed_at_ms: NOW - age_h * 3_600_000,
-            released,
-            host_locked: false,
-            lock_id: None,
-            address: None,
-            attrs,
-            nonce: "n".into(),
-        }
-    }
-
-    #[test]
-    fn only_old_dead_objects_without_a_manifest_are_planned() {
-        let manifests: BTreeSet<String> = ["kept".to_string()].into();
-        let claims: BTreeMap<String, ClaimRecord> = [
-            ("kept", claim("live", ClaimState::Released, 4, 48)), // has a manifest
-            ("tomb", claim("live", ClaimState::Released, 7, 48)), // removable
-            ("young", claim("live", ClaimState::Released, 2, 1)), // too young
-            ("orphan", claim("gone", ClaimState::Running, 5, 48)), // owner absent
-            ("stopping", claim("live", ClaimState::Running, 6, 48)), // owner live
-            ("fenced-owner", claim("fenced", ClaimState::Running, 8, 48)),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect();
-        let nodes: BTreeMap<String, LeaseRecord> = [
-            ("live", node("live", false, false, 48)), // held: never
-            ("fenced", node("fenced", true, true, 48)),
-            ("shut", node("shut", true, false, 48)),
-            ("fresh", node("fresh", true, false, 1)),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect();
-        let keys: Vec<String> = plan(&manifests, &claims, &nodes, NOW, DAY)
-            .into_iter()
-            .map(|r| r.key)
-            .collect();
-        assert_eq!(
-            keys,
-            [
-                "sessions/fenced-owner",
-                "sessions/orphan",
-                "sessions/tomb",
-                "nodes/fenced",
-                "nodes/shut"
-            ]
-        );
-    }
 }

@@ -40,7 +40,17 @@ pub struct FleetMarker {
     pub generation: u64,
     /// For humans only.
     pub created_at_ms: u64,
+    /// gc's epoch floor: every epoch gc ever deleted is at most this, and
+    /// every record created where none is starts above it (`fleet::gc`).
+    /// Kept in the marker so that losing it is losing the marker: a wipe,
+    /// which stops every node, never a silent reset to 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub epoch_floor: u64,
     pub nonce: String,
+}
+
+fn is_zero(x: &u64) -> bool {
+    *x == 0
 }
 
 /// The first epoch of generation `g` is `epoch_base(g) + 1`.
@@ -141,6 +151,7 @@ pub async fn init(
         fleet_id: entropy.hex_id(),
         generation,
         created_at_ms: wall_ms,
+        epoch_floor: 0,
         nonce: entropy.hex_id(),
     };
     let bytes = Bytes::from(serde_json::to_vec(&m).expect("marker serialises"));

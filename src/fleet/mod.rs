@@ -47,10 +47,15 @@ pub(crate) async fn put_checked(
     nonce: &str,
     nonce_of: impl Fn(&[u8]) -> Option<String>,
 ) -> Result<Put> {
+    // Only a 409 on an If-Match can be a spurious rejection (see below).
     let cond_version = cond.version().cloned();
+    let mut conflict = false;
     let rejected = match store.put(key, bytes, cond).await {
         Ok(v) => return Ok(Put::Committed(v)),
-        Err(e) if e.is_rejection() => true,
+        Err(e) if e.is_rejection() => {
+            conflict = matches!(e, StoreError::AlreadyExists);
+            true
+        }
         Err(StoreError::Ambiguous { .. }) => false,
         Err(e) => return Err(Error::from_store("put", key, e)),
     };
@@ -60,10 +65,10 @@ pub(crate) async fn put_checked(
         .map_err(|e| Error::from_store("get", key, e))?;
     match current {
         Some(o) if nonce_of(&o.bytes).as_deref() == Some(nonce) => Ok(Put::Committed(o.version)),
-        // Rejected while the version we matched is still there: nothing was
-        // written (a 409 under concurrent conditional writes), so it is not
-        // a rejection; fall through to "did not land".
-        Some(o) if rejected && cond_version.as_ref() != Some(&o.version) => {
+        // A 409 while the version we matched is still there: nothing was
+        // written (AWS S3 under concurrent conditional writes), so it is not
+        // a rejection; fall through to "did not land". A 412 stays one.
+        Some(o) if rejected && !(conflict && cond_version.as_ref() == Some(&o.version)) => {
             Ok(Put::Rejected(Some((o.bytes, o.version))))
         }
         None if rejected => Ok(Put::Rejected(None)),

@@ -645,6 +645,9 @@ struct Node {
     /// Draining (see `apply_control`): not even a predecessor's sessions
     /// are reclaimed.
     draining: bool,
+    /// A read of the control object has succeeded in this registration;
+    /// until then nothing is claimed (see `tick`).
+    control_read: bool,
     /// When the last `nodes/` listing was sent. A peer counts as expired only
     /// if a listing *sent* ttl + margin after its version first arrived still
     /// showed that version: judging against the time the pass reaches its
@@ -722,6 +725,7 @@ impl Node {
             seen_claims: memory.seen_claims,
             idle_ticks: 0,
             draining: false,
+            control_read: false,
             nodes_listed_at: MonoTime::ZERO,
             validity: None,
             confirmed_tx: watch::Sender::new(MonoTime::ZERO),
@@ -913,7 +917,7 @@ impl Node {
             .map_err(|e| Error::Internal(format!("renew task: {e}")))?;
         if let Ended::Shutdown = ended {
             self.stop_all("shutting down").await;
-            self.release_claims().await;
+            self.release_claims(true).await;
             if let Some(l) = lease {
                 let epoch = l.epoch();
                 match l.release().await {
@@ -1067,8 +1071,12 @@ impl Node {
                 epoch: o.record.epoch,
             });
         }
-        if self.deps.status.cordoned() {
-            return Ok(declined("this node is cordoned"));
+        if self.deps.status.cordoned() || !self.control_read {
+            return Ok(declined(if self.control_read {
+                "this node is cordoned"
+            } else {
+                "this node has not read its control object yet"
+            }));
         }
         if self.load() >= self.cfg.capacity {
             return Ok(declined("no free capacity"));
@@ -1203,6 +1211,7 @@ impl Node {
                 return false;
             }
         };
+        self.control_read = true;
         let (cordon, drain) = c.map_or((false, false), |c| (c.cordon || c.drain, c.drain));
         let was = self
             .deps
@@ -1232,20 +1241,27 @@ impl Node {
                 format!("handing {} sessions over", self.owned.len()),
             );
             self.stop_all("node drained").await;
-            self.release_claims().await;
+            self.release_claims(false).await;
             changed = true;
         }
         changed
     }
 
-    async fn release_claims(&mut self) {
+    /// Releases every owned claim. At shutdown the rest are forgotten (the
+    /// node lease is released next, which frees them all); on a drain a
+    /// claim whose release did not commit stays owned, stopped, and is
+    /// released again at the next pass (`apply_control`), so it is never
+    /// left looking owned by a live node that will not run it.
+    async fn release_claims(&mut self, forget_the_rest: bool) {
         let names: Vec<String> = self.owned.keys().cloned().collect();
         for name in names {
             if let Err(e) = self.set_state(&name, ClaimState::Released, None).await {
                 tracing::warn!(session = name, error = %e, "releasing claim");
             }
         }
-        self.owned.clear();
+        if forget_the_rest {
+            self.owned.clear();
+        }
     }
 
     /// Lists, refreshes changed records, and acts. Returns whether anything
@@ -1397,7 +1413,13 @@ impl Node {
             .status
             .nudged
             .swap(false, std::sync::atomic::Ordering::SeqCst);
-        if nudged || self.pass % super::control::CONTROL_EVERY == 1 {
+        // Until a read succeeds (a cordoned node restarting must not claim
+        // in the meantime), and while a drain has sessions left, every pass.
+        if nudged
+            || !self.control_read
+            || (self.draining && !self.owned.is_empty())
+            || self.pass % super::control::CONTROL_EVERY == 1
+        {
             changed |= self.apply_control().await;
         }
         let listed_at = self.deps.clock.now();
@@ -1510,9 +1532,11 @@ impl Node {
                 continue;
             };
             // Cordoned: nothing new; a predecessor's sessions are ours
-            // already (unless draining).
-            if self.deps.status.cordoned()
-                && (why != plan::Claimable::Predecessor || self.draining)
+            // already (unless draining). Nothing at all before the control
+            // object could be read.
+            if !self.control_read
+                || (self.deps.status.cordoned()
+                    && (why != plan::Claimable::Predecessor || self.draining))
             {
                 continue;
             }

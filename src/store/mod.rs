@@ -49,11 +49,42 @@ pub use traced::TracedStore;
 /// The version of one committed write: the ETag and, where the store has one,
 /// its version or generation (GCS fences on generations). Both are kept and
 /// both are sent back on conditional writes.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+///
+/// Two versions are the same write when their ETags are equal, if both have
+/// one; else when both fields are. The version field does not take part
+/// when ETags are there because some listings omit it where reads carry it
+/// (object_store's GCS listing has no generation; an S3 bucket with
+/// versioning lists no version id), and expiry by observation compares a
+/// listed version with a read one. Our records carry a fresh nonce in every
+/// write, so an ETag never repeats across writes of a key (the store
+/// contract).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Version {
     pub etag: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
+}
+
+impl PartialEq for Version {
+    fn eq(&self, other: &Self) -> bool {
+        match (&self.etag, &other.etag) {
+            (Some(a), Some(b)) => a == b,
+            _ => self.etag == other.etag && self.version == other.version,
+        }
+    }
+}
+
+impl Eq for Version {}
+
+impl std::hash::Hash for Version {
+    // Consistent with `eq`: equal versions with ETags share the ETag; equal
+    // versions without share both fields.
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        match &self.etag {
+            Some(e) => e.hash(state),
+            None => self.version.hash(state),
+        }
+    }
 }
 
 impl Display for Version {
@@ -264,4 +295,31 @@ pub fn check_prefix(prefix: &str) -> Result<(), StoreError> {
         return Ok(());
     }
     check_key(trimmed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Version;
+
+    fn v(etag: Option<&str>, version: Option<&str>) -> Version {
+        Version {
+            etag: etag.map(str::to_string),
+            version: version.map(str::to_string),
+        }
+    }
+
+    /// A listing without the generation (GCS through object_store) shows the
+    /// same write a read shows with it; different ETags never match; without
+    /// ETags both fields decide.
+    #[test]
+    fn versions_match_by_etag_when_both_have_one() {
+        assert_eq!(v(Some("a"), Some("17")), v(Some("a"), None));
+        assert_ne!(v(Some("a"), Some("17")), v(Some("b"), Some("17")));
+        assert_ne!(v(Some("a"), None), v(None, Some("17")));
+        assert_eq!(v(None, Some("17")), v(None, Some("17")));
+        assert_ne!(v(None, Some("17")), v(None, Some("18")));
+        use std::collections::HashSet;
+        let s: HashSet<Version> = [v(Some("a"), Some("1")), v(Some("a"), None)].into();
+        assert_eq!(s.len(), 1, "hash agrees with eq");
+    }
 }
