@@ -678,15 +678,17 @@ impl LeaseClient {
             });
         }
         if rec.holder.instance == token.instance && version != token.version {
-            // Our own later write (a renew printed a newer token): this one
-            // is stale input, and the lease is not lost.
-            return Err(Error::invalid(
-                "lease token",
-                format!(
+            // Our own later write (a renew printed a newer token): whoever
+            // holds this token must not act on it (fenced), but the message
+            // says what happened: not another holder, a newer token.
+            return Err(Error::Lost {
+                key,
+                epoch: token.epoch,
+                reason: format!(
                     "this token is stale: the same holder renewed since (epoch {}); use the token from the last renew",
                     rec.epoch
                 ),
-            ));
+            });
         }
         if rec.holder.instance != token.instance {
             return Err(Error::Lost {

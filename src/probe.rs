@@ -357,6 +357,7 @@ async fn sequential(
     // store handle speaks for everyone else changes only once, and only if
     // the current one was refused.
     let mut v2 = None;
+    let mut learned = None;
     for (i, form) in dialects(first).into_iter().enumerate() {
         let cond = match first {
             None => Cond::Match(v1.clone()),
@@ -364,8 +365,10 @@ async fn sequential(
         };
         match store.put(a, b3.clone(), cond).await {
             Ok(v) => {
+                // Switched only once step 4 has shown the form refuses a
+                // stale version: a refused store is left as it was.
                 if i > 0 {
-                    store.set_etag_dialect(form);
+                    learned = Some(form);
                 }
                 v2 = Some(v);
                 break;
@@ -383,7 +386,7 @@ async fn sequential(
     if v2 == v1 {
         return Err(run.fail("update", "new bytes kept the same version"));
     }
-    let dialect = store.etag_dialect();
+    let dialect = learned.or(first);
     run.pass(
         "update",
         match dialect {
@@ -416,6 +419,9 @@ async fn sequential(
     }
     match store.get(a).await {
         Ok(Some(o)) if o.bytes == b3 && o.version == v2 => {
+            if let Some(l) = learned {
+                store.set_etag_dialect(l);
+            }
             run.pass("rejected stale update", "Precondition; object unchanged")
         }
         Ok(_) => {

@@ -141,13 +141,13 @@ fn lease_lifecycle_with_exit_codes_and_json() {
     let new_token = json(&r)["token"].as_str().unwrap().to_string();
     assert_ne!(new_token, token);
 
-    // The old token is stale now (our own renew superseded it): invalid
-    // input, exit 2, not "lost"; nothing changed.
+    // The old token is stale now (our own renew superseded it): fenced,
+    // exit 3, saying so (not "held by" ourselves); nothing changed.
     let before = json(&run(&["lease", "show", "job", "--store", &s, "--json"]));
     let stale = run(&["lease", "renew", "job", "--store", &s, "--token", &token]);
-    assert_eq!(code(&stale), 2, "{}", stderr(&stale));
+    assert_eq!(code(&stale), 3, "{}", stderr(&stale));
     assert!(
-        stderr(&stale).starts_with("error: invalid lease token: this token is stale"),
+        stderr(&stale).contains("this token is stale: the same holder renewed since"),
         "{}",
         stderr(&stale)
     );
@@ -1592,7 +1592,7 @@ fn apply_delete_messages(d: &tempfile::TempDir, s: &str) {
     let o = run(&["lease", "renew", "l", "--store", &s, "--token", &t1, "--json"]);
     let t2 = json(&o)["token"].as_str().unwrap().to_string();
     let o = run(&["lease", "renew", "l", "--store", &s, "--token", &t1]);
-    assert_eq!(code(&o), 2, "stale input, not a lost lease");
+    assert_eq!(code(&o), 3, "fenced: this token must not be acted on");
     assert!(stderr(&o).contains("this token is stale"), "{}", stderr(&o));
     assert!(!stderr(&o).contains("held by"), "{}", stderr(&o));
     assert_eq!(code(&run(&["lease", "release", "l", "--store", &s, "--token", &t2])), 0);
