@@ -1415,10 +1415,14 @@ async fn apply(
         println!(
             "manifests/{name} {what} (digest {}){}",
             &spec.digest()[..12],
-            if nudged.is_empty() {
-                String::new()
-            } else {
+            if !nudged.is_empty() {
                 format!("; nudged {}", nudged.join(", "))
+            } else if matches!(r, Applied::Unchanged(_)) {
+                String::new()
+            } else if token_file.is_none() {
+                "; the fleet picks it up at its next pass (up to the ttl when idle; --token-file nudges it)".into()
+            } else {
+                "; no node answered the nudge: the fleet picks it up at its next pass".into()
             }
         );
     }
