@@ -54,8 +54,7 @@ fn validate(s: &str) -> Result<(), &'static str> {
     if !s.chars().next().is_some_and(|c| c.is_ascii_alphanumeric()) {
         return Err("must start with an ASCII letter or digit");
     }
-    if s
-        .chars()
+    if s.chars()
         .any(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
     {
         return Err("may contain only ASCII letters, digits, '.', '_' and '-'");

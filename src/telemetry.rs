@@ -110,13 +110,14 @@ pub fn init(default_filter: &str, format: LogFormat) -> Result<Telemetry, Error>
     // default: an operator who asked for debug logs and got none would be
     // misled about what the node is doing.
     let filter = match std::env::var("LEASEHOLD_LOG") {
-        Ok(v) if !v.trim().is_empty() => tracing_subscriber::EnvFilter::try_new(&v)
-            .map_err(|e| {
+        Ok(v) if !v.trim().is_empty() => {
+            tracing_subscriber::EnvFilter::try_new(&v).map_err(|e| {
                 Error::invalid(
                     "LEASEHOLD_LOG",
                     format!("{v:?} is not a log filter ({e}); e.g. info, leasehold=debug,warn"),
                 )
-            })?,
+            })?
+        }
         _ => tracing_subscriber::EnvFilter::new(default_filter),
     };
     let log = match format {

@@ -51,7 +51,12 @@ fn store() -> (tempfile::TempDir, String) {
 fn moto_store(what: &str) -> Option<(tempfile::TempDir, String)> {
     let base = common::server("LEASEHOLD_TEST_S3")?;
     let d = tempfile::tempdir().unwrap();
-    let id = d.path().file_name().unwrap().to_string_lossy().replace('.', "");
+    let id = d
+        .path()
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .replace('.', "");
     Some((d, format!("{base}/cli-{what}-{id}")))
 }
 
@@ -704,7 +709,10 @@ fn inventory_scenario(s: &str, dir: &std::path::Path) {
     let later = rows.iter().find(|r| r["name"] == "later").unwrap();
     assert_eq!(later["status"], "paused");
     assert_eq!(later["reason"], "paused by its manifest");
-    assert_eq!(web["reason"], "", "a healthy running session needs no reason");
+    assert_eq!(
+        web["reason"], "",
+        "a healthy running session needs no reason"
+    );
     let nodes = json(&run(&["nodes", "--store", s, "--json"]));
     assert_eq!(nodes[0]["node"], "n1");
     assert!(
@@ -1344,18 +1352,44 @@ fn doctor_refuses_the_gcs_emulator_at_its_step_with_the_full_table() {
     assert_eq!(j["ok"], false);
     let steps = j["steps"].as_array().unwrap();
     let last = steps.last().expect("the failed step is in the table");
-    assert_eq!((last["name"].as_str(), last["ok"].as_bool()), (Some("create"), Some(false)), "{j}");
+    assert_eq!(
+        (last["name"].as_str(), last["ok"].as_bool()),
+        (Some("create"), Some(false)),
+        "{j}"
+    );
     assert!(last["ms"].is_u64(), "{j}");
-    assert!(j["error"].as_str().unwrap().contains("refused at step \"create\""), "{j}");
-    assert!(j["credentials"].as_str().unwrap().contains("GOOGLE_SERVICE_ACCOUNT"), "{j}");
+    assert!(
+        j["error"]
+            .as_str()
+            .unwrap()
+            .contains("refused at step \"create\""),
+        "{j}"
+    );
+    assert!(
+        j["credentials"]
+            .as_str()
+            .unwrap()
+            .contains("GOOGLE_SERVICE_ACCOUNT"),
+        "{j}"
+    );
     assert!(j["lock_dir"].is_string() && j["probe_ms"].is_u64(), "{j}");
     let o = run(&["doctor", "--store", &url]);
     assert_eq!(code(&o), 6, "{}", stderr(&o));
     let out = stdout(&o);
-    for want in ["create", "FAIL", "verdict: REFUSED", "credentials ", "host locks in "] {
+    for want in [
+        "create",
+        "FAIL",
+        "verdict: REFUSED",
+        "credentials ",
+        "host locks in ",
+    ] {
         assert!(out.contains(want), "{want:?} missing from:\n{out}");
     }
-    assert!(stderr(&o).contains("refused at step \"create\""), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("refused at step \"create\""),
+        "{}",
+        stderr(&o)
+    );
 }
 
 /// Ceph RGW through the binary: doctor names the dialect it learned, and the
@@ -1368,7 +1402,12 @@ fn doctor_lease_and_apply_on_ceph_rgw_through_the_binary() {
         return;
     };
     let d = tempfile::tempdir().unwrap();
-    let id = d.path().file_name().unwrap().to_string_lossy().replace('.', "");
+    let id = d
+        .path()
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .replace('.', "");
     let url = format!("{base}/cli-rgw-{id}");
     let rgw = |args: &[&str]| {
         bin()
@@ -1385,16 +1424,28 @@ fn doctor_lease_and_apply_on_ceph_rgw_through_the_binary() {
     let o = rgw(&["lease", "acquire", "job", "--store", &url, "--json"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let token = json(&o)["token"].as_str().unwrap().to_string();
-    let o = rgw(&["lease", "renew", "job", "--store", &url, "--token", &token, "--json"]);
+    let o = rgw(&[
+        "lease", "renew", "job", "--store", &url, "--token", &token, "--json",
+    ]);
     assert_eq!(code(&o), 0, "renew on RGW: {}", stderr(&o));
     let token = json(&o)["token"].as_str().unwrap().to_string();
-    let o = rgw(&["lease", "release", "job", "--store", &url, "--token", &token]);
+    let o = rgw(&[
+        "lease", "release", "job", "--store", &url, "--token", &token,
+    ]);
     assert_eq!(code(&o), 0, "release on RGW: {}", stderr(&o));
     let f = d.path().join("m.json");
-    std::fs::write(&f, r#"{"name": "w", "spec": {"command": "sleep", "args": ["1"]}}"#).unwrap();
+    std::fs::write(
+        &f,
+        r#"{"name": "w", "spec": {"command": "sleep", "args": ["1"]}}"#,
+    )
+    .unwrap();
     let o = rgw(&["apply", f.to_str().unwrap(), "--store", &url]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
-    std::fs::write(&f, r#"{"name": "w", "spec": {"command": "sleep", "args": ["2"]}}"#).unwrap();
+    std::fs::write(
+        &f,
+        r#"{"name": "w", "spec": {"command": "sleep", "args": ["2"]}}"#,
+    )
+    .unwrap();
     let o = rgw(&["apply", f.to_str().unwrap(), "--store", &url, "--replace"]);
     assert_eq!(code(&o), 0, "apply --replace on RGW: {}", stderr(&o));
     assert!(stdout(&o).contains("replaced"), "{}", stdout(&o));
@@ -1424,8 +1475,15 @@ fn every_command_into_a_closed_pipe_ends_without_a_panic() {
     let (d, s) = store();
     assert_eq!(code(&run(&["init", "--store", &s])), 0);
     let f = d.path().join("m.json");
-    std::fs::write(&f, r#"{"name": "web", "spec": {"command": "sleep", "args": ["1"]}}"#).unwrap();
-    assert_eq!(code(&run(&["apply", f.to_str().unwrap(), "--store", &s])), 0);
+    std::fs::write(
+        &f,
+        r#"{"name": "web", "spec": {"command": "sleep", "args": ["1"]}}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        code(&run(&["apply", f.to_str().unwrap(), "--store", &s])),
+        0
+    );
     let o = run(&["lease", "acquire", "l", "--store", &s, "--json"]);
     let token = json(&o)["token"].as_str().unwrap().to_string();
     let tok = d.path().join("tok");
@@ -1452,7 +1510,15 @@ fn every_command_into_a_closed_pipe_ends_without_a_panic() {
         vec!["init", "--store", &s],
         vec!["doctor", "--store", &s],
         vec!["doctor", "--store", &s, "--json"],
-        vec!["watch", "--store", &s, "--token-file", tok, "--duration", "1s"],
+        vec![
+            "watch",
+            "--store",
+            &s,
+            "--token-file",
+            tok,
+            "--duration",
+            "1s",
+        ],
         vec!["logs", "web", "--store", &s, "--token-file", tok],
         vec!["completions", "bash"],
         vec!["completions", "zsh"],
@@ -1498,24 +1564,86 @@ fn operator_mistakes_get_typed_errors_that_name_the_fix() {
     let big = d.path().join("big.json");
     std::fs::write(
         &big,
-        format!(r#"{{"name": "big", "spec": {{"command": "x", "args": ["{}"]}}}}"#, "a".repeat(70_000)),
+        format!(
+            r#"{{"name": "big", "spec": {{"command": "x", "args": ["{}"]}}}}"#,
+            "a".repeat(70_000)
+        ),
     )
     .unwrap();
     let spec_err = d.path().join("bad.json");
     std::fs::write(&spec_err, "{\n  \"name\": \"web\",\n  \"spec\": {\"command\": \"x\",\n    \"restart\": \"sometimes\"}\n}\n").unwrap();
     let cases: Vec<(Vec<&str>, i32, &str)> = vec![
-        (vec!["doctor", "--store", "s3://b", "--endpoint", "127.0.0.1:9150"], 2, "not an http:// or https:// URL"),
-        (vec!["doctor", "--store", "s3://b", "--endpoint", "http://"], 2, "invalid endpoint"),
-        (vec!["ls", "--store", "memory://"], 2, "memory:// lives inside one process"),
+        (
+            vec![
+                "doctor",
+                "--store",
+                "s3://b",
+                "--endpoint",
+                "127.0.0.1:9150",
+            ],
+            2,
+            "not an http:// or https:// URL",
+        ),
+        (
+            vec!["doctor", "--store", "s3://b", "--endpoint", "http://"],
+            2,
+            "invalid endpoint",
+        ),
+        (
+            vec!["ls", "--store", "memory://"],
+            2,
+            "memory:// lives inside one process",
+        ),
         (vec!["ls", "--store", &missing], 2, "does not exist"),
-        (vec!["lease", "acquire", "日本", "--store", &s], 2, "must be ASCII"),
-        (vec!["lease", "renew", "x", "--store", &s, "--token", "a!b"], 2, "not a token printed by"),
-        (vec!["lease", "renew", "x", "--store", &s, "--token", "e30"], 2, "not a leasehold lease token"),
-        (vec!["apply", big.to_str().unwrap(), "--store", &s], 2, "limit of 64 KiB"),
-        (vec!["apply", spec_err.to_str().unwrap(), "--store", &s], 2, "spec.restart"),
-        (vec!["node", "run", "--store", &s, "--id", "a", "--capacity", "0"], 2, "0 is not in 1..=100000"),
-        (vec!["node", "run", "--store", &s, "--id", "a", "--capacity", "-1"], 2, "-1 is not in 1..=100000"),
-        (vec!["node", "run", "--store", &s, "--id", "a", "--ttl", "-5s"], 2, "cannot be negative"),
+        (
+            vec!["lease", "acquire", "日本", "--store", &s],
+            2,
+            "must be ASCII",
+        ),
+        (
+            vec!["lease", "renew", "x", "--store", &s, "--token", "a!b"],
+            2,
+            "not a token printed by",
+        ),
+        (
+            vec!["lease", "renew", "x", "--store", &s, "--token", "e30"],
+            2,
+            "not a leasehold lease token",
+        ),
+        (
+            vec!["apply", big.to_str().unwrap(), "--store", &s],
+            2,
+            "limit of 64 KiB",
+        ),
+        (
+            vec!["apply", spec_err.to_str().unwrap(), "--store", &s],
+            2,
+            "spec.restart",
+        ),
+        (
+            vec!["node", "run", "--store", &s, "--id", "a", "--capacity", "0"],
+            2,
+            "0 is not in 1..=100000",
+        ),
+        (
+            vec![
+                "node",
+                "run",
+                "--store",
+                &s,
+                "--id",
+                "a",
+                "--capacity",
+                "-1",
+            ],
+            2,
+            "-1 is not in 1..=100000",
+        ),
+        (
+            vec!["node", "run", "--store", &s, "--id", "a", "--ttl", "-5s"],
+            2,
+            "cannot be negative",
+        ),
         (vec!["demo", "--sessions", "0"], 2, "0 is not in 1..=100"),
         (vec!["demo", "--store", &s], 2, "is not empty"),
         (vec!["demo", "--lease", "--store", &s], 2, "is not empty"),
@@ -1574,28 +1702,63 @@ fn apply_delete_inspect_and_lease_messages_say_what_to_do_on_moto() {
 fn apply_delete_messages(d: &tempfile::TempDir, s: &str) {
     let s = s.to_string();
     let f = d.path().join("m.json");
-    std::fs::write(&f, r#"{"name": "web", "spec": {"command": "sleep", "args": ["1"]}}"#).unwrap();
-    assert_eq!(code(&run(&["apply", f.to_str().unwrap(), "--store", &s])), 0);
-    std::fs::write(&f, r#"{"name": "web", "spec": {"command": "sleep", "args": ["2"]}}"#).unwrap();
+    std::fs::write(
+        &f,
+        r#"{"name": "web", "spec": {"command": "sleep", "args": ["1"]}}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        code(&run(&["apply", f.to_str().unwrap(), "--store", &s])),
+        0
+    );
+    std::fs::write(
+        &f,
+        r#"{"name": "web", "spec": {"command": "sleep", "args": ["2"]}}"#,
+    )
+    .unwrap();
     let o = run(&["apply", f.to_str().unwrap(), "--store", &s]);
     assert_eq!(code(&o), 3);
-    assert!(stderr(&o).contains("use `apply --replace`"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("use `apply --replace`"),
+        "{}",
+        stderr(&o)
+    );
     let o = run(&["inspect", "web", "--store", &s]);
     assert_eq!(code(&o), 7);
-    assert!(stderr(&o).contains("did you mean sessions/web or manifests/web"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("did you mean sessions/web or manifests/web"),
+        "{}",
+        stderr(&o)
+    );
     assert_eq!(code(&run(&["delete", "web", "--store", &s])), 0);
     assert_eq!(code(&run(&["delete", "web", "--store", &s])), 7);
-    assert_eq!(code(&run(&["delete", "web", "--store", &s, "--ignore-not-found"])), 0);
+    assert_eq!(
+        code(&run(&[
+            "delete",
+            "web",
+            "--store",
+            &s,
+            "--ignore-not-found"
+        ])),
+        0
+    );
     // A token made stale by our own renew is stale, not "held by" us.
     let o = run(&["lease", "acquire", "l", "--store", &s, "--json"]);
     let t1 = json(&o)["token"].as_str().unwrap().to_string();
-    let o = run(&["lease", "renew", "l", "--store", &s, "--token", &t1, "--json"]);
+    let o = run(&[
+        "lease", "renew", "l", "--store", &s, "--token", &t1, "--json",
+    ]);
     let t2 = json(&o)["token"].as_str().unwrap().to_string();
     let o = run(&["lease", "renew", "l", "--store", &s, "--token", &t1]);
     assert_eq!(code(&o), 3, "fenced: this token must not be acted on");
     assert!(stderr(&o).contains("this token is stale"), "{}", stderr(&o));
     assert!(!stderr(&o).contains("held by"), "{}", stderr(&o));
-    assert_eq!(code(&run(&["lease", "release", "l", "--store", &s, "--token", &t2])), 0);
+    assert_eq!(
+        code(&run(&[
+            "lease", "release", "l", "--store", &s, "--token", &t2
+        ])),
+        0
+    );
     let o = run(&["lease", "release", "l", "--store", &s, "--token", &t2]);
     assert_eq!(code(&o), 3);
     assert!(stderr(&o).contains("already released"), "{}", stderr(&o));
@@ -1626,7 +1789,11 @@ fn watch_with_a_refused_token_exits_8() {
         .output()
         .unwrap();
     assert_eq!(code(&o), 8, "{}{}", stdout(&o), stderr(&o));
-    assert!(stderr(&o).contains("permission denied: bearer token"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("permission denied: bearer token"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 /// `ls` gives every status but a healthy `running` a reason, and `describe`
@@ -1651,14 +1818,24 @@ fn reasons_and_describe(d: &tempfile::TempDir, s: &str) {
     std::fs::write(&tok, "test-token-0123456789abcdef\n").unwrap();
     let mut n1 = node_with_api(&s, "n1", &tok, &d.path().join("locks"));
     let f = d.path().join("m.json");
-    std::fs::write(&f, r#"{"name": "web", "spec": {"command": "sleep", "args": ["100"]}}"#).unwrap();
-    assert_eq!(code(&run(&["apply", f.to_str().unwrap(), "--store", &s])), 0);
+    std::fs::write(
+        &f,
+        r#"{"name": "web", "spec": {"command": "sleep", "args": ["100"]}}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        code(&run(&["apply", f.to_str().unwrap(), "--store", &s])),
+        0
+    );
     std::fs::write(
         &f,
         r#"{"name": "picky", "spec": {"command": "sleep", "args": ["1"], "selector": {"zone": "nowhere"}}}"#,
     )
     .unwrap();
-    assert_eq!(code(&run(&["apply", f.to_str().unwrap(), "--store", &s])), 0);
+    assert_eq!(
+        code(&run(&["apply", f.to_str().unwrap(), "--store", &s])),
+        0
+    );
     let mut running = false;
     for _ in 0..200 {
         if code(&run(&["resolve", "web", "--store", &s])) == 0 {
@@ -1669,12 +1846,23 @@ fn reasons_and_describe(d: &tempfile::TempDir, s: &str) {
     }
     assert!(running, "web never ran");
     let ls = json(&run(&["ls", "--store", &s, "--json"]));
-    let row = |n: &str| ls.as_array().unwrap().iter().find(|r| r["name"] == n).cloned().unwrap();
+    let row = |n: &str| {
+        ls.as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == n)
+            .cloned()
+            .unwrap()
+    };
     assert_eq!(row("picky")["status"], "queued");
     assert_eq!(row("picky")["reason"], "no node matches zone=nowhere");
     assert_eq!(row("web")["reason"], "");
     let o = run(&["ls", "--store", &s]);
-    assert!(stdout(&o).contains("REASON") && stdout(&o).contains("no node matches zone=nowhere"), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("REASON") && stdout(&o).contains("no node matches zone=nowhere"),
+        "{}",
+        stdout(&o)
+    );
     // -l and -o, as kubectl's.
     let o = run(&["ls", "--store", &s, "-l", "zone=nowhere", "-o", "json"]);
     let names: Vec<String> = json(&o)
@@ -1685,11 +1873,19 @@ fn reasons_and_describe(d: &tempfile::TempDir, s: &str) {
         .collect();
     assert_eq!(names, ["picky"]);
     let o = run(&["ls", "--store", &s, "-o", "wide"]);
-    assert!(stdout(&o).contains("INSTANCE") && stdout(&o).contains("RESTARTS"), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("INSTANCE") && stdout(&o).contains("RESTARTS"),
+        "{}",
+        stdout(&o)
+    );
     let o = run(&["nodes", "--store", &s, "-l", "zone=x", "--json"]);
     assert_eq!(json(&o).as_array().map(Vec::len), Some(0), "{}", stdout(&o));
     let o = run(&["nodes", "--store", &s, "-o", "wide"]);
-    assert!(stdout(&o).contains("LABELS") && stdout(&o).contains("n1"), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("LABELS") && stdout(&o).contains("n1"),
+        "{}",
+        stdout(&o)
+    );
     let o = run(&["ls", "--store", &s, "-l", "bad label"]);
     assert_eq!(code(&o), 2, "{}", stderr(&o));
     // describe, with the owner's journal.
@@ -1700,24 +1896,50 @@ fn reasons_and_describe(d: &tempfile::TempDir, s: &str) {
         .unwrap();
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let out = stdout(&o);
-    for want in ["Name:       web", "Status:     running", "Command:  sleep 100", "Owner:      n1", "(live,", "Restarts:   0", "started"] {
+    for want in [
+        "Name:       web",
+        "Status:     running",
+        "Command:  sleep 100",
+        "Owner:      n1",
+        "(live,",
+        "Restarts:   0",
+        "started",
+    ] {
         assert!(out.contains(want), "{want:?} missing:\n{out}");
     }
     let o = run(&["describe", "web", "--store", &s, "--json"]);
     let j = json(&o);
-    assert_eq!((j["status"].as_str(), j["owner_liveness"].as_str()), (Some("running"), Some("live")), "{j}");
-    assert!(j["events_note"].as_str().unwrap().contains("--token-file"), "{j}");
+    assert_eq!(
+        (j["status"].as_str(), j["owner_liveness"].as_str()),
+        (Some("running"), Some("live")),
+        "{j}"
+    );
+    assert!(
+        j["events_note"].as_str().unwrap().contains("--token-file"),
+        "{j}"
+    );
     assert_eq!(code(&run(&["describe", "nothing", "--store", &s])), 7);
     // The owner dies: by wall clock (skew bound 0 s) the session is
     // interrupted, and the reason says what the fleet is waiting for.
     let _ = n1.0.kill();
     let _ = n1.0.wait();
     std::thread::sleep(std::time::Duration::from_millis(2500));
-    let o = run(&["describe", "web", "--store", &s, "--max-skew", "0s", "--json"]);
+    let o = run(&[
+        "describe",
+        "web",
+        "--store",
+        &s,
+        "--max-skew",
+        "0s",
+        "--json",
+    ]);
     let j = json(&o);
     assert_eq!(j["status"], "interrupted", "{j}");
     assert!(
-        j["reason"].as_str().unwrap().contains("waiting for a peer to observe n1's lease expired"),
+        j["reason"]
+            .as_str()
+            .unwrap()
+            .contains("waiting for a peer to observe n1's lease expired"),
         "{j}"
     );
 }
@@ -1748,8 +1970,15 @@ fn drain_cordon_uncordon(d: &tempfile::TempDir, s: &str) {
     let _n2 = node_with_api(&s, "n2", &tok, &locks);
     let f = d.path().join("m.json");
     for i in 0..4 {
-        std::fs::write(&f, format!(r#"{{"name": "s{i}", "spec": {{"command": "sleep", "args": ["100"]}}}}"#)).unwrap();
-        assert_eq!(code(&run(&["apply", f.to_str().unwrap(), "--store", &s])), 0);
+        std::fs::write(
+            &f,
+            format!(r#"{{"name": "s{i}", "spec": {{"command": "sleep", "args": ["100"]}}}}"#),
+        )
+        .unwrap();
+        assert_eq!(
+            code(&run(&["apply", f.to_str().unwrap(), "--store", &s])),
+            0
+        );
     }
     let owners = || -> Vec<String> {
         let ls = json(&run(&["ls", "--store", &s, "--json"]));
@@ -1770,7 +1999,16 @@ fn drain_cordon_uncordon(d: &tempfile::TempDir, s: &str) {
     }
     assert!(placed, "{:?}", owners());
     let o = bin()
-        .args(["node", "drain", "n1", "--store", &s, "--timeout", "60s", "--token-file"])
+        .args([
+            "node",
+            "drain",
+            "n1",
+            "--store",
+            &s,
+            "--timeout",
+            "60s",
+            "--token-file",
+        ])
         .arg(&tok)
         .output()
         .unwrap();
@@ -1787,7 +2025,11 @@ fn drain_cordon_uncordon(d: &tempfile::TempDir, s: &str) {
     }
     assert!(moved, "every session on n2: {:?}", owners());
     // A new session goes to n2: n1 is cordoned.
-    std::fs::write(&f, r#"{"name": "s9", "spec": {"command": "sleep", "args": ["100"]}}"#).unwrap();
+    std::fs::write(
+        &f,
+        r#"{"name": "s9", "spec": {"command": "sleep", "args": ["100"]}}"#,
+    )
+    .unwrap();
     let o = bin()
         .args(["apply", f.to_str().unwrap(), "--store", &s, "--token-file"])
         .arg(&tok)
@@ -1866,10 +2108,16 @@ fn gc_dry_run_then_removal_of_old_tombstones_only_on_moto() {
 
 fn gc_scenario(d: &tempfile::TempDir, s: &str) {
     let s = s.to_string();
-
     let f = d.path().join("m.json");
-    std::fs::write(&f, r#"{"name": "web", "spec": {"command": "sleep", "args": ["1"]}}"#).unwrap();
-    assert_eq!(code(&run(&["apply", f.to_str().unwrap(), "--store", &s])), 0);
+    std::fs::write(
+        &f,
+        r#"{"name": "web", "spec": {"command": "sleep", "args": ["1"]}}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        code(&run(&["apply", f.to_str().unwrap(), "--store", &s])),
+        0
+    );
     assert_eq!(code(&run(&["delete", "web", "--store", &s])), 0);
     // gc keeps its epoch floor in the fleet marker: no fleet, no removal.
     let o = run(&["gc", "--store", &s, "--older-than", "0s"]);
@@ -1878,11 +2126,23 @@ fn gc_scenario(d: &tempfile::TempDir, s: &str) {
     assert_eq!(code(&run(&["init", "--store", &s])), 0);
     let o = run(&["gc", "--store", &s, "--json"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
-    assert_eq!(json(&o)["candidates"].as_array().map(Vec::len), Some(0), "a day's retention");
+    assert_eq!(
+        json(&o)["candidates"].as_array().map(Vec::len),
+        Some(0),
+        "a day's retention"
+    );
     let o = run(&["gc", "--store", &s, "--older-than", "0s", "--dry-run"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
-    assert!(stdout(&o).contains("would remove sessions/web"), "{}", stdout(&o));
-    assert_eq!(code(&run(&["inspect", "sessions/web", "--store", &s])), 0, "dry run removed nothing");
+    assert!(
+        stdout(&o).contains("would remove sessions/web"),
+        "{}",
+        stdout(&o)
+    );
+    assert_eq!(
+        code(&run(&["inspect", "sessions/web", "--store", &s])),
+        0,
+        "dry run removed nothing"
+    );
     let o = run(&["gc", "--store", &s, "--older-than", "0s", "--json"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert_eq!(json(&o)["removed"], 1, "{}", stdout(&o));
@@ -1900,7 +2160,18 @@ fn job_semantics(d: &tempfile::TempDir, s: &str) {
     assert_eq!(code(&run(&["init", "--store", s])), 0);
     let _n = NodeProc(
         bin()
-            .args(["node", "run", "--store", s, "--id", "solo", "--ttl", "2s", "--capacity", "1"])
+            .args([
+                "node",
+                "run",
+                "--store",
+                s,
+                "--id",
+                "solo",
+                "--ttl",
+                "2s",
+                "--capacity",
+                "1",
+            ])
             .env("LEASEHOLD_LOCK_DIR", d.path().join("locks"))
             .env("LEASEHOLD_STATE_DIR", d.path().join("state"))
             .stdout(std::process::Stdio::null())
@@ -1919,7 +2190,12 @@ fn job_semantics(d: &tempfile::TempDir, s: &str) {
     }
     let status = |n: &str| -> serde_json::Value {
         let ls = json(&run(&["ls", "--store", s, "--json"]));
-        ls.as_array().unwrap().iter().find(|r| r["name"] == n).cloned().unwrap_or_default()
+        ls.as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == n)
+            .cloned()
+            .unwrap_or_default()
     };
     let mut done = false;
     for _ in 0..300 {
@@ -1929,7 +2205,12 @@ fn job_semantics(d: &tempfile::TempDir, s: &str) {
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
-    assert!(done, "both jobs succeeded on one slot: {} {}", status("one"), status("two"));
+    assert!(
+        done,
+        "both jobs succeeded on one slot: {} {}",
+        status("one"),
+        status("two")
+    );
     assert_eq!(status("two")["reason"], "exit 0");
     std::fs::write(
         &f,

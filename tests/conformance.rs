@@ -80,7 +80,12 @@ async fn s3_ceph_rgw() {
     let report = leasehold::probe::probe(&first, &entropy, &SystemClock::new())
         .await
         .unwrap();
-    assert_eq!(report.etag_dialect, Some(EtagDialect::Unquoted), "{:?}", report.steps);
+    assert_eq!(
+        report.etag_dialect,
+        Some(EtagDialect::Unquoted),
+        "{:?}",
+        report.steps
+    );
     let n = std::sync::atomic::AtomicU32::new(0);
     suite::run_all(&|| {
         let url = format!(

@@ -374,7 +374,9 @@ async fn probe_refuses_a_lock_free_store_with_measured_power() {
     for _ in 0..1000 {
         let good = Arc::new(CountingStore::new(Arc::new(ObjectStoreBackend::memory())));
         let s: Arc<dyn Store> = good.clone();
-        leasehold::probe::probe(&s, &entropy, &SystemClock::new()).await.unwrap();
+        leasehold::probe::probe(&s, &entropy, &SystemClock::new())
+            .await
+            .unwrap();
         counts = good.counts().total();
     }
     eprintln!("a passing probe costs {counts} requests");
@@ -428,8 +430,16 @@ async fn the_probe_learns_an_unquoted_etag_dialect_and_leases_work_in_it() {
 async fn the_probe_refuses_a_stale_etag_in_either_form_and_listings_without_versions() {
     use leasehold::store::fault::{DialectDouble, DialectQuirk};
     for (quirk, step, says) in [
-        (DialectQuirk::UnquotedIgnored, "rejected stale update", "unquoted ETag"),
-        (DialectQuirk::ListsWithoutEtags, "listing versions", "listing shows version"),
+        (
+            DialectQuirk::UnquotedIgnored,
+            "rejected stale update",
+            "unquoted ETag",
+        ),
+        (
+            DialectQuirk::ListsWithoutEtags,
+            "listing versions",
+            "listing shows version",
+        ),
         (DialectQuirk::NoEtagOnPut, "create", "no ETag or version"),
     ] {
         let store: Arc<dyn Store> = Arc::new(ObjectStoreBackend::new(
@@ -438,8 +448,7 @@ async fn the_probe_refuses_a_stale_etag_in_either_form_and_listings_without_vers
             "quirky://",
         ));
         let (report, outcome) =
-            leasehold::probe::probe_report(&store, &SeededEntropy::new(4), &MockClock::new())
-                .await;
+            leasehold::probe::probe_report(&store, &SeededEntropy::new(4), &MockClock::new()).await;
         let e = outcome.unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Unsupported, "{quirk:?}: {e}");
         let msg = e.to_string();
@@ -485,7 +494,11 @@ async fn a_409_on_a_conditional_put_is_read_back_not_guessed() {
             assert_eq!(lease.token().version, after.version);
         } else {
             let e = r.unwrap_err();
-            assert_eq!(e.kind(), ErrorKind::Unavailable, "not landed, not lost: {e}");
+            assert_eq!(
+                e.kind(),
+                ErrorKind::Unavailable,
+                "not landed, not lost: {e}"
+            );
             assert_eq!(before, after, "nothing was written");
             // The next attempt (no 409 now) renews the same tenure.
             lease.renew_once().await.unwrap();

@@ -352,14 +352,17 @@ async fn finished_sessions_free_their_capacity() {
     let mut job = spec("true");
     job.restart = RestartPolicy::Never;
     apply(&store, "first", &job).await;
-    f.wait_for("first running", |p| p.contains_key("first")).await;
+    f.wait_for("first running", |p| p.contains_key("first"))
+        .await;
     apply(&store, "second", &job).await;
     let runner = f.nodes[0].runner.clone();
     runner.exit("first", 0);
     f.wait_claim_state("first", ClaimState::Succeeded).await;
     assert_eq!(f.claim("first").await.state, ClaimState::Succeeded);
-    f.wait_for("second runs in the freed slot", |p| p.contains_key("second"))
-        .await;
+    f.wait_for("second runs in the freed slot", |p| {
+        p.contains_key("second")
+    })
+    .await;
     assert!(!f.placement().contains_key("first"));
     // The node is full (second runs); first gets a new spec: released, not
     // run beside second.
@@ -411,7 +414,11 @@ async fn a_crash_loop_backs_off_and_counts_its_restarts() {
         assert!(count("exited") >= i, "exit {i} never seen");
         f.wait_for("restarted", |p| p.contains_key("svc")).await;
     }
-    assert!(count("backoff") >= 3, "three waits after four quick exits: {:?}", journal.totals());
+    assert!(
+        count("backoff") >= 3,
+        "three waits after four quick exits: {:?}",
+        journal.totals()
+    );
     let c = f.claim("svc").await;
     if c.epoch == 1 {
         assert_eq!((c.restarts, c.exit_code), (4, Some(7)), "{c:?}");
@@ -445,13 +452,16 @@ async fn gc_never_lets_an_epoch_be_issued_twice() {
         !plan.iter().any(|r| r.key == "nodes/solo"),
         "a live node's record is never removed: {plan:?}"
     );
-    let removed = leasehold::fleet::gc::apply(&store, &entropy, &plan).await.unwrap();
+    let removed = leasehold::fleet::gc::apply(&store, &entropy, &plan)
+        .await
+        .unwrap();
     assert!(removed.contains(&"sessions/web".to_string()), "{removed:?}");
     assert!(store.get("sessions/web").await.unwrap().is_none());
     assert!(leasehold::fleet::gc::floor(&store).await.unwrap() > first);
     // The same name again: a fresh placeholder, claimed above the floor.
     apply(&store, "web", &spec("daemon")).await;
-    f.wait_for("web running again", |p| p.contains_key("web")).await;
+    f.wait_for("web running again", |p| p.contains_key("web"))
+        .await;
     let again = f.claim("web").await.epoch;
     assert!(again > first, "epoch {again} after gc, was {first}");
     f.finish().await;

@@ -91,13 +91,7 @@ fn start(
 }
 
 /// See `Cmd::Admit`.
-pub async fn admit(
-    url: &str,
-    n: usize,
-    ttl: Duration,
-    samples: usize,
-    json: bool,
-) -> Result<()> {
+pub async fn admit(url: &str, n: usize, ttl: Duration, samples: usize, json: bool) -> Result<()> {
     let store = open_store(url, &OpenOptions::default()).await?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
     let nodes: Vec<SpikeNode> = (0..n)

@@ -227,10 +227,13 @@ async fn matrix(urls: Vec<String>, json: bool) -> leasehold::Result<()> {
     for url in urls {
         let store = open_store(&url, &OpenOptions::default()).await?;
         let entropy = OsEntropy::new();
-        let (verdict, steps) = match leasehold::probe::probe(&store, &entropy, &leasehold::clock::SystemClock::new()).await {
-            Ok(r) => ("honours conditions".to_string(), r.steps),
-            Err(e) => (format!("REFUSED: {e}"), Vec::new()),
-        };
+        let (verdict, steps) =
+            match leasehold::probe::probe(&store, &entropy, &leasehold::clock::SystemClock::new())
+                .await
+            {
+                Ok(r) => ("honours conditions".to_string(), r.steps),
+                Err(e) => (format!("REFUSED: {e}"), Vec::new()),
+            };
         // The probe does not try If-Match on a missing key; do it here.
         let missing = format!("_probe/{}/missing", entropy.hex_id());
         let v = leasehold::store::Version {

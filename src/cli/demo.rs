@@ -32,7 +32,8 @@ pub async fn run(store_url: Option<String>, ttl: Duration) -> Result<(), Error> 
     let store: Arc<dyn Store> = counting.clone();
     println!("store   {url}");
     refuse_occupied(&store).await?;
-    let report = crate::probe::probe(&store, &crate::clock::OsEntropy::new(), &SystemClock::new()).await?;
+    let report =
+        crate::probe::probe(&store, &crate::clock::OsEntropy::new(), &SystemClock::new()).await?;
     println!(
         "probe   conditional writes honoured ({} steps ok)",
         report.steps.iter().filter(|s| s.ok).count()

@@ -11,10 +11,10 @@ use crate::Name;
 use crate::clock::{Clock, SystemClock};
 use crate::error::Error;
 use crate::fleet::claim::ClaimRecord;
+use crate::fleet::explain::{NodeFacts, explain};
 use crate::fleet::manifest::ManifestRecord;
 use crate::record::{Kind, LeaseRecord};
 use crate::store::{Entry, Store};
-use crate::fleet::explain::{NodeFacts, explain};
 use crate::wake::{Owned, OwnerLease, Resolver, WakeOutcome};
 use futures::StreamExt;
 use std::collections::BTreeMap;
@@ -124,7 +124,11 @@ pub async fn resolve(
         &r.owner,
         Owned::Claimed { status, .. } if *status == crate::fleet::claim::ClaimState::Running
     );
-    if live && running { Ok(()) } else { Err(Failure::Held) }
+    if live && running {
+        Ok(())
+    } else {
+        Err(Failure::Held)
+    }
 }
 
 /// Lists `prefix` and reads every object, `READS` at a time. Listings are
@@ -200,6 +204,18 @@ fn ago(ms: u64) -> String {
     }
 }
 
+/// `k=v,k2=v2` from a JSON object of strings (labels, a selector).
+fn kv_list(m: &serde_json::Value) -> String {
+    m.as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .unwrap_or_default()
+}
+
 /// One-shot readers judge by wall clock, and say so.
 fn lease_text(l: OwnerLease) -> &'static str {
     match l {
@@ -268,23 +284,22 @@ pub async fn ls(
                     "STATE",
                     "ADDRESS",
                     "RENEWED",
-                    if wide { " HOST                 LABELS" } else { "" }
+                    if wide {
+                        " HOST                 LABELS"
+                    } else {
+                        ""
+                    }
                 );
                 for r in rows {
                     if printed_corrupt(&r, "node", 16) {
                         continue;
                     }
-                    let labels = r["labels"]
-                        .as_object()
-                        .map(|m| {
-                            m.iter()
-                                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
-                                .collect::<Vec<_>>()
-                                .join(",")
-                        })
-                        .unwrap_or_default();
                     let extra = if wide {
-                        format!(" {:<20} {labels}", r["host"].as_str().unwrap_or(""))
+                        format!(
+                            " {:<20} {}",
+                            r["host"].as_str().unwrap_or(""),
+                            kv_list(&r["labels"])
+                        )
                     } else {
                         String::new()
                     };
@@ -297,10 +312,17 @@ pub async fn ls(
                         format!(
                             "{}{}",
                             r["state"].as_str().unwrap_or(""),
-                            if r["cordoned"] == true { ",cordoned" } else { "" }
+                            if r["cordoned"] == true {
+                                ",cordoned"
+                            } else {
+                                ""
+                            }
                         ),
                         r["address"].as_str().unwrap_or("-"),
-                        format!("{} ago", ago(r["renewed_ms_ago_wall"].as_u64().unwrap_or(0))),
+                        format!(
+                            "{} ago",
+                            ago(r["renewed_ms_ago_wall"].as_u64().unwrap_or(0))
+                        ),
                     );
                 }
             }
@@ -339,15 +361,7 @@ pub async fn ls(
                         continue;
                     }
                     let selector = if wide {
-                        let s = r["selector"]
-                            .as_object()
-                            .map(|m| {
-                                m.iter()
-                                    .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
-                                    .collect::<Vec<_>>()
-                                    .join(",")
-                            })
-                            .unwrap_or_default();
+                        let s = kv_list(&r["selector"]);
                         format!("{:<20} ", if s.is_empty() { "-" } else { &s })
                     } else {
                         String::new()
@@ -415,12 +429,17 @@ pub async fn ls(
                         decoded_claims.insert(name, c);
                     }
                     Some(Err(err)) => {
-                        rows.insert(name.clone(), serde_json::json!({"name": name, "corrupt": err}));
+                        rows.insert(
+                            name.clone(),
+                            serde_json::json!({"name": name, "corrupt": err}),
+                        );
                     }
                 }
             }
-            let names: std::collections::BTreeSet<&String> =
-                decoded_manifests.keys().chain(decoded_claims.keys()).collect();
+            let names: std::collections::BTreeSet<&String> = decoded_manifests
+                .keys()
+                .chain(decoded_claims.keys())
+                .collect();
             for name in names {
                 if rows.contains_key(name) {
                     continue; // a corrupt manifest or claim: its own row
@@ -479,7 +498,9 @@ pub async fn ls(
                         format!(
                             "{:<17} {:<8} {:<4} {:<22} ",
                             r["instance"].as_str().unwrap_or("-"),
-                            r.get("restarts").map(|x| x.to_string()).unwrap_or("-".into()),
+                            r.get("restarts")
+                                .map(|x| x.to_string())
+                                .unwrap_or("-".into()),
                             r.get("exit_code")
                                 .filter(|x| !x.is_null())
                                 .map(|x| x.to_string())
@@ -527,7 +548,10 @@ pub async fn inspect(key: &str, store: &StoreArgs, json: bool) -> Result<(), Fai
             }
             if !found.is_empty() {
                 return Err(Error::NotFound {
-                    key: format!("{key} (keys are prefixed: did you mean {}?)", found.join(" or ")),
+                    key: format!(
+                        "{key} (keys are prefixed: did you mean {}?)",
+                        found.join(" or ")
+                    ),
                 }
                 .into());
             }
@@ -600,7 +624,10 @@ pub async fn describe(
         if let Ok(Some(b)) = b
             && let Ok(r) = LeaseRecord::decode(&e.key, &b, Kind::Node)
         {
-            facts.insert(r.holder.node.clone(), NodeFacts::from_record(r, now, max_skew));
+            facts.insert(
+                r.holder.node.clone(),
+                NodeFacts::from_record(r, now, max_skew),
+            );
         }
     }
     let m = manifest.as_ref().map(|(m, _)| m);
@@ -618,7 +645,10 @@ pub async fn describe(
         let l = judge(
             facts.get(&c.owner.node).map(|n| &n.record),
             Some(&c.owner.instance),
-            Evidence::WallClock { now_ms: now, max_skew },
+            Evidence::WallClock {
+                now_ms: now,
+                max_skew,
+            },
         );
         (c, l)
     });
@@ -654,7 +684,10 @@ pub async fn describe(
     println!("Name:       {name}");
     println!(
         "Status:     {}{}",
-        serde_json::to_value(x.status).expect("json").as_str().unwrap_or(""),
+        serde_json::to_value(x.status)
+            .expect("json")
+            .as_str()
+            .unwrap_or(""),
         if x.reason.is_empty() {
             String::new()
         } else {
@@ -663,14 +696,21 @@ pub async fn describe(
     );
     match m {
         Some(m) => {
-            println!("Manifest:   manifests/{name} (digest {})", &m.digest[..12.min(m.digest.len())]);
+            println!(
+                "Manifest:   manifests/{name} (digest {})",
+                &m.digest[..12.min(m.digest.len())]
+            );
             let mut cmd = vec![m.spec.command.clone()];
             cmd.extend(m.spec.args.iter().cloned());
             println!("  Command:  {}", cmd.join(" "));
             println!("  Restart:  {:?}", m.spec.restart);
             if !m.spec.selector.is_empty() {
-                let sel: Vec<String> =
-                    m.spec.selector.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                let sel: Vec<String> = m
+                    .spec
+                    .selector
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect();
                 println!("  Selector: {}", sel.join(","));
             }
             if m.spec.paused {
@@ -720,7 +760,9 @@ pub async fn describe(
             "  #{:<5} {:<10} {}{}",
             e["seq"],
             e["kind"].as_str().unwrap_or(""),
-            e.get("epoch").map(|x| format!("epoch {x} ")).unwrap_or_default(),
+            e.get("epoch")
+                .map(|x| format!("epoch {x} "))
+                .unwrap_or_default(),
             e["detail"].as_str().unwrap_or("")
         );
     }
@@ -769,7 +811,12 @@ async fn owner_events(
         .bearer_auth(token)
         .send()
         .await
-        .map_err(|e| format!("the owner did not answer: {}", crate::store::objstore::redact(&e.to_string())))?;
+        .map_err(|e| {
+            format!(
+                "the owner did not answer: {}",
+                crate::store::objstore::redact(&e.to_string())
+            )
+        })?;
     if !r.status().is_success() {
         return Err(format!("the owner answered HTTP {}", r.status()));
     }

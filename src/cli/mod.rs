@@ -534,7 +534,9 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     // `--ttl -5s` reaches here (hyphen values are allowed) so that it is
     // told what is wrong, not parsed as an unknown flag `-5`.
     if s.trim_start().starts_with('-') {
-        return Err(format!("{s:?}: a duration cannot be negative (examples: 500ms, 10s, 2m)"));
+        return Err(format!(
+            "{s:?}: a duration cannot be negative (examples: 500ms, 10s, 2m)"
+        ));
     }
     humantime::parse_duration(s).map_err(|e| format!("{s:?}: {e} (examples: 500ms, 10s, 2m)"))
 }
@@ -601,16 +603,14 @@ pub fn main() -> ExitCode {
         unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     }
     // A node reports its journal events at info; one-shot commands stay quiet.
-    let telemetry = match crate::telemetry::init(
-        if serving { "info" } else { "warn" },
-        cli.log_format,
-    ) {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(exit_code(e.kind()));
-        }
-    };
+    let telemetry =
+        match crate::telemetry::init(if serving { "info" } else { "warn" }, cli.log_format) {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(exit_code(e.kind()));
+            }
+        };
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -726,7 +726,9 @@ pub(crate) async fn open(args: &StoreArgs) -> Result<Arc<dyn Store>, Error> {
             "memory:// lives inside one process, so this command would see an empty store of its own; use file:///dir for a fleet on this machine",
         ));
     }
-    if let Some(dir) = lower.strip_prefix("file://").map(|_| &url["file://".len()..])
+    if let Some(dir) = lower
+        .strip_prefix("file://")
+        .map(|_| &url["file://".len()..])
         && dir.starts_with('/')
         && !std::path::Path::new(dir).exists()
     {
@@ -819,7 +821,17 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             replace,
             token_file,
             json,
-        } => apply(&file, &store, replace, token_file.as_deref(), json, max_skew).await,
+        } => {
+            apply(
+                &file,
+                &store,
+                replace,
+                token_file.as_deref(),
+                json,
+                max_skew,
+            )
+            .await
+        }
         Command::Resolve {
             name,
             store,
@@ -920,7 +932,11 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                     "{} of {} candidates {}; older than {}",
                     if dry_run { plan.len() } else { removed.len() },
                     plan.len(),
-                    if dry_run { "would be removed (dry run)" } else { "removed" },
+                    if dry_run {
+                        "would be removed (dry run)"
+                    } else {
+                        "removed"
+                    },
                     humantime::format_duration(older_than)
                 );
             }
@@ -1071,7 +1087,9 @@ async fn doctor(args: &StoreArgs, json: bool) -> Result<(), Failure> {
             );
         }
         match &result {
-            Ok(()) => println!("verdict: conditional writes honoured; safe for leasehold ({total_ms} ms)"),
+            Ok(()) => {
+                println!("verdict: conditional writes honoured; safe for leasehold ({total_ms} ms)")
+            }
             Err(e) if e.kind() == ErrorKind::Unsupported => {
                 println!("verdict: REFUSED; nothing leasehold promises holds on this store")
             }
@@ -1257,15 +1275,17 @@ async fn lease(op: LeaseOp, max_skew: Duration) -> Result<(), Failure> {
             };
             // Wall-clock age is for humans only, and says so.
             let age_ms = clock.wall_ms() as i64 - rec.renewed_at_ms as i64;
+            // The one vocabulary (crate::liveness), by wall clock within the
+            // skew bound: advisory, as the human output says.
+            let liveness = crate::liveness::judge(
+                Some(&rec),
+                None,
+                crate::liveness::Evidence::WallClock {
+                    now_ms: clock.wall_ms(),
+                    max_skew,
+                },
+            );
             if json {
-                let liveness = crate::liveness::judge(
-                    Some(&rec),
-                    None,
-                    crate::liveness::Evidence::WallClock {
-                        now_ms: clock.wall_ms(),
-                        max_skew,
-                    },
-                );
                 print_json(&serde_json::json!({
                     "key": format!("leases/{name}"), "version": version, "record": rec,
                     "wall_clock_age_ms": age_ms, "state": liveness,
@@ -1273,16 +1293,6 @@ async fn lease(op: LeaseOp, max_skew: Duration) -> Result<(), Failure> {
             } else {
                 println!("key       leases/{name}");
                 println!("version   {version}");
-                // The one vocabulary (crate::liveness), by wall clock within
-                // the skew bound: advisory, as the line says.
-                let liveness = crate::liveness::judge(
-                    Some(&rec),
-                    None,
-                    crate::liveness::Evidence::WallClock {
-                        now_ms: clock.wall_ms(),
-                        max_skew,
-                    },
-                );
                 println!(
                     "state     {}{}",
                     liveness.as_str(),
@@ -1433,14 +1443,22 @@ async fn apply(
 async fn node_control(op: NodeOp) -> Result<(), Failure> {
     use crate::fleet::control;
     let (id, store, token_file, drain, timeout) = match op {
-        NodeOp::Cordon { id, store, token_file } => (id, store, token_file, Some(false), None),
+        NodeOp::Cordon {
+            id,
+            store,
+            token_file,
+        } => (id, store, token_file, Some(false), None),
         NodeOp::Drain {
             id,
             store,
             token_file,
             timeout,
         } => (id, store, token_file, Some(true), Some(timeout)),
-        NodeOp::Uncordon { id, store, token_file } => (id, store, token_file, None, None),
+        NodeOp::Uncordon {
+            id,
+            store,
+            token_file,
+        } => (id, store, token_file, None, None),
         NodeOp::Run { .. } => {
             return Err(Error::Internal("node run is not a control command".into()).into());
         }
@@ -1513,7 +1531,10 @@ async fn sessions_owned_by(store: &Arc<dyn Store>, id: &str) -> Result<usize, Er
     let mut list = store.list("sessions/");
     let mut keys = Vec::new();
     while let Some(e) = list.next().await {
-        keys.push(e.map_err(|e| Error::from_store("list", "sessions/", e))?.key);
+        keys.push(
+            e.map_err(|e| Error::from_store("list", "sessions/", e))?
+                .key,
+        );
     }
     for k in keys {
         if let Ok(Some(o)) = store.get(&k).await
@@ -1564,7 +1585,10 @@ pub(crate) async fn nudge_nodes(
         let Ok(r) = crate::record::LeaseRecord::decode(&key, &o.bytes, Kind::Node) else {
             continue;
         };
-        let Some(a) = r.address.filter(|a| a.starts_with("http://") && !r.released) else {
+        let Some(a) = r
+            .address
+            .filter(|a| a.starts_with("http://") && !r.released)
+        else {
             continue;
         };
         let url = format!("{}/v1/nudge", a.trim_end_matches('/'));

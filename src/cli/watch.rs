@@ -212,6 +212,16 @@ async fn live_nodes(
     Ok(out)
 }
 
+/// Tells the printer a node refused our token (watch then ends, exit 8).
+async fn denied(tx: &mpsc::Sender<Msg>, node: &str, status: u16) {
+    let _ = tx
+        .send(Msg::Denied {
+            node: node.to_string(),
+            status,
+        })
+        .await;
+}
+
 /// Reports a follower's state to the printer (a closed printer is fine: we
 /// are shutting down).
 async fn say(tx: &mpsc::Sender<Msg>, node: &str, text: String) {
@@ -253,13 +263,7 @@ async fn follow(
                     }
                 }
                 Ok(r) if matches!(r.status().as_u16(), 401 | 403) => {
-                    let _ = tx
-                        .send(Msg::Denied {
-                            node: node.clone(),
-                            status: r.status().as_u16(),
-                        })
-                        .await;
-                    return;
+                    return denied(&tx, &node, r.status().as_u16()).await;
                 }
                 Ok(r) => {
                     say(&tx, &node, format!("HTTP {}", r.status())).await;
@@ -328,13 +332,7 @@ async fn follow(
                     cursor = None;
                 }
                 Ok(r) if matches!(r.status().as_u16(), 401 | 403) => {
-                    let _ = tx
-                        .send(Msg::Denied {
-                            node: node.clone(),
-                            status: r.status().as_u16(),
-                        })
-                        .await;
-                    return;
+                    return denied(&tx, &node, r.status().as_u16()).await;
                 }
                 Ok(r) => {
                     say(&tx, &node, format!("HTTP {}", r.status())).await;

@@ -28,7 +28,11 @@ pub struct NodeFacts {
 impl NodeFacts {
     /// From a node record, judged by wall clock (see [`crate::liveness`]).
     pub fn from_record(record: LeaseRecord, now_ms: u64, max_skew: Duration) -> NodeFacts {
-        let liveness = judge(Some(&record), None, Evidence::WallClock { now_ms, max_skew });
+        let liveness = judge(
+            Some(&record),
+            None,
+            Evidence::WallClock { now_ms, max_skew },
+        );
         let num = |k: &str| record.attrs.get(k).and_then(|v| v.as_u64()).unwrap_or(0) as u32;
         let labels = record
             .attrs
@@ -75,7 +79,11 @@ pub fn explain(
         let c = owned?;
         let (owner, live) = owner_of(c, nodes, now_ms, max_skew);
         return Some(Explained {
-            status: if live { Status::Running } else { Status::Interrupted },
+            status: if live {
+                Status::Running
+            } else {
+                Status::Interrupted
+            },
             reason: if live {
                 format!("manifest deleted; {} is stopping it", c.owner.node)
             } else {
@@ -189,7 +197,9 @@ fn interrupted_reason(
         Liveness::Fenced => format!("owner {who} was fenced; a peer is taking it over"),
         Liveness::Released => format!("owner {who} shut down; a peer is taking it over"),
         Liveness::Superseded => format!("owner {who} restarted; its new instance reclaims it"),
-        Liveness::Absent => format!("owner {who} has no node record; taken over once that is observed"),
+        Liveness::Absent => {
+            format!("owner {who} has no node record; taken over once that is observed")
+        }
         Liveness::Live => String::new(),
     }
 }
@@ -224,7 +234,12 @@ fn queued_reason(m: &ManifestRecord, nodes: &BTreeMap<String, NodeFacts>) -> Str
     }
     let matching: Vec<&&NodeFacts> = live
         .iter()
-        .filter(|n| m.spec.selector.iter().all(|(k, v)| n.labels.get(k) == Some(v)))
+        .filter(|n| {
+            m.spec
+                .selector
+                .iter()
+                .all(|(k, v)| n.labels.get(k) == Some(v))
+        })
         .collect();
     if matching.is_empty() {
         let sel: Vec<String> = m
@@ -286,7 +301,10 @@ mod tests {
             attrs,
             nonce: "n".into(),
         };
-        (id.to_string(), NodeFacts::from_record(record, NOW, Duration::from_secs(5)))
+        (
+            id.to_string(),
+            NodeFacts::from_record(record, NOW, Duration::from_secs(5)),
+        )
     }
 
     const NOW: u64 = 1_000_000;
@@ -346,16 +364,40 @@ mod tests {
         let x = |m: Option<&ManifestRecord>, c: Option<&ClaimRecord>, n: &BTreeMap<_, _>| {
             explain(m, c, n, NOW, skew)
         };
-        says(x(Some(&m), None, &BTreeMap::new()), Status::Queued, "no live node");
-        says(x(Some(&manifest(&[("zone", "z")], false)), None, &fleet), Status::Queued, "no node matches zone=z");
-        says(x(Some(&m), None, &fleet), Status::Queued, "all 1 matching node is full");
+        says(
+            x(Some(&m), None, &BTreeMap::new()),
+            Status::Queued,
+            "no live node",
+        );
+        says(
+            x(Some(&manifest(&[("zone", "z")], false)), None, &fleet),
+            Status::Queued,
+            "no node matches zone=z",
+        );
+        says(
+            x(Some(&m), None, &fleet),
+            Status::Queued,
+            "all 1 matching node is full",
+        );
         let roomy: BTreeMap<_, _> = [node("n3", NOW, 2, 1, "a")].into_iter().collect();
-        says(x(Some(&m), None, &roomy), Status::Queued, "waiting for a node");
-        says(x(Some(&manifest(&[], true)), None, &fleet), Status::Paused, "paused");
+        says(
+            x(Some(&m), None, &roomy),
+            Status::Queued,
+            "waiting for a node",
+        );
+        says(
+            x(Some(&manifest(&[], true)), None, &fleet),
+            Status::Paused,
+            "paused",
+        );
         let run = claim("n1", ClaimState::Running, 0, None);
         assert_eq!(x(Some(&m), Some(&run), &fleet).unwrap().reason, "");
         let looping = claim("n1", ClaimState::Running, 5, Some(1));
-        says(x(Some(&m), Some(&looping), &fleet), Status::Running, "5 restarts, last exit 1");
+        says(
+            x(Some(&m), Some(&looping), &fleet),
+            Status::Running,
+            "5 restarts, last exit 1",
+        );
         let on_dead = claim("n2", ClaimState::Running, 0, None);
         // Renewed 20 s ago, ttl 10 s + skew 5 s: expired by wall clock.
         says(
@@ -365,21 +407,60 @@ mod tests {
         );
         // 12 s: live within the skew bound, but late, and said so.
         let late: BTreeMap<_, _> = [node("n2", NOW - 12_000, 4, 0, "b")].into_iter().collect();
-        says(x(Some(&m), Some(&on_dead), &late), Status::Running, "not renewed for 12 s");
+        says(
+            x(Some(&m), Some(&on_dead), &late),
+            Status::Running,
+            "not renewed for 12 s",
+        );
         let fresh: BTreeMap<_, _> = [node("n2", NOW - 3_000, 4, 0, "b")].into_iter().collect();
         assert_eq!(x(Some(&m), Some(&on_dead), &fresh).unwrap().reason, "");
         let gone = claim("n9", ClaimState::Running, 0, None);
-        says(x(Some(&m), Some(&gone), &fleet), Status::Interrupted, "no node record");
-        says(x(Some(&m), Some(&claim("n1", ClaimState::Succeeded, 0, Some(0))), &fleet), Status::Succeeded, "exit 0");
-        says(x(Some(&m), Some(&claim("n1", ClaimState::Failed, 2, Some(3))), &fleet), Status::Failed, "exit 3 after 2 restarts");
+        says(
+            x(Some(&m), Some(&gone), &fleet),
+            Status::Interrupted,
+            "no node record",
+        );
+        says(
+            x(
+                Some(&m),
+                Some(&claim("n1", ClaimState::Succeeded, 0, Some(0))),
+                &fleet,
+            ),
+            Status::Succeeded,
+            "exit 0",
+        );
+        says(
+            x(
+                Some(&m),
+                Some(&claim("n1", ClaimState::Failed, 2, Some(3))),
+                &fleet,
+            ),
+            Status::Failed,
+            "exit 3 after 2 restarts",
+        );
         // Deleted: a tombstone says nothing; a live owner is stopping it; a
         // dead owner's leftover is gc's.
-        assert!(x(None, Some(&claim("n1", ClaimState::Released, 0, None)), &fleet).is_none());
-        says(x(None, Some(&run), &fleet), Status::Running, "manifest deleted; n1 is stopping it");
+        assert!(
+            x(
+                None,
+                Some(&claim("n1", ClaimState::Released, 0, None)),
+                &fleet
+            )
+            .is_none()
+        );
+        says(
+            x(None, Some(&run), &fleet),
+            Status::Running,
+            "manifest deleted; n1 is stopping it",
+        );
         says(x(None, Some(&on_dead), &fleet), Status::Interrupted, "gc");
         // Cordoned nodes take nothing new.
         let mut cordoned = roomy.clone();
         cordoned.get_mut("n3").unwrap().cordoned = true;
-        says(x(Some(&m), None, &cordoned), Status::Queued, "cordoned (n3)");
+        says(
+            x(Some(&m), None, &cordoned),
+            Status::Queued,
+            "cordoned (n3)",
+        );
     }
 }

@@ -62,7 +62,10 @@ pub async fn raise_floor(store: &Arc<dyn Store>, entropy: &dyn Entropy, epoch: u
         m.epoch_floor = epoch;
         m.nonce = entropy.hex_id();
         let bytes = Bytes::from(serde_json::to_vec(&m).expect("marker serialises"));
-        match store.put(super::marker::KEY, bytes, Cond::Match(version)).await {
+        match store
+            .put(super::marker::KEY, bytes, Cond::Match(version))
+            .await
+        {
             Ok(_) => return Ok(()),
             Err(e) if e.is_rejection() => continue,
             // Landed or not, the next round reads it back.
@@ -142,7 +145,11 @@ pub fn plan(
 }
 
 /// Lists the fleet and computes [`plan`].
-pub async fn scan(store: &Arc<dyn Store>, now_ms: u64, retention: Duration) -> Result<Vec<Removal>> {
+pub async fn scan(
+    store: &Arc<dyn Store>,
+    now_ms: u64,
+    retention: Duration,
+) -> Result<Vec<Removal>> {
     // (key, the store's last-modified stamp): an object's age is judged by
     // the later of its writer's stamp and the store's, so neither a writer
     // with a slow clock nor a stamp never set (a placeholder's) makes it
@@ -163,7 +170,10 @@ pub async fn scan(store: &Arc<dyn Store>, now_ms: u64, retention: Duration) -> R
         .collect();
     let mut claims = BTreeMap::new();
     for (k, modified) in keys("sessions/").await? {
-        if let Some(o) = store.get(&k).await.map_err(|e| Error::from_store("get", &k, e))?
+        if let Some(o) = store
+            .get(&k)
+            .await
+            .map_err(|e| Error::from_store("get", &k, e))?
             && let Ok(mut c) = ClaimRecord::decode(&k, &o.bytes)
         {
             c.updated_at_ms = c.updated_at_ms.max(modified);
@@ -172,7 +182,10 @@ pub async fn scan(store: &Arc<dyn Store>, now_ms: u64, retention: Duration) -> R
     }
     let mut nodes = BTreeMap::new();
     for (k, modified) in keys("nodes/").await? {
-        if let Some(o) = store.get(&k).await.map_err(|e| Error::from_store("get", &k, e))?
+        if let Some(o) = store
+            .get(&k)
+            .await
+            .map_err(|e| Error::from_store("get", &k, e))?
             && let Ok(mut r) = LeaseRecord::decode(&k, &o.bytes, Kind::Node)
         {
             r.renewed_at_ms = r.renewed_at_ms.max(modified);

@@ -23,8 +23,8 @@ use super::{Put, audit, json_nonce, put_checked};
 use crate::clock::{Clock, Entropy, MonoTime};
 use crate::error::{Error, Result};
 use crate::hostlock::HostLock;
-use crate::liveness::Liveness;
 use crate::lease::{Acquire, AcquireOptions, Lease, LeaseClient, default_margin};
+use crate::liveness::Liveness;
 use crate::name::Name;
 use crate::record::{Kind, LeaseRecord, SCHEMA};
 use crate::store::{Cond, Entry, Store, Version};
@@ -2268,9 +2268,7 @@ impl Node {
                     // A finished session takes no capacity; run again (a
                     // new spec) on a node that is full since, it would
                     // overcommit it. Release it to placement instead.
-                    if o.record.state.is_terminal()
-                        && new_spec
-                        && self.load() >= self.cfg.capacity
+                    if o.record.state.is_terminal() && new_spec && self.load() >= self.cfg.capacity
                     {
                         let _ = self.set_state(&name, ClaimState::Released, None).await;
                         changed = true;

@@ -447,7 +447,11 @@ impl object_store::ObjectStore for DialectDouble {
             r.version = None;
             return Ok(r);
         }
-        if let PutMode::Update(UpdateVersion { e_tag: Some(e), version }) = &opts.mode {
+        if let PutMode::Update(UpdateVersion {
+            e_tag: Some(e),
+            version,
+        }) = &opts.mode
+        {
             let quoted = e.starts_with('"');
             match (self.quirk, quoted) {
                 (DialectQuirk::UnquotedOnly, true) => {

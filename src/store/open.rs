@@ -202,9 +202,7 @@ pub async fn open_raw(url: &str, opts: &OpenOptions) -> Result<Raw, Error> {
             Arc::new(
                 MicrosoftAzureBuilder::from_env()
                     .with_container_name(bucket)
-                    .with_client_options(
-                        client.with_allow_http(env_allow_http("AZURE_ALLOW_HTTP")),
-                    )
+                    .with_client_options(client.with_allow_http(env_allow_http("AZURE_ALLOW_HTTP")))
                     .with_retry(retry)
                     .build()
                     .map_err(|e| bad(&super::objstore::redact(&e.to_string())))?,

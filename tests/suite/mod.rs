@@ -255,9 +255,13 @@ async fn store_refuses_bad_keys(s: Arc<dyn Store>) {
 }
 
 async fn probe_passes(s: Arc<dyn Store>) {
-    let r = leasehold::probe::probe(&s, &SeededEntropy::new(1), &leasehold::clock::SystemClock::new())
-        .await
-        .unwrap();
+    let r = leasehold::probe::probe(
+        &s,
+        &SeededEntropy::new(1),
+        &leasehold::clock::SystemClock::new(),
+    )
+    .await
+    .unwrap();
     assert!(
         r.steps
             .iter()
@@ -284,9 +288,13 @@ async fn probe_refuses_store_ignoring_conditions(s: Arc<dyn Store>) {
             ignore_create: ic,
             ignore_match: im,
         });
-        let e = leasehold::probe::probe(&broken, &SeededEntropy::new(2), &leasehold::clock::SystemClock::new())
-            .await
-            .unwrap_err();
+        let e = leasehold::probe::probe(
+            &broken,
+            &SeededEntropy::new(2),
+            &leasehold::clock::SystemClock::new(),
+        )
+        .await
+        .unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
         let msg = e.to_string();
         assert!(msg.contains(step) && msg.contains(&s.to_string()), "{msg}");
