@@ -2246,3 +2246,82 @@ fn job_semantics_capacity_and_crash_loop_on_moto() {
         job_semantics(&d, &s);
     }
 }
+
+/// Real processes: a session deleted, its tombstone removed by `gc`, and the
+/// session applied again under the same name runs at a higher epoch than
+/// before: no fencing token is issued twice across a gc.
+fn gc_then_reapply(d: &tempfile::TempDir, s: &str) {
+    assert_eq!(code(&run(&["init", "--store", s])), 0);
+    let _n = NodeProc(
+        bin()
+            .args(["node", "run", "--store", s, "--id", "solo", "--ttl", "2s"])
+            .env("LEASEHOLD_LOCK_DIR", d.path().join("locks"))
+            .env("LEASEHOLD_STATE_DIR", d.path().join("state"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let f = d.path().join("m.json");
+    std::fs::write(
+        &f,
+        r#"{"name": "web", "spec": {"command": "sleep", "args": ["100"]}}"#,
+    )
+    .unwrap();
+    let epoch = || -> Option<u64> {
+        let ls = json(&run(&["ls", "--store", s, "--json"]));
+        ls.as_array()?
+            .iter()
+            .find(|r| r["name"] == "web" && r["status"] == "running")
+            .and_then(|r| r["epoch"].as_u64())
+    };
+    let wait_epoch = || -> u64 {
+        for _ in 0..300 {
+            if let Some(e) = epoch() {
+                return e;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        panic!("web never ran");
+    };
+    assert_eq!(code(&run(&["apply", f.to_str().unwrap(), "--store", s])), 0);
+    let first = wait_epoch();
+    assert_eq!(code(&run(&["delete", "web", "--store", s])), 0);
+    let mut released = false;
+    for _ in 0..300 {
+        let o = run(&["inspect", "sessions/web", "--store", s, "--json"]);
+        if stdout(&o).contains("\"released\"") {
+            released = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(released, "the owner released the deleted session");
+    let o = run(&["gc", "--store", s, "--older-than", "0s", "--json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(
+        json(&o)["removed_keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|k| k == "sessions/web"),
+        "{}",
+        stdout(&o)
+    );
+    assert_eq!(code(&run(&["apply", f.to_str().unwrap(), "--store", s])), 0);
+    let again = wait_epoch();
+    assert!(again > first, "epoch {again} after gc, was {first}");
+}
+
+#[test]
+fn gc_then_reapply_never_reuses_an_epoch() {
+    let (d, s) = store();
+    gc_then_reapply(&d, &s);
+}
+
+#[test]
+fn gc_then_reapply_never_reuses_an_epoch_on_moto() {
+    if let Some((d, s)) = moto_store("gc-reapply") {
+        gc_then_reapply(&d, &s);
+    }
+}
