@@ -135,9 +135,12 @@ pub async fn resolve(
 /// paged by the store (1,000 keys a page), so 100,000 keys work.
 /// A corrupt object becomes a row of its own (`Err(reason)`); anything else
 /// that fails aborts the listing.
-type Read = Result<Option<bytes::Bytes>, String>;
+pub(crate) type Read = Result<Option<bytes::Bytes>, String>;
 
-async fn read_all(store: &Arc<dyn Store>, prefix: &str) -> Result<Vec<(Entry, Read)>, Error> {
+pub(crate) async fn read_all(
+    store: &Arc<dyn Store>,
+    prefix: &str,
+) -> Result<Vec<(Entry, Read)>, Error> {
     let mut entries = Vec::new();
     let mut list = store.list(prefix);
     while let Some(e) = list.next().await {
@@ -705,13 +708,7 @@ pub async fn describe(
             println!("  Command:  {}", cmd.join(" "));
             println!("  Restart:  {:?}", m.spec.restart);
             if !m.spec.selector.is_empty() {
-                let sel: Vec<String> = m
-                    .spec
-                    .selector
-                    .iter()
-                    .map(|(k, v)| format!("{k}={v}"))
-                    .collect();
-                println!("  Selector: {}", sel.join(","));
+                println!("  Selector: {}", m.spec.selector_text());
             }
             if m.spec.paused {
                 println!("  Paused:   yes");

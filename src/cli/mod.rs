@@ -1526,27 +1526,19 @@ async fn node_control(op: NodeOp) -> Result<(), Failure> {
 /// How many sessions the claims say node `id` holds (not released, not
 /// finished).
 async fn sessions_owned_by(store: &Arc<dyn Store>, id: &str) -> Result<usize, Error> {
-    use futures::StreamExt;
-    let mut n = 0;
-    let mut list = store.list("sessions/");
-    let mut keys = Vec::new();
-    while let Some(e) = list.next().await {
-        keys.push(
-            e.map_err(|e| Error::from_store("list", "sessions/", e))?
-                .key,
-        );
-    }
-    for k in keys {
-        if let Ok(Some(o)) = store.get(&k).await
-            && let Ok(c) = crate::fleet::claim::ClaimRecord::decode(&k, &o.bytes)
-            && c.owner.node == id
-            && c.state != crate::fleet::claim::ClaimState::Released
-            && !c.state.is_terminal()
-        {
-            n += 1;
-        }
-    }
-    Ok(n)
+    use crate::fleet::claim::{ClaimRecord, ClaimState};
+    // The inventory's listing and concurrent reads; an unreadable claim
+    // counts as not held, as before.
+    let held = inventory::read_all(store, "sessions/")
+        .await?
+        .into_iter()
+        .filter(|(e, b)| {
+            matches!(b, Ok(Some(b)) if ClaimRecord::decode(&e.key, b).is_ok_and(|c| {
+                c.owner.node == id && c.state != ClaimState::Released && !c.state.is_terminal()
+            }))
+        })
+        .count();
+    Ok(held)
 }
 
 /// Best effort: asks nodes `ids` (their live records' addresses) to look at

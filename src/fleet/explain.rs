@@ -242,13 +242,7 @@ fn queued_reason(m: &ManifestRecord, nodes: &BTreeMap<String, NodeFacts>) -> Str
         })
         .collect();
     if matching.is_empty() {
-        let sel: Vec<String> = m
-            .spec
-            .selector
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect();
-        return format!("no node matches {}", sel.join(","));
+        return format!("no node matches {}", m.spec.selector_text());
     }
     let open: Vec<&&&NodeFacts> = matching.iter().filter(|n| !n.cordoned).collect();
     if open.is_empty() {

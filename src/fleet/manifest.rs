@@ -79,6 +79,15 @@ impl Spec {
         }
     }
 
+    /// The selector as operators write it: `k=v,k2=v2` ("" for none).
+    pub fn selector_text(&self) -> String {
+        self.selector
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
     /// Validates every field; the error names the field.
     pub fn validate(&self) -> Result<()> {
         let bad = |field: &str, reason: &str| Error::invalid(format!("spec.{field}"), reason);
