@@ -1455,6 +1455,58 @@ fn doctor_lease_and_apply_on_ceph_rgw_through_the_binary() {
     assert!(stdout(&o).contains('w'), "{}", stdout(&o));
 }
 
+/// A real S3 API that checks conditions without a lock (moto with its race
+/// window widened, `scripts/moto-server.py --racy-window-ms`): doctor, node
+/// run and lease acquire all refuse it at a race step, before anything is
+/// held (issue #10 case 6 on a real server; moto's narrow window is how the
+/// probe refused plain moto once in CI).
+#[test]
+fn a_lock_free_s3_server_is_refused_by_doctor_node_run_and_acquire() {
+    let Some(endpoint) = common::server("LEASEHOLD_TEST_S3_RACY_ENDPOINT") else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let token = d.path().join("token");
+    std::fs::write(&token, "racy-store-test-token-0123456789").unwrap();
+    let racy = |args: &[&str]| {
+        bin()
+            .args(args)
+            .env("AWS_ENDPOINT_URL", &endpoint)
+            .output()
+            .unwrap()
+    };
+    let url = "s3://leasehold-test/racy";
+    let o = racy(&["doctor", "--store", url, "--json"]);
+    assert_eq!(code(&o), 6, "{}{}", stdout(&o), stderr(&o));
+    let j = json(&o);
+    assert_eq!(j["ok"], false, "{j}");
+    let e = stderr(&o);
+    assert!(
+        e.contains("refused at step \"create race\"") && e.contains("concurrent creates succeeded"),
+        "{e}"
+    );
+    let o = racy(&[
+        "node",
+        "run",
+        "--store",
+        url,
+        "--id",
+        "racy1",
+        "--listen",
+        "127.0.0.1:0",
+        "--token-file",
+        token.to_str().unwrap(),
+    ]);
+    assert_eq!(code(&o), 6, "node run served a lock-free store: {}", stderr(&o));
+    assert!(stderr(&o).contains("race"), "{}", stderr(&o));
+    let o = racy(&["lease", "acquire", "job", "--store", url, "--json"]);
+    assert_eq!(code(&o), 6, "{}{}", stdout(&o), stderr(&o));
+    // Nothing was held: the refused runs wrote no node record and no lease.
+    let o = racy(&["nodes", "--store", url, "-o", "json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(json(&o).as_array().map(Vec::len), Some(0), "{}", stdout(&o));
+}
+
 /// A pipe whose reader is already gone, as `leasehold ls | head` leaves it.
 fn closed_pipe() -> std::process::Stdio {
     use std::os::fd::FromRawFd;
