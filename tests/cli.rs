@@ -1497,7 +1497,12 @@ fn a_lock_free_s3_server_is_refused_by_doctor_node_run_and_acquire() {
         "--token-file",
         token.to_str().unwrap(),
     ]);
-    assert_eq!(code(&o), 6, "node run served a lock-free store: {}", stderr(&o));
+    assert_eq!(
+        code(&o),
+        6,
+        "node run served a lock-free store: {}",
+        stderr(&o)
+    );
     assert!(stderr(&o).contains("race"), "{}", stderr(&o));
     let o = racy(&["lease", "acquire", "job", "--store", url, "--json"]);
     assert_eq!(code(&o), 6, "{}{}", stdout(&o), stderr(&o));
