@@ -7,9 +7,11 @@
 //! one core.
 
 use leasehold::fleet::claim::{ClaimState, Owner};
+use leasehold::fleet::core;
 use leasehold::fleet::plan::{self, ClaimView, ManifestView, NodeView};
 use leasehold::record::{Holder, Kind, LeaseRecord, SCHEMA};
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 fn main() {
     divan::main();
@@ -88,8 +90,8 @@ fn rank_one_session(b: divan::Bencher, n: usize) {
     b.bench(|| plan::rank(divan::black_box(&m), &ns).len());
 }
 
-/// One pass of the decision core as a node's tick runs it: for every
-/// manifest, is it claimable, and what is this node's rank.
+/// One pass of the claim decision as a node's tick runs it: for every
+/// manifest, placement's verdict and rank, then the node's gate.
 #[divan::bench(sample_count = 10)]
 fn reconcile_100k_manifests_10_nodes(b: divan::Bencher) {
     let ns = nodes(10);
@@ -122,12 +124,27 @@ fn reconcile_100k_manifests_10_nodes(b: divan::Bencher) {
             }),
         })
         .collect();
+    // The node's own gate (`fleet::core::gate`), fed as the pull loop feeds
+    // it: placement's verdict and rank, and the rest of the facts settled.
     b.bench(|| {
         let mut claim_now = 0usize;
         for (m, c) in manifests.iter().zip(&claims) {
-            if plan::claimable(m, c.as_ref(), &ns, &me).is_some()
-                && plan::my_rank(m, &ns, &me.node) == Some(0)
-            {
+            let g = core::gate(
+                &core::Candidate {
+                    claim_corrupt: false,
+                    owner_corrupt: false,
+                    claimable: plan::claimable(m, c.as_ref(), &ns, &me),
+                    control_read: true,
+                    cordoned: false,
+                    draining: false,
+                    absence_pending: false,
+                    owner_stale: false,
+                    claimable_for: Duration::ZERO,
+                    grace: Duration::from_millis(500),
+                },
+                || plan::my_rank(m, &ns, &me.node),
+            );
+            if g == core::Gate::Claim {
                 claim_now += 1;
             }
         }

@@ -43,8 +43,8 @@ pub const MIN_TTL: Duration = Duration::from_millis(10);
 /// The object key of a lease of `kind` named `name`.
 pub fn key_for(kind: Kind, name: &Name) -> String {
     match kind {
-        Kind::Lease => format!("leases/{name}"),
-        Kind::Node => format!("nodes/{name}"),
+        Kind::Lease => crate::keys::lease(name),
+        Kind::Node => crate::keys::node(name),
     }
 }
 
@@ -1136,7 +1136,7 @@ mod tests {
         for k in ["sessions/a", "sessions/b", "nodes/a"] {
             o.observe(k, &v, t);
         }
-        o.retain_listed("sessions/", &["sessions/b"].into_iter().collect());
+        o.retain_listed(crate::keys::SESSIONS, &["sessions/b"].into_iter().collect());
         assert_eq!(o.len(), 2);
         assert_eq!(o.unchanged_for("sessions/a", &v, t), None, "forgotten");
         assert!(o.unchanged_for("sessions/b", &v, t).is_some());

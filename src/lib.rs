@@ -5,6 +5,7 @@ pub mod error;
 pub mod fleet;
 pub mod hostlock;
 pub mod http;
+pub mod keys;
 pub mod lease;
 pub mod liveness;
 pub mod name;

@@ -175,7 +175,7 @@ impl Resolver {
     /// One GET of `sessions/<name>` (conditional when cached).
     #[tracing::instrument(level = "debug", name = "resolve", skip_all, fields(name = %name))]
     pub async fn resolve(&self, name: &Name) -> Result<Resolution> {
-        let key = format!("sessions/{name}");
+        let key = crate::keys::session(name);
         let cached = self.cache.lock().unwrap().get(&key).cloned();
         let mut round_trips = 1;
         let (claim, not_modified) = match &cached {
@@ -244,7 +244,7 @@ impl Resolver {
     /// ([`Resolver::with_max_skew`], 5 s by default): see
     /// [`LeaseRecord::expired_by_wall_clock`].
     pub async fn owner_lease(&self, node: &str, instance: &str) -> Result<OwnerLease> {
-        let key = format!("nodes/{node}");
+        let key = crate::keys::node(node);
         match self
             .store
             .get(&key)
@@ -430,7 +430,7 @@ mod tests {
             let mut c = crate::fleet::claim::tests::sample_claim();
             c.nonce = n.into();
             store
-                .put(&format!("sessions/{n}"), c.encode().into(), Cond::Create)
+                .put(&crate::keys::session(n), c.encode().into(), Cond::Create)
                 .await
                 .unwrap();
         }

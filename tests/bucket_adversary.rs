@@ -149,6 +149,44 @@ async fn a_deleted_claim_stops_its_owner_and_is_not_reissued_at_epoch_1() {
     drop((n1, n2));
 }
 
+/// Case 4 for a claim that is held: `sessions/web` overwritten with bytes
+/// that are not a claim while n1 runs it. The owner cannot show it holds the
+/// session any more (and its next fenced write would fail), so it stops at
+/// its next pass; no peer takes over a claim it cannot read, so the session
+/// stays down and the key is reported, until an operator repairs it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_claim_overwritten_with_garbage_stops_its_owner_and_nobody_takes_it() {
+    let env = Env::new();
+    let (n1, n2, s) = fleet_of_two(&env, "web").await;
+    let first = runs(&env, "web")[0];
+    let cur = s.get("sessions/web").await.unwrap().unwrap();
+    s.put(
+        "sessions/web",
+        bytes::Bytes::from_static(b"{ not a claim"),
+        Cond::Match(cur.version),
+    )
+    .await
+    .unwrap();
+    wait_until("the owner stops", Duration::from_secs(3), async || {
+        !alive(first.1)
+    })
+    .await;
+    wait_until("the owner says why", Duration::from_secs(2), async || {
+        log_of(&n1).contains("claim overwritten with bytes that are not a claim")
+    })
+    .await;
+    // Nobody runs it while the claim is unreadable, for well over a ttl.
+    let seen = never_two_alive(&env, "web", Duration::from_secs(4)).await;
+    assert_eq!(seen.len(), 1, "a corrupt claim was taken over: {seen:?}");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["ls", "--store", &env.url])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.to_lowercase().contains("corrupt"), "{out}");
+    drop((n1, n2));
+}
+
 /// Case 4: stray and oversized objects under every prefix. Once, one such
 /// object made every pass of every node fail, and a killed node's sessions
 /// stayed down. Now each affects its own key: failover goes on, and `ls`

@@ -222,7 +222,7 @@ async fn naive_round(
     rand: &mut impl FnMut() -> f64,
     end: MonoTime,
 ) {
-    let key = format!("leases/{name}");
+    let key = leasehold::keys::lease(name);
     let current = client.read(Kind::Lease, name).await.ok().flatten();
     let (mut rec, cond) = match current {
         None => {
@@ -464,7 +464,7 @@ pub async fn inventory(url: &str, sizes: &[usize], json: bool) -> Result<()> {
                 let s = store.clone();
                 async move {
                     s.put(
-                        &format!("sessions/s{i:06}"),
+                        &leasehold::keys::session(format!("s{i:06}")),
                         bytes::Bytes::from_static(b"{}"),
                         Cond::Create,
                     )
@@ -477,7 +477,7 @@ pub async fn inventory(url: &str, sizes: &[usize], json: bool) -> Result<()> {
         let created = clock.now().saturating_since(t0);
         let t0 = clock.now();
         let mut n = 0usize;
-        let mut list = store.list("sessions/");
+        let mut list = store.list(leasehold::keys::SESSIONS);
         while let Some(e) = list.next().await {
             e.map_err(|e| leasehold::Error::Internal(e.to_string()))?;
             n += 1;

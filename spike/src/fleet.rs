@@ -105,7 +105,7 @@ pub async fn admit(url: &str, n: usize, ttl: Duration, samples: usize, json: boo
     let claim_state = |name: String| {
         let store = store.clone();
         async move {
-            match store.get(&format!("sessions/{name}")).await {
+            match store.get(&leasehold::keys::session(name)).await {
                 Ok(Some(o)) => ClaimRecord::decode("c", &o.bytes).ok().map(|c| c.state),
                 _ => None,
             }
@@ -189,7 +189,7 @@ async fn owners(store: &Arc<dyn Store>) -> Result<BTreeMap<String, (String, u64)
     use futures::StreamExt;
     let mut out = BTreeMap::new();
     let keys: Vec<String> = store
-        .list("sessions/")
+        .list(leasehold::keys::SESSIONS)
         .filter_map(|e| async move { e.ok().map(|e| e.key) })
         .collect()
         .await;
@@ -198,7 +198,10 @@ async fn owners(store: &Arc<dyn Store>) -> Result<BTreeMap<String, (String, u64)
             && let Ok(c) = ClaimRecord::decode(&k, &o.bytes)
             && c.state == ClaimState::Running
         {
-            out.insert(k["sessions/".len()..].to_string(), (c.owner.node, c.epoch));
+            out.insert(
+                leasehold::keys::tail(leasehold::keys::SESSIONS, &k).to_string(),
+                (c.owner.node, c.epoch),
+            );
         }
     }
     Ok(out)

@@ -471,7 +471,7 @@ async fn latency(url: &str, iterations: usize, json: bool) -> leasehold::Result<
                 };
                 store
                     .put(
-                        &format!("sessions/{name}"),
+                        &leasehold::keys::session(&name),
                         Bytes::from(claim.encode()),
                         Cond::Create,
                     )

@@ -198,9 +198,9 @@ async fn claims(
 {
     use futures::StreamExt;
     let mut out = std::collections::BTreeMap::new();
-    let mut list = store.list("sessions/");
+    let mut list = store.list(crate::keys::SESSIONS);
     while let Some(e) = list.next().await {
-        let e = e.map_err(|e| Error::from_store("list", "sessions/", e))?;
+        let e = e.map_err(|e| Error::from_store("list", crate::keys::SESSIONS, e))?;
         if let Some(o) = store
             .get(&e.key)
             .await
@@ -208,7 +208,7 @@ async fn claims(
         {
             let c = crate::fleet::claim::ClaimRecord::decode(&e.key, &o.bytes)?;
             out.insert(
-                e.key["sessions/".len()..].to_string(),
+                crate::keys::tail(crate::keys::SESSIONS, &e.key).to_string(),
                 (c.owner.node, c.epoch, c.state),
             );
         }

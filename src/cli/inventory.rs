@@ -248,7 +248,7 @@ pub async fn ls(
     match what {
         LsWhat::Nodes => {
             let mut rows = Vec::new();
-            for (e, bytes) in read_all(&store, &format!("nodes/{prefix}")).await? {
+            for (e, bytes) in read_all(&store, &crate::keys::node(prefix)).await? {
                 let Some(decoded) =
                     decode_row(&e.key, &bytes, |k, b| LeaseRecord::decode(k, b, Kind::Node))
                 else {
@@ -268,7 +268,7 @@ pub async fn ls(
                         "cordoned": r.attrs.get("cordoned").and_then(|v| v.as_bool()).unwrap_or(false),
                     }),
                     Err(err) => {
-                        serde_json::json!({"node": &e.key["nodes/".len()..], "corrupt": err})
+                        serde_json::json!({"node": crate::keys::tail(crate::keys::NODES, &e.key), "corrupt": err})
                     }
                 };
                 rows.push(row);
@@ -332,7 +332,7 @@ pub async fn ls(
         }
         LsWhat::Manifests => {
             let mut rows = Vec::new();
-            for (e, bytes) in read_all(&store, &format!("manifests/{prefix}")).await? {
+            for (e, bytes) in read_all(&store, &crate::keys::manifest(prefix)).await? {
                 let Some(decoded) = decode_row(&e.key, &bytes, ManifestRecord::decode) else {
                     continue;
                 };
@@ -343,7 +343,7 @@ pub async fn ls(
                         "selector": m.spec.selector,
                     }),
                     Err(err) => {
-                        serde_json::json!({"name": &e.key["manifests/".len()..], "corrupt": err})
+                        serde_json::json!({"name": crate::keys::tail(crate::keys::MANIFESTS, &e.key), "corrupt": err})
                     }
                 });
             }
@@ -392,9 +392,9 @@ pub async fn ls(
         LsWhat::Sessions => {
             // Sessions are the union of manifests and claims; their status
             // and its reason need the node records (`fleet::explain`).
-            let manifests = read_all(&store, &format!("manifests/{prefix}")).await?;
-            let claims = read_all(&store, &format!("sessions/{prefix}")).await?;
-            let nodes = read_all(&store, "nodes/").await?;
+            let manifests = read_all(&store, &crate::keys::manifest(prefix)).await?;
+            let claims = read_all(&store, &crate::keys::session(prefix)).await?;
+            let nodes = read_all(&store, crate::keys::NODES).await?;
             let mut facts: BTreeMap<String, NodeFacts> = BTreeMap::new();
             for (e, b) in &nodes {
                 if let Ok(Some(b)) = b
@@ -410,7 +410,7 @@ pub async fn ls(
             let mut decoded_manifests: BTreeMap<String, ManifestRecord> = BTreeMap::new();
             let mut decoded_claims: BTreeMap<String, ClaimRecord> = BTreeMap::new();
             for (e, b) in &manifests {
-                let name = e.key["manifests/".len()..].to_string();
+                let name = crate::keys::tail(crate::keys::MANIFESTS, &e.key).to_string();
                 match decode_row(&e.key, b, ManifestRecord::decode) {
                     None => {}
                     Some(Ok(m)) => {
@@ -425,7 +425,7 @@ pub async fn ls(
                 }
             }
             for (e, b) in &claims {
-                let name = e.key["sessions/".len()..].to_string();
+                let name = crate::keys::tail(crate::keys::SESSIONS, &e.key).to_string();
                 match decode_row(&e.key, b, ClaimRecord::decode) {
                     None => {}
                     Some(Ok(c)) => {
@@ -623,7 +623,7 @@ pub async fn describe(
     let manifest = crate::fleet::manifest::get(&store, &name).await?;
     let claim = crate::fleet::claim::get(&store, name.as_str()).await?;
     let mut facts: BTreeMap<String, NodeFacts> = BTreeMap::new();
-    for (e, b) in read_all(&store, "nodes/").await? {
+    for (e, b) in read_all(&store, crate::keys::NODES).await? {
         if let Ok(Some(b)) = b
             && let Ok(r) = LeaseRecord::decode(&e.key, &b, Kind::Node)
         {

@@ -55,7 +55,10 @@ pub async fn run(
                     _ => "there is no such session".into(),
                 };
                 return Err(Error::NotFound {
-                    key: format!("sessions/{name} ({why}; no owner to ask for its log)"),
+                    key: format!(
+                        "{} ({why}; no owner to ask for its log)",
+                        crate::keys::session(name)
+                    ),
                 }
                 .into());
             }

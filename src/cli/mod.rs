@@ -980,7 +980,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 Ok(())
             } else {
                 Err(Error::NotFound {
-                    key: format!("manifests/{name}"),
+                    key: crate::keys::manifest(name),
                 }
                 .into())
             }
@@ -1196,7 +1196,7 @@ async fn lease(op: LeaseOp, max_skew: Duration) -> Result<(), Failure> {
                         if now >= deadline {
                             if json {
                                 print_json(&serde_json::json!({
-                                    "acquired": false, "key": format!("leases/{name}"),
+                                    "acquired": false, "key": crate::keys::lease(name),
                                     "epoch": epoch, "holder": holder,
                                 }));
                             } else {
@@ -1254,7 +1254,7 @@ async fn lease(op: LeaseOp, max_skew: Duration) -> Result<(), Failure> {
             l.release().await?;
             if json {
                 print_json(
-                    &serde_json::json!({"released": true, "key": format!("leases/{name}"), "epoch": epoch}),
+                    &serde_json::json!({"released": true, "key": crate::keys::lease(name), "epoch": epoch}),
                 );
             } else {
                 println!("released leases/{name} epoch {epoch}");
@@ -1269,7 +1269,7 @@ async fn lease(op: LeaseOp, max_skew: Duration) -> Result<(), Failure> {
             let client = LeaseClient::builder(store, Name::new("reader")?).build()?;
             let Some((rec, version, _)) = client.read(Kind::Lease, &name).await? else {
                 return Err(Error::NotFound {
-                    key: format!("leases/{name}"),
+                    key: crate::keys::lease(name),
                 }
                 .into());
             };
@@ -1287,7 +1287,7 @@ async fn lease(op: LeaseOp, max_skew: Duration) -> Result<(), Failure> {
             );
             if json {
                 print_json(&serde_json::json!({
-                    "key": format!("leases/{name}"), "version": version, "record": rec,
+                    "key": crate::keys::lease(name), "version": version, "record": rec,
                     "wall_clock_age_ms": age_ms, "state": liveness,
                 }));
             } else {
@@ -1419,11 +1419,12 @@ async fn apply(
     }
     if json {
         print_json(
-            &serde_json::json!({"key": format!("manifests/{name}"), "result": what, "digest": spec.digest(), "version": version, "nudged": nudged}),
+            &serde_json::json!({"key": crate::keys::manifest(name), "result": what, "digest": spec.digest(), "version": version, "nudged": nudged}),
         );
     } else {
         println!(
-            "manifests/{name} {what} (digest {}){}",
+            "{} {what} (digest {}){}",
+            crate::keys::manifest(name),
             &spec.digest()[..12],
             if !nudged.is_empty() {
                 format!("; nudged {}", nudged.join(", "))
@@ -1468,7 +1469,7 @@ async fn node_control(op: NodeOp) -> Result<(), Failure> {
     let store = open_for_match(&store).await?;
     let clock = SystemClock::new();
     // A mistyped id must not "succeed": the node has to be known.
-    let node_key = format!("nodes/{id}");
+    let node_key = crate::keys::node(&id);
     if store
         .get(&node_key)
         .await
@@ -1509,7 +1510,7 @@ async fn node_control(op: NodeOp) -> Result<(), Failure> {
                 if clock.now() >= deadline {
                     return Err(Error::Unavailable {
                         op: "drain",
-                        key: format!("nodes/{id}"),
+                        key: crate::keys::node(id),
                         source: crate::store::StoreError::Unavailable {
                             message: format!("still holds {held} sessions at the timeout"),
                         },
@@ -1529,7 +1530,7 @@ async fn sessions_owned_by(store: &Arc<dyn Store>, id: &str) -> Result<usize, Er
     use crate::fleet::claim::{ClaimRecord, ClaimState};
     // The inventory's listing and concurrent reads; an unreadable claim
     // counts as not held, as before.
-    let held = inventory::read_all(store, "sessions/")
+    let held = inventory::read_all(store, crate::keys::SESSIONS)
         .await?
         .into_iter()
         .filter(|(e, b)| {
@@ -1570,7 +1571,7 @@ pub(crate) async fn nudge_nodes(
     };
     let mut n = 0;
     for id in ids.iter().take(8) {
-        let key = format!("nodes/{id}");
+        let key = crate::keys::node(id);
         let Ok(Some(o)) = store.get(&key).await else {
             continue;
         };
@@ -1608,7 +1609,7 @@ async fn ranked_for(
     use futures::StreamExt;
     let now = SystemClock::new().wall_ms();
     let mut views = Vec::new();
-    let mut list = store.list("nodes/");
+    let mut list = store.list(crate::keys::NODES);
     let mut keys = Vec::new();
     while let Some(Ok(e)) = list.next().await {
         keys.push(e.key);

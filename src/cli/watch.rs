@@ -174,10 +174,13 @@ async fn live_nodes(
     store: &Arc<dyn crate::store::Store>,
 ) -> Result<Vec<(String, String, String)>, Error> {
     let mut out = Vec::new();
-    let mut list = store.list("nodes/");
+    let mut list = store.list(crate::keys::NODES);
     let mut keys = Vec::new();
     while let Some(e) = list.next().await {
-        keys.push(e.map_err(|e| Error::from_store("list", "nodes/", e))?.key);
+        keys.push(
+            e.map_err(|e| Error::from_store("list", crate::keys::NODES, e))?
+                .key,
+        );
     }
     for k in keys {
         let Some(o) = store

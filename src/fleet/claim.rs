@@ -171,7 +171,7 @@ pub const QUEUED: &str = "queued";
 
 /// Reads and decodes `sessions/<name>` (one GET): the claim and its version.
 pub async fn get(store: &Arc<dyn Store>, name: &str) -> Result<Option<(ClaimRecord, Version)>> {
-    let key = format!("sessions/{name}");
+    let key = crate::keys::session(name);
     match store
         .get(&key)
         .await

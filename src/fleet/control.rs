@@ -29,7 +29,7 @@ pub const CONTROL_EVERY: u64 = 5;
 
 /// The key of node `id`'s control object.
 pub fn key(id: &str) -> String {
-    format!("control/{id}")
+    crate::keys::control(id)
 }
 
 /// What the operator asked of a node.

@@ -121,7 +121,7 @@ pub fn plan(
             "claim of a deleted session whose owner is gone"
         };
         out.push(Removal {
-            key: format!("sessions/{name}"),
+            key: crate::keys::session(name),
             reason: reason.into(),
             epoch: c.epoch,
             nonce: c.nonce.clone(),
@@ -130,7 +130,7 @@ pub fn plan(
     for (id, r) in nodes {
         if r.released && old(r.renewed_at_ms) {
             out.push(Removal {
-                key: format!("nodes/{id}"),
+                key: crate::keys::node(id),
                 reason: if r.attrs.contains_key("released_by") {
                     "node record fenced by a peer".into()
                 } else {
@@ -163,13 +163,13 @@ pub async fn scan(
         }
         Ok::<_, Error>(out)
     };
-    let manifests: BTreeSet<String> = keys("manifests/")
+    let manifests: BTreeSet<String> = keys(crate::keys::MANIFESTS)
         .await?
         .into_iter()
-        .map(|(k, _)| k["manifests/".len()..].to_string())
+        .map(|(k, _)| crate::keys::tail(crate::keys::MANIFESTS, &k).to_string())
         .collect();
     let mut claims = BTreeMap::new();
-    for (k, modified) in keys("sessions/").await? {
+    for (k, modified) in keys(crate::keys::SESSIONS).await? {
         if let Some(o) = store
             .get(&k)
             .await
@@ -177,11 +177,11 @@ pub async fn scan(
             && let Ok(mut c) = ClaimRecord::decode(&k, &o.bytes)
         {
             c.updated_at_ms = c.updated_at_ms.max(modified);
-            claims.insert(k["sessions/".len()..].to_string(), c);
+            claims.insert(crate::keys::tail(crate::keys::SESSIONS, &k).to_string(), c);
         }
     }
     let mut nodes = BTreeMap::new();
-    for (k, modified) in keys("nodes/").await? {
+    for (k, modified) in keys(crate::keys::NODES).await? {
         if let Some(o) = store
             .get(&k)
             .await
@@ -189,7 +189,7 @@ pub async fn scan(
             && let Ok(mut r) = LeaseRecord::decode(&k, &o.bytes, Kind::Node)
         {
             r.renewed_at_ms = r.renewed_at_ms.max(modified);
-            nodes.insert(k["nodes/".len()..].to_string(), r);
+            nodes.insert(crate::keys::tail(crate::keys::NODES, &k).to_string(), r);
         }
     }
     Ok(plan(&manifests, &claims, &nodes, now_ms, retention))
@@ -223,8 +223,8 @@ pub async fn apply(
         {
             None => false,
             Some(o) => {
-                if let Some(name) = r.key.strip_prefix("sessions/") {
-                    let manifest = format!("manifests/{name}");
+                if let Some(name) = r.key.strip_prefix(crate::keys::SESSIONS) {
+                    let manifest = crate::keys::manifest(name);
                     let gone = store
                         .get(&manifest)
                         .await

@@ -213,7 +213,7 @@ impl ManifestRecord {
 
 /// The key of manifest `name`.
 pub fn key(name: &Name) -> String {
-    format!("manifests/{name}")
+    crate::keys::manifest(name)
 }
 
 /// What `apply` did.
@@ -268,7 +268,7 @@ pub async fn apply(
         // exists without one (see `ClaimRecord::placeholder`). Never for a
         // manifest that exists: a placeholder over a deleted claim would
         // read as "never claimed" to a node that did not see the claim.
-        let ckey = format!("sessions/{name}");
+        let ckey = crate::keys::session(name);
         let tomb = super::claim::ClaimRecord::placeholder(entropy.hex_id(), 0);
         match store
             .put(&ckey, Bytes::from(tomb.encode()), Cond::Create)

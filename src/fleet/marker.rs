@@ -25,7 +25,7 @@ use bytes::Bytes;
 use std::sync::Arc;
 
 /// The marker's key.
-pub const KEY: &str = "fleet";
+pub const KEY: &str = crate::keys::MARKER;
 /// Largest generation accepted: epochs stay below 2^63 with room for 2^40
 /// takeovers per key in each.
 pub const MAX_GENERATION: u64 = 1 << 22;

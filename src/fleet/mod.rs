@@ -13,6 +13,7 @@
 pub mod claim;
 pub mod contain;
 pub mod control;
+pub mod core;
 pub mod explain;
 pub mod gc;
 pub mod journal;

@@ -15,9 +15,10 @@
 //!   instance: by then the owner's validity has ended.
 
 use super::claim::{ClaimRecord, ClaimState, Owner};
+use super::core::{self, OwnClaim, OwnManifest, OwnedAction};
 use super::journal::Journal;
-use super::manifest::{ManifestRecord, RestartPolicy};
-use super::plan::{self, Claimable, ManifestView, NodeView};
+use super::manifest::ManifestRecord;
+use super::plan::{self, ManifestView, NodeView};
 use super::runner::{Runner, SessionStart};
 use super::{Put, audit, json_nonce, put_checked};
 use crate::clock::{Clock, Entropy, MonoTime};
@@ -425,21 +426,6 @@ struct Owned {
 
 /// The least time between two passes however often the node is nudged.
 pub const NUDGE_MIN_GAP: Duration = Duration::from_millis(200);
-
-/// A run shorter than this that exits counts toward the crash-loop back-off.
-const QUICK_EXIT: Duration = Duration::from_secs(10);
-
-/// The wait before restarting a session after its `n`th consecutive quick
-/// exit: none for the first (a one-off failure restarts at once), then
-/// 250 ms, doubling, at most 30 s, as Kubernetes' CrashLoopBackOff does at a
-/// smaller scale. A run that lasts [`QUICK_EXIT`] resets the count.
-fn restart_backoff(n: u32) -> Duration {
-    if n <= 1 {
-        return Duration::ZERO;
-    }
-    let ms = 250u64.saturating_mul(1u64 << (n - 2).min(16));
-    Duration::from_millis(ms.min(30_000))
-}
 
 /// Runs a node until `shutdown` is cancelled.
 pub async fn run(cfg: NodeConfig, deps: NodeDeps, shutdown: CancellationToken) -> Result<()> {
@@ -870,13 +856,8 @@ impl Node {
                 self.deps.clock.now(),
                 self.cfg.max_poll.max(self.cfg.poll) * 2 + self.cfg.ttl,
             );
-            self.idle_ticks = if changed {
-                0
-            } else {
-                self.idle_ticks.saturating_add(1)
-            };
-            let pause = (self.cfg.poll * 2u32.saturating_pow(self.idle_ticks.min(6)))
-                .min(self.cfg.max_poll);
+            self.idle_ticks = core::idle_after(self.idle_ticks, changed);
+            let pause = core::pace(self.cfg.poll, self.cfg.max_poll, self.idle_ticks);
             // Wait for the next tick; wake early only for shutdown or a lost
             // lease (a renewal is not a reason to list again).
             let sleep = self.deps.clock.sleep(pause);
@@ -948,7 +929,7 @@ impl Node {
         if c.state == ClaimState::Released || c.owner.node == self.me.node {
             return Ok(true); // released by its owner; or our predecessor (host lock)
         }
-        let key = format!("nodes/{}", c.owner.node);
+        let key = crate::keys::node(&c.owner.node);
         if !self.nodes.contains_key(&key) {
             // Not in our view: read it. Present, it was just written or just
             // listed, and has not been watched for a TTL. Absent, it is
@@ -1085,9 +1066,9 @@ impl Node {
         let Some((m, mversion)) = super::manifest::get(&self.deps.store, name).await? else {
             return Ok(declined("no manifest"));
         };
-        let mkey = format!("manifests/{name}");
+        let mkey = crate::keys::manifest(name);
         self.manifests.insert(mkey, (mversion, m.clone()));
-        let key = format!("sessions/{name}");
+        let key = crate::keys::session(name);
         round_trips += 1;
         let claim = super::claim::get(&self.deps.store, name.as_str())
             .await?
@@ -1100,11 +1081,11 @@ impl Node {
             && c.state != ClaimState::Released
         {
             round_trips += 1;
-            self.fetch_node(&format!("nodes/{}", c.owner.node), None)
+            self.fetch_node(&crate::keys::node(&c.owner.node), None)
                 .await?;
             if self
                 .corrupt_nodes
-                .contains(&format!("nodes/{}", c.owner.node))
+                .contains(&crate::keys::node(&c.owner.node))
             {
                 return Ok(declined("the owner's node record is corrupt"));
             }
@@ -1313,11 +1294,15 @@ impl Node {
         let listed: std::collections::HashSet<String> = self
             .manifests
             .keys()
-            .chain(self.corrupt.keys().filter(|k| k.starts_with("manifests/")))
+            .chain(
+                self.corrupt
+                    .keys()
+                    .filter(|k| k.starts_with(crate::keys::MANIFESTS)),
+            )
             .cloned()
             .collect();
         for m in &listed {
-            let ckey = format!("sessions/{}", &m["manifests/".len()..]);
+            let ckey = crate::keys::session(crate::keys::tail(crate::keys::MANIFESTS, m));
             match self.claims.get(&ckey) {
                 // A placeholder where we saw a real claim: `apply` wrote it
                 // over a deleted claim. Still an absence to observe.
@@ -1335,8 +1320,12 @@ impl Node {
                 None => {}
             }
         }
-        let wanted =
-            |k: &String| listed.contains(&format!("manifests/{}", &k["sessions/".len()..]));
+        let wanted = |k: &String| {
+            listed.contains(&crate::keys::manifest(crate::keys::tail(
+                crate::keys::SESSIONS,
+                k,
+            )))
+        };
         self.absent_claims.retain(|k, _| wanted(k));
         self.seen_claims.retain(|k, _| wanted(k));
     }
@@ -1347,7 +1336,7 @@ impl Node {
     /// manifest, so a missing claim was deleted, whoever saw it. Returns how
     /// long is left otherwise.
     fn absent_claim_wait(&self, name: &str) -> Option<Duration> {
-        let ckey = format!("sessions/{name}");
+        let ckey = crate::keys::session(name);
         // The owner may hold on for its max(max_poll, ttl) + ttl (as it
         // published them), never less than ours: take the longest hold any
         // node we know publishes (a restarted node may not know who the
@@ -1423,17 +1412,17 @@ impl Node {
             changed |= self.apply_control().await;
         }
         let listed_at = self.deps.clock.now();
-        let node_entries = self.client.observe_listing("nodes/").await?;
+        let node_entries = self.client.observe_listing(crate::keys::NODES).await?;
         self.nodes_listed_at = listed_at;
-        let manifest_entries = self.client.observe_listing("manifests/").await?;
+        let manifest_entries = self.client.observe_listing(crate::keys::MANIFESTS).await?;
         let claims_listed_at = self.deps.clock.now();
-        let claim_entries = self.client.observe_listing("sessions/").await?;
+        let claim_entries = self.client.observe_listing(crate::keys::SESSIONS).await?;
         // Peers renew every ttl/3, so their versions always change: that is
         // not news (it does not reset pacing) and needs no read.
         self.refresh_nodes(&node_entries).await?;
         changed |= refresh(
             &self.deps.store,
-            "manifests/",
+            crate::keys::MANIFESTS,
             &manifest_entries,
             &mut self.manifests,
             &mut self.corrupt,
@@ -1442,7 +1431,7 @@ impl Node {
         .await?;
         changed |= refresh(
             &self.deps.store,
-            "sessions/",
+            crate::keys::SESSIONS,
             &claim_entries,
             &mut self.claims,
             &mut self.corrupt,
@@ -1466,7 +1455,7 @@ impl Node {
         for (name, o) in self.owned.iter_mut() {
             if self
                 .claims
-                .get(&format!("sessions/{name}"))
+                .get(&crate::keys::session(name))
                 .is_some_and(|(v, _)| *v == o.version)
             {
                 o.confirmed = o.confirmed.max(claims_listed_at);
@@ -1513,73 +1502,77 @@ impl Node {
             if self.owned.contains_key(&name) {
                 continue;
             }
-            if self.corrupt.contains_key(&format!("sessions/{name}")) {
-                continue; // a claim we cannot read is never taken over
-            }
-            let m = self.manifests[&format!("manifests/{name}")].1.clone();
+            let m = self.manifests[&crate::keys::manifest(&name)].1.clone();
             let mv = manifest_view(&m);
-            let claim = self.claims.get(&format!("sessions/{name}")).cloned();
+            let claim = self.claims.get(&crate::keys::session(&name)).cloned();
             let cv = claim.as_ref().map(|(_, c)| claim_view(c));
-            if let Some(c) = &cv
-                && self
-                    .corrupt_nodes
-                    .contains(&format!("nodes/{}", c.owner.node))
-            {
-                continue; // cannot judge the owner: never take over
-            }
-            let Some(why) = plan::claimable(&mv, cv.as_ref(), &views, &self.me) else {
-                self.first_claimable.remove(&name);
-                continue;
-            };
-            // Cordoned: nothing new; a predecessor's sessions are ours
-            // already (unless draining). Nothing at all before the control
-            // object could be read.
-            if !self.control_read
-                || (self.deps.status.cordoned()
-                    && (why != plan::Claimable::Predecessor || self.draining))
-            {
-                continue;
-            }
-            let vanished =
-                self.claim_vanished(&format!("sessions/{name}"), claim.as_ref().map(|(_, c)| c));
-            if vanished && self.absent_claim_wait(&name).is_some() {
-                changed = true; // a vanished claim: wait out its absence
-                continue;
-            }
-            // A cached peer record may be stale. If it names an instance other
-            // than the claim's owner, read it again before believing the owner
-            // superseded: records only move to newer instances, so a fresh
-            // read that still differs proves it. And a claim by a node we have
-            // no record of is most often by a node that registered after our
-            // `nodes/` listing: read its record before calling it gone.
-            if let (Claimable::Orphaned, Some(c)) = (why, &cv)
-                && c.state != ClaimState::Released
-            {
-                let key = format!("nodes/{}", c.owner.node);
-                let stale = match self.nodes.get(&key) {
-                    Some(n) => n.record.holder.instance != c.owner.instance,
-                    None => true,
-                };
-                if stale && !refetched.contains(&key) {
-                    refetched.insert(key.clone());
-                    self.fetch_node(&key, None).await?;
-                    views = self.node_views(&loads);
-                    if plan::claimable(&mv, cv.as_ref(), &views, &self.me).is_none() {
-                        continue;
+            let owner_key = cv.as_ref().map(|c| crate::keys::node(&c.owner.node));
+            // Asked at most twice: again after re-reading a stale owner record.
+            let gate = loop {
+                let claimable = plan::claimable(&mv, cv.as_ref(), &views, &self.me);
+                let owner_stale = match (&cv, &owner_key) {
+                    (Some(c), Some(key)) if c.state != ClaimState::Released => {
+                        !refetched.contains(key)
+                            && self
+                                .nodes
+                                .get(key)
+                                .is_none_or(|n| n.record.holder.instance != c.owner.instance)
                     }
+                    _ => false,
+                };
+                let vanished = self
+                    .claim_vanished(&crate::keys::session(&name), claim.as_ref().map(|(_, c)| c));
+                let gate = core::gate(
+                    &core::Candidate {
+                        claim_corrupt: self.corrupt.contains_key(&crate::keys::session(&name)),
+                        owner_corrupt: owner_key
+                            .as_ref()
+                            .is_some_and(|k| self.corrupt_nodes.contains(k)),
+                        claimable,
+                        control_read: self.control_read,
+                        cordoned: self.deps.status.cordoned(),
+                        draining: self.draining,
+                        absence_pending: vanished && self.absent_claim_wait(&name).is_some(),
+                        owner_stale,
+                        claimable_for: self
+                            .first_claimable
+                            .get(&name)
+                            .map_or(Duration::ZERO, |first| now.saturating_since(*first)),
+                        grace: self.cfg.grace,
+                    },
+                    || plan::my_rank(&mv, &views, &self.me.node),
+                );
+                match (gate, &owner_key) {
+                    (core::Gate::RefetchOwner, Some(key)) => {
+                        refetched.insert(key.clone());
+                        self.fetch_node(key, None).await?;
+                        views = self.node_views(&loads);
+                    }
+                    _ => break gate,
                 }
-            }
-            let first = *self.first_claimable.entry(name.clone()).or_insert(now);
-            let wait = match why {
-                Claimable::Predecessor => Duration::ZERO,
-                _ => match plan::my_rank(&mv, &views, &self.me.node) {
-                    Some(r) => self.cfg.grace * r as u32,
-                    None => continue,
-                },
             };
-            if now.saturating_since(first) < wait {
-                changed = true; // keep polling briskly while a claim is pending
-                continue;
+            match gate {
+                core::Gate::NotClaimable => {
+                    self.first_claimable.remove(&name);
+                    continue;
+                }
+                core::Gate::Skip | core::Gate::RefetchOwner => continue,
+                core::Gate::AbsencePending => {
+                    changed = true; // keep polling briskly meanwhile
+                    continue;
+                }
+                core::Gate::Unranked => {
+                    self.first_claimable.entry(name.clone()).or_insert(now);
+                    continue;
+                }
+                core::Gate::Grace => {
+                    self.first_claimable.entry(name.clone()).or_insert(now);
+                    changed = true; // keep polling briskly while a claim is pending
+                    continue;
+                }
+                core::Gate::Claim => {
+                    self.first_claimable.entry(name.clone()).or_insert(now);
+                }
             }
             if let Some((_, c)) = &claim
                 && !self.fence_owner(c).await?
@@ -1764,7 +1757,7 @@ impl Node {
     /// must see which at once (a released record reads as live again until
     /// read, which would hold up failover for a TTL).
     async fn refresh_nodes(&mut self, entries: &[Entry]) -> Result<()> {
-        let mine = format!("nodes/{}", self.me.node);
+        let mine = crate::keys::node(&self.me.node);
         let listed: std::collections::HashSet<&str> =
             entries.iter().map(|e| e.key.as_str()).collect();
         let now = self.deps.clock.now();
@@ -1783,7 +1776,7 @@ impl Node {
         let owners: std::collections::HashSet<String> = self
             .claims
             .values()
-            .map(|(_, c)| format!("nodes/{}", c.owner.node))
+            .map(|(_, c)| crate::keys::node(&c.owner.node))
             .collect();
         self.absent_nodes.retain(|k, _| owners.contains(k));
         self.nodes.retain(|k, _| listed.contains(k.as_str()));
@@ -1830,7 +1823,7 @@ impl Node {
         if self.deps.clock.now() >= self.valid_until() {
             return Ok(false);
         }
-        let key = format!("sessions/{name}");
+        let key = crate::keys::session(name);
         // A claim created where none is, or over a placeholder, may follow
         // a claim that `gc` deleted: start above gc's epoch floor (one GET,
         // on these paths only; see `gc`).
@@ -2017,7 +2010,7 @@ impl Node {
         let sent = self.deps.clock.now();
         next.updated_at_ms = self.deps.clock.wall_ms();
         next.nonce = self.deps.entropy.hex_id();
-        let key = format!("sessions/{name}");
+        let key = crate::keys::session(name);
         match put_checked(
             &self.deps.store,
             &key,
@@ -2091,106 +2084,117 @@ impl Node {
                     }
                 ),
             );
-            if x.deadline {
-                continue; // the lease lapsed; the loop notices and stops all
-            }
-            let Some((_, m)) = self
-                .manifests
-                .get(&format!("manifests/{}", x.name))
-                .cloned()
-            else {
+            let Some((_, m)) = self.manifests.get(&crate::keys::manifest(&x.name)).cloned() else {
                 continue;
             };
-            let restart = match m.spec.restart {
-                RestartPolicy::Always => true,
-                RestartPolicy::OnFailure => x.code != 0,
-                RestartPolicy::Never => false,
+            let now = self.deps.clock.now();
+            let (ran_for, quick) = match self.owned.get(&x.name) {
+                Some(o) => (now.saturating_since(o.started_at), o.quick_exits),
+                None => continue,
             };
-            if restart {
-                // Persisted before the restart (one fenced write per
-                // restart), so `ls` shows the count and the last exit code.
-                if let Some(o) = self.owned.get(&x.name).cloned() {
-                    let mut next = o.record.clone();
-                    next.restarts += 1;
-                    next.exit_code = Some(x.code);
-                    if self.write_claim(&x.name, &o, next).await.is_err() {
-                        continue; // taken over, or the store is unreachable
+            match core::after_exit(m.spec.restart, x.code, x.deadline, ran_for, quick) {
+                core::AfterExit::LeaseLapsed => {} // the loop notices and stops all
+                core::AfterExit::Finish(state) => {
+                    let _ = self.set_state(&x.name, state, Some(x.code)).await;
+                }
+                core::AfterExit::Restart { quick_exits, delay } => {
+                    // Persisted before the restart (one fenced write per
+                    // restart), so `ls` shows the count and the last exit code.
+                    if let Some(o) = self.owned.get(&x.name).cloned() {
+                        let mut next = o.record.clone();
+                        next.restarts += 1;
+                        next.exit_code = Some(x.code);
+                        if self.write_claim(&x.name, &o, next).await.is_err() {
+                            continue; // taken over, or the store is unreachable
+                        }
+                    }
+                    if let Some(o) = self.owned.get_mut(&x.name) {
+                        o.quick_exits = quick_exits;
+                        o.restart_at = (!delay.is_zero()).then_some(now + delay);
+                    }
+                    if delay.is_zero() {
+                        self.start(&x.name, &m).await;
+                    } else {
+                        // The pass that finds the wait over starts it
+                        // (`reconcile_owned`).
+                        self.event(
+                            "backoff",
+                            Some(&x.name),
+                            Some(x.epoch),
+                            format!("crash loop: restarting in {delay:?}"),
+                        );
                     }
                 }
-                // A crash loop backs off (see `restart_backoff`); the pass
-                // that finds the wait over starts it (`reconcile_owned`).
-                let now = self.deps.clock.now();
-                let delay = match self.owned.get_mut(&x.name) {
-                    Some(o) => {
-                        let quick = now.saturating_since(o.started_at) < QUICK_EXIT;
-                        o.quick_exits = if quick { o.quick_exits + 1 } else { 0 };
-                        let d = restart_backoff(o.quick_exits);
-                        o.restart_at = (!d.is_zero()).then_some(now + d);
-                        d
-                    }
-                    None => Duration::ZERO,
-                };
-                if !delay.is_zero() {
-                    self.event(
-                        "backoff",
-                        Some(&x.name),
-                        Some(x.epoch),
-                        format!("crash loop: restarting in {delay:?}"),
-                    );
-                    continue;
-                }
-                self.start(&x.name, &m).await;
-            } else {
-                let state = if x.code == 0 {
-                    ClaimState::Succeeded
-                } else {
-                    ClaimState::Failed
-                };
-                let _ = self.set_state(&x.name, state, Some(x.code)).await;
             }
         }
         changed
     }
 
-    /// Keeps owned sessions in line with their manifests and claims.
+    /// Keeps owned sessions in line with their manifests and claims: the
+    /// shell of `core::reconcile_owned`, which decides; here only the read
+    /// of a claim the listing did not show, and the actions.
     async fn reconcile_owned(&mut self) -> bool {
         let mut changed = false;
         let names: Vec<String> = self.owned.keys().cloned().collect();
         for name in names {
-            let key = format!("sessions/{name}");
+            let key = crate::keys::session(&name);
             let o = self.owned[&name].clone();
-            // Someone else wrote our claim: we were judged dead. Stop.
-            if let Some((v, _)) = self.claims.get(&key)
-                && *v != o.version
-            {
-                self.lose(&name, "claim changed by another writer").await;
-                changed = true;
-                continue;
-            }
-            // Our claim is not in the listing: read it (a listing may lag a
-            // write on some stores). Gone, it is lost at once: a holder whose
-            // own record vanishes has lost it.
-            if !self.claims.contains_key(&key) && !self.corrupt.contains_key(&key) {
-                let sent = self.deps.clock.now();
-                match super::claim::get(&self.deps.store, &name).await {
-                    Ok(Some((c, v))) if v == o.version => {
-                        self.claims.insert(key.clone(), (v, c));
-                        if let Some(x) = self.owned.get_mut(&name) {
-                            x.confirmed = x.confirmed.max(sent);
+            // (A corrupt key keeps its last good record in `claims`: bytes we
+            // cannot read where our claim was mean we cannot show we hold it.)
+            let claim = match self.claims.get(&key) {
+                Some((v, _)) if *v != o.version => OwnClaim::Changed,
+                _ if self.corrupt.contains_key(&key) => OwnClaim::Corrupt,
+                Some(_) => OwnClaim::Ours,
+                // Not in the listing: read it (a listing may lag a write on
+                // some stores). Gone, it is lost at once: a holder whose own
+                // record vanishes has lost it.
+                None => {
+                    let sent = self.deps.clock.now();
+                    match super::claim::get(&self.deps.store, &name).await {
+                        Ok(Some((c, v))) if v == o.version => {
+                            self.claims.insert(key.clone(), (v, c));
+                            if let Some(x) = self.owned.get_mut(&name) {
+                                x.confirmed = x.confirmed.max(sent);
+                            }
+                            OwnClaim::Ours
+                        }
+                        Ok(Some(_)) => OwnClaim::Changed,
+                        Ok(None) => OwnClaim::Deleted,
+                        Err(e) => {
+                            // Unreadable now; `confirmed_until` bounds us.
+                            tracing::warn!(session = name, error = %e, "reading our own claim");
+                            OwnClaim::Unreadable
                         }
                     }
-                    Ok(Some(_)) => {
-                        self.lose(&name, "claim changed by another writer").await;
-                        changed = true;
-                        continue;
-                    }
-                    Ok(None) => {
-                        self.lose(&name, "claim deleted from the bucket").await;
+                }
+            };
+            let manifest = self
+                .manifests
+                .get(&crate::keys::manifest(&name))
+                .map(|(_, m)| m.clone());
+            let facts = core::Owned {
+                claim,
+                manifest: match &manifest {
+                    None => OwnManifest::Deleted,
+                    Some(m) if m.spec.paused => OwnManifest::Paused,
+                    Some(m) => OwnManifest::Spec { digest: &m.digest },
+                },
+                state: o.record.state,
+                digest: &o.record.digest,
+                running: o.running,
+                backoff_pending: o.restart_at.is_some_and(|t| self.deps.clock.now() < t),
+                full: self.load() >= self.cfg.capacity,
+            };
+            let actions = core::reconcile_owned(&facts);
+            changed |= !actions.is_empty();
+            for action in actions {
+                match action {
+                    OwnedAction::Lose(why) => self.lose(&name, why).await,
+                    OwnedAction::RestoreTombstone => {
                         // We know the epoch it had, and have just stopped:
-                        // put its tombstone back (create-if-absent), so the
-                        // next holder takes over above it instead of
-                        // starting at 1 again. Someone else's claim already
-                        // there wins; a failure here only costs that floor.
+                        // put its tombstone back (create-if-absent). Someone
+                        // else's claim already there wins; a failure here
+                        // only costs that floor.
                         let mut tomb = o.record.clone();
                         tomb.state = ClaimState::Released;
                         tomb.updated_at_ms = self.deps.clock.wall_ms();
@@ -2204,104 +2208,32 @@ impl Node {
                             json_nonce,
                         )
                         .await;
-                        changed = true;
-                        continue;
                     }
-                    Err(e) => {
-                        // Unreadable now; `confirmed_until` bounds us.
-                        tracing::warn!(session = name, error = %e, "reading our own claim");
-                    }
-                }
-            }
-            // Bytes we cannot read where our claim was: we cannot show we
-            // hold it, and our next fenced write would fail. Stop.
-            if self.corrupt.contains_key(&key) {
-                self.lose(&name, "claim overwritten with bytes that are not a claim")
-                    .await;
-                changed = true;
-                continue;
-            }
-            let manifest = self
-                .manifests
-                .get(&format!("manifests/{name}"))
-                .map(|(_, m)| m.clone());
-            match manifest {
-                None => {
-                    if o.running {
-                        self.deps.runner.stop(&name).await;
-                        self.event(
-                            "stopped",
-                            Some(&name),
-                            Some(o.record.epoch),
-                            "manifest deleted",
-                        );
-                    }
-                    let _ = self.set_state(&name, ClaimState::Released, None).await;
-                    changed = true;
-                }
-                Some(m) if m.spec.paused => {
-                    if o.running {
+                    OwnedAction::Stop(detail) => {
                         self.deps.runner.stop(&name).await;
                         if let Some(x) = self.owned.get_mut(&name) {
                             x.running = false;
                         }
-                    }
-                    if o.record.state != ClaimState::Paused {
-                        let _ = self.set_state(&name, ClaimState::Paused, None).await;
-                        changed = true;
-                    }
-                }
-                Some(m) => {
-                    let new_spec = m.digest != o.record.digest;
-                    if new_spec && o.running {
-                        self.deps.runner.stop(&name).await;
-                        if let Some(x) = self.owned.get_mut(&name) {
-                            x.running = false;
+                        if let Some(detail) = detail {
+                            self.event("stopped", Some(&name), Some(o.record.epoch), detail);
                         }
-                        self.event(
-                            "stopped",
-                            Some(&name),
-                            Some(o.record.epoch),
-                            "manifest changed",
-                        );
                     }
-                    // A finished session takes no capacity; run again (a
-                    // new spec) on a node that is full since, it would
-                    // overcommit it. Release it to placement instead.
-                    if o.record.state.is_terminal() && new_spec && self.load() >= self.cfg.capacity
-                    {
-                        let _ = self.set_state(&name, ClaimState::Released, None).await;
-                        changed = true;
-                        continue;
-                    }
-                    let terminal_same = o.record.state.is_terminal() && !new_spec;
-                    let running = self.owned.get(&name).is_some_and(|x| x.running);
-                    // A crash-loop back-off still running holds the restart
-                    // (a new spec does not wait); the pass stays at its base
-                    // pace meanwhile.
-                    if !running
-                        && !new_spec
-                        && o.restart_at.is_some_and(|t| self.deps.clock.now() < t)
-                    {
-                        changed = true;
-                        continue;
-                    }
-                    if !running && !terminal_same {
-                        if new_spec || o.record.state != ClaimState::Running {
-                            if let Some(x) = self.owned.get_mut(&name) {
-                                x.record.digest = m.digest.clone();
-                            }
-                            if self
-                                .set_state(&name, ClaimState::Running, None)
-                                .await
-                                .is_err()
-                            {
-                                continue;
-                            }
+                    OwnedAction::AdoptDigest => {
+                        if let (Some(x), Some(m)) = (self.owned.get_mut(&name), &manifest) {
+                            x.record.digest = m.digest.clone();
                         }
-                        self.start(&name, &m).await;
-                        changed = true;
                     }
+                    OwnedAction::SetState(state) => {
+                        if self.set_state(&name, state, None).await.is_err() {
+                            break; // lost (rejected) or unwritable: no more steps
+                        }
+                    }
+                    OwnedAction::Start => {
+                        if let Some(m) = &manifest {
+                            self.start(&name, m).await;
+                        }
+                    }
+                    OwnedAction::Wait => {} // the pass stays at its base pace
                 }
             }
         }

@@ -30,7 +30,7 @@ use std::time::Duration;
 /// node's lease lapsed, which is not the session's failure.
 pub fn deadline_passed(name: &str, epoch: u64) -> Error {
     Error::Lost {
-        key: format!("sessions/{name}"),
+        key: crate::keys::session(name),
         epoch,
         reason: "the node's validity deadline passed before the session could start".into(),
     }

@@ -1,0 +1,484 @@
+//! The node's rules, as pure functions of what the node has observed.
+//!
+//! No async, no `Store`, no clock reads, no randomness: every input is a
+//! value the shell (`node.rs`) gathered (a listing, a read, a runner exit,
+//! the time it read once), and every output is a decision the shell carries
+//! out. That is what lets each rule be a table test here, and what keeps the
+//! shell's job to I/O and bookkeeping. The module imports nothing from the
+//! runtime; `tests::the_core_reads_no_clock_and_does_no_io` checks its
+//! source for the ambient ones.
+//!
+//! Built so far (issue #13): what a session's exit leads to, what an owned
+//! session's claim and manifest require, whether a claimable session may be
+//! claimed this pass, and the pass's pacing. Still in the shell: the fence
+//! before a takeover, registration and renewal, the claim endpoint.
+
+use super::claim::ClaimState;
+use super::manifest::RestartPolicy;
+use super::plan::Claimable;
+use std::time::Duration;
+
+/// A run shorter than this counts as a quick exit (a crash loop).
+pub const QUICK_EXIT: Duration = Duration::from_secs(10);
+
+/// The wait before restart number `n` of a crash loop: none for the first
+/// quick exit, then 250 ms doubling to a 30 s cap (as Kubernetes'
+/// CrashLoopBackOff, on a shorter scale). A run that lasted QUICK_EXIT
+/// resets it.
+pub fn restart_backoff(quick_exits: u32) -> Duration {
+    if quick_exits <= 1 {
+        return Duration::ZERO;
+    }
+    let ms = 250u64.saturating_mul(1u64 << (quick_exits - 2).min(16));
+    Duration::from_millis(ms.min(30_000))
+}
+
+/// What a session's exit leads to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterExit {
+    /// Killed at the node's deadline: the lease lapsed, and the loop's
+    /// lease-loss path stops everything. Nothing to do for the session.
+    LeaseLapsed,
+    /// Run again (its policy says so): persist the restart, then start it
+    /// after `delay` (zero: at once). `quick_exits` is the new count.
+    Restart { quick_exits: u32, delay: Duration },
+    /// Done: the claim becomes this terminal state.
+    Finish(ClaimState),
+}
+
+/// The restart policy applied to one exit. `ran_for` is how long the run
+/// lasted; `quick_exits` the count before this exit.
+pub fn after_exit(
+    policy: RestartPolicy,
+    code: i32,
+    deadline: bool,
+    ran_for: Duration,
+    quick_exits: u32,
+) -> AfterExit {
+    if deadline {
+        return AfterExit::LeaseLapsed;
+    }
+    let restart = match policy {
+        RestartPolicy::Always => true,
+        RestartPolicy::OnFailure => code != 0,
+        RestartPolicy::Never => false,
+    };
+    if !restart {
+        return AfterExit::Finish(if code == 0 {
+            ClaimState::Succeeded
+        } else {
+            ClaimState::Failed
+        });
+    }
+    let quick_exits = if ran_for < QUICK_EXIT {
+        quick_exits.saturating_add(1)
+    } else {
+        0
+    };
+    AfterExit::Restart {
+        quick_exits,
+        delay: restart_backoff(quick_exits),
+    }
+}
+
+/// Our own claim of a session we hold, as this pass saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OwnClaim {
+    /// At the version we wrote (listed, or read back when the listing did
+    /// not show it).
+    Ours,
+    /// Not listed, and the read-back failed: unknown for now. The claim's
+    /// confirmation bound (`confirmed_until`) stops us if it stays unknown.
+    Unreadable,
+    /// At another version: another writer took it; we were judged dead.
+    Changed,
+    /// Gone from the bucket.
+    Deleted,
+    /// Bytes that are not a claim.
+    Corrupt,
+}
+
+/// The session's manifest, as this pass saw it. A manifest that cannot be
+/// decoded is seen as the last good one (never as deleted).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OwnManifest<'a> {
+    Deleted,
+    Paused,
+    Spec { digest: &'a str },
+}
+
+/// Everything the owned-session rule looks at.
+#[derive(Debug, Clone, Copy)]
+pub struct Owned<'a> {
+    pub claim: OwnClaim,
+    pub manifest: OwnManifest<'a>,
+    /// The claim's state and the digest it runs.
+    pub state: ClaimState,
+    pub digest: &'a str,
+    /// A process of it is running here.
+    pub running: bool,
+    /// A crash-loop back-off is still waiting.
+    pub backoff_pending: bool,
+    /// This node is at capacity.
+    pub full: bool,
+}
+
+/// One step of keeping an owned session in line, in the order the shell
+/// carries them out. A failed `SetState` ends the list (the write was
+/// rejected: the claim is lost, and the shell has already stopped it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OwnedAction {
+    /// Stop the session and forget the claim: the reason is logged.
+    Lose(&'static str),
+    /// Put a released tombstone back where our deleted claim was
+    /// (create-if-absent), so the next holder takes over above its epoch
+    /// instead of starting at 1 again.
+    RestoreTombstone,
+    /// Stop the running process; the detail, if any, is journalled.
+    Stop(Option<&'static str>),
+    /// Record the manifest's digest as the one the claim runs.
+    AdoptDigest,
+    /// Fenced write of the claim's state.
+    SetState(ClaimState),
+    /// Start the session.
+    Start,
+    /// A crash-loop back-off holds the restart; keep the brisk pace.
+    Wait,
+}
+
+/// What an owned session needs this pass. An empty list: nothing.
+pub fn reconcile_owned(o: &Owned) -> Vec<OwnedAction> {
+    use OwnedAction::*;
+    match o.claim {
+        OwnClaim::Changed => return vec![Lose("claim changed by another writer")],
+        OwnClaim::Deleted => {
+            return vec![Lose("claim deleted from the bucket"), RestoreTombstone];
+        }
+        OwnClaim::Corrupt => {
+            return vec![Lose("claim overwritten with bytes that are not a claim")];
+        }
+        OwnClaim::Ours | OwnClaim::Unreadable => {}
+    }
+    let mut out = Vec::new();
+    match o.manifest {
+        OwnManifest::Deleted => {
+            if o.running {
+                out.push(Stop(Some("manifest deleted")));
+            }
+            out.push(SetState(ClaimState::Released));
+        }
+        OwnManifest::Paused => {
+            if o.running {
+                out.push(Stop(None));
+            }
+            if o.state != ClaimState::Paused {
+                out.push(SetState(ClaimState::Paused));
+            }
+        }
+        OwnManifest::Spec { digest } => {
+            let new_spec = digest != o.digest;
+            let mut running = o.running;
+            if new_spec && running {
+                out.push(Stop(Some("manifest changed")));
+                running = false;
+            }
+            // A finished session takes no capacity; run again (a new spec)
+            // on a node that is full since, it would overcommit it. Release
+            // it to placement instead.
+            if o.state.is_terminal() && new_spec && o.full {
+                out.push(SetState(ClaimState::Released));
+                return out;
+            }
+            // A back-off still running holds the restart (a new spec does
+            // not wait).
+            if !running && !new_spec && o.backoff_pending {
+                out.push(Wait);
+                return out;
+            }
+            let finished_same = o.state.is_terminal() && !new_spec;
+            if !running && !finished_same {
+                if new_spec || o.state != ClaimState::Running {
+                    out.push(AdoptDigest);
+                    out.push(SetState(ClaimState::Running));
+                }
+                out.push(Start);
+            }
+        }
+    }
+    out
+}
+
+/// Everything the claim gate looks at for one session this node does not
+/// hold, in the order the rules apply.
+#[derive(Debug, Clone, Copy)]
+pub struct Candidate {
+    /// Its claim's bytes cannot be read: never taken over.
+    pub claim_corrupt: bool,
+    /// Its owner's node record cannot be read: the owner cannot be judged.
+    pub owner_corrupt: bool,
+    /// Placement's verdict (`plan::claimable`).
+    pub claimable: Option<Claimable>,
+    /// The control object has been read at least once since start.
+    pub control_read: bool,
+    pub cordoned: bool,
+    pub draining: bool,
+    /// Its claim vanished and the absence has not been observed long
+    /// enough yet.
+    pub absence_pending: bool,
+    /// The cached record of its owner may be stale (names another instance,
+    /// or is missing) and has not been read again this pass.
+    pub owner_stale: bool,
+    /// How long it has been claimable, by this node's observation.
+    pub claimable_for: Duration,
+    /// The grace per rank (`NodeConfig::grace`).
+    pub grace: Duration,
+}
+
+/// The claim gate's verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gate {
+    /// Not for us (now or yet); nothing pending.
+    Skip,
+    /// Not claimable: forget when it first was.
+    NotClaimable,
+    /// Its claim vanished: wait out the absence (keep the brisk pace). The
+    /// rank's grace has not started.
+    AbsencePending,
+    /// Read the owner's node record again, then ask again.
+    RefetchOwner,
+    /// Placement ranks this node nowhere for it. (Past here, every verdict
+    /// means the session has become claimable for us: the shell records
+    /// when, and `claimable_for` counts from it.)
+    Unranked,
+    /// Within the grace of a lower rank: wait (keep the brisk pace).
+    Grace,
+    /// Go: fence the owner if it needs it, then claim.
+    Claim,
+}
+
+/// May this node claim the candidate this pass? `rank` is this node's rank
+/// among the candidates (`plan::my_rank`); asked only when the verdict
+/// needs it, because ranking is the pass's largest CPU cost.
+pub fn gate(c: &Candidate, rank: impl FnOnce() -> Option<usize>) -> Gate {
+    if c.claim_corrupt || c.owner_corrupt {
+        return Gate::Skip;
+    }
+    let Some(why) = c.claimable else {
+        return Gate::NotClaimable;
+    };
+    // Cordoned: nothing new; a predecessor's sessions are ours already
+    // (unless draining). Nothing at all before the control object was read:
+    // a cordoned node restarting must not claim in the meantime.
+    if !c.control_read || (c.cordoned && (why != Claimable::Predecessor || c.draining)) {
+        return Gate::Skip;
+    }
+    if c.absence_pending {
+        return Gate::AbsencePending;
+    }
+    // Records only move to newer instances, so an owner record that names
+    // another instance is believed only after a fresh read still does; and
+    // a claim by a node we have no record of is most often by one that
+    // registered after our listing.
+    if why == Claimable::Orphaned && c.owner_stale {
+        return Gate::RefetchOwner;
+    }
+    let wait = match why {
+        Claimable::Predecessor => Duration::ZERO,
+        _ => match rank() {
+            Some(r) => c.grace.saturating_mul(r as u32),
+            None => return Gate::Unranked,
+        },
+    };
+    if c.claimable_for < wait {
+        return Gate::Grace;
+    }
+    Gate::Claim
+}
+
+/// The pause before the next pass: the base poll while anything changes,
+/// doubling with each idle pass up to `max_poll`.
+pub fn pace(poll: Duration, max_poll: Duration, idle_passes: u32) -> Duration {
+    poll.saturating_mul(2u32.saturating_pow(idle_passes.min(6)))
+        .min(max_poll)
+}
+
+/// The idle count after a pass.
+pub fn idle_after(idle_passes: u32, changed: bool) -> u32 {
+    if changed {
+        0
+    } else {
+        idle_passes.saturating_add(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ClaimState::*;
+    use OwnedAction::*;
+
+    const S: Duration = Duration::from_secs(1);
+
+    #[rustfmt::skip]
+    #[test]
+    fn after_exit_follows_the_policy_and_backs_off_a_crash_loop() {
+        use AfterExit as A;
+        use RestartPolicy::*;
+        let restart = |quick_exits, ms| A::Restart { quick_exits, delay: Duration::from_millis(ms) };
+        let rows: &[(RestartPolicy, i32, bool, Duration, u32, AfterExit)] = &[
+            // The deadline kill is the lease's business, whatever the policy.
+            (Always, 137, true, S, 0, A::LeaseLapsed),
+            (Never, 0, true, S, 0, A::LeaseLapsed),
+            (Never, 0, false, S, 0, A::Finish(Succeeded)),
+            (Never, 3, false, S, 0, A::Finish(Failed)),
+            (OnFailure, 0, false, S, 0, A::Finish(Succeeded)),
+            // First quick exit restarts at once; then 250 ms, 500 ms, ... 30 s.
+            (OnFailure, 1, false, S, 0, restart(1, 0)),
+            (Always, 0, false, S, 1, restart(2, 250)),
+            (Always, 0, false, S, 2, restart(3, 500)),
+            (Always, 0, false, S, 40, restart(41, 30_000)),
+            // A run of QUICK_EXIT or more resets the loop.
+            (Always, 1, false, QUICK_EXIT, 9, restart(0, 0)),
+        ];
+        for (i, &(p, code, deadline, ran, q, want)) in rows.iter().enumerate() {
+            assert_eq!(after_exit(p, code, deadline, ran, q), want, "row {i}");
+        }
+        assert_eq!(restart_backoff(u32::MAX), Duration::from_secs(30));
+    }
+
+    fn owned<'a>(claim: OwnClaim, manifest: OwnManifest<'a>) -> Owned<'a> {
+        Owned {
+            claim,
+            manifest,
+            state: Running,
+            digest: "d1",
+            running: true,
+            backoff_pending: false,
+            full: false,
+        }
+    }
+
+    #[rustfmt::skip]
+    #[test]
+    fn reconcile_owned_rules() {
+        let spec1 = OwnManifest::Spec { digest: "d1" };
+        let spec2 = OwnManifest::Spec { digest: "d2" };
+        let base = owned(OwnClaim::Ours, spec1);
+        let rows: Vec<(&str, Owned, Vec<OwnedAction>)> = vec![
+            ("steady", base, vec![]),
+            ("read-back failed: carry on", Owned { claim: OwnClaim::Unreadable, ..base }, vec![]),
+            ("another writer", Owned { claim: OwnClaim::Changed, ..base }, vec![Lose("claim changed by another writer")]),
+            ("deleted claim", Owned { claim: OwnClaim::Deleted, ..base }, vec![Lose("claim deleted from the bucket"), RestoreTombstone]),
+            ("corrupt claim", Owned { claim: OwnClaim::Corrupt, ..base }, vec![Lose("claim overwritten with bytes that are not a claim")]),
+            ("manifest deleted", Owned { manifest: OwnManifest::Deleted, ..base }, vec![Stop(Some("manifest deleted")), SetState(Released)]),
+            ("manifest deleted, finished", Owned { manifest: OwnManifest::Deleted, running: false, state: Succeeded, ..base }, vec![SetState(Released)]),
+            ("paused", Owned { manifest: OwnManifest::Paused, ..base }, vec![Stop(None), SetState(Paused)]),
+            ("paused already", Owned { manifest: OwnManifest::Paused, running: false, state: Paused, ..base }, vec![]),
+            ("resumed", Owned { running: false, state: Paused, ..base }, vec![AdoptDigest, SetState(Running), Start]),
+            ("new spec", Owned { manifest: spec2, ..base }, vec![Stop(Some("manifest changed")), AdoptDigest, SetState(Running), Start]),
+            ("restart due", Owned { running: false, ..base }, vec![Start]),
+            ("back-off pending", Owned { running: false, backoff_pending: true, ..base }, vec![Wait]),
+            ("a new spec does not wait out a back-off", Owned { manifest: spec2, running: false, backoff_pending: true, ..base }, vec![AdoptDigest, SetState(Running), Start]),
+            ("finished, same spec: stays finished", Owned { running: false, state: Failed, ..base }, vec![]),
+            ("finished, new spec: runs again", Owned { manifest: spec2, running: false, state: Succeeded, ..base }, vec![AdoptDigest, SetState(Running), Start]),
+            ("finished, new spec, node full: released", Owned { manifest: spec2, running: false, state: Succeeded, full: true, ..base }, vec![SetState(Released)]),
+            ("running and full is no reason to release", Owned { manifest: spec2, full: true, ..base }, vec![Stop(Some("manifest changed")), AdoptDigest, SetState(Running), Start]),
+        ];
+        for (what, o, want) in rows {
+            assert_eq!(reconcile_owned(&o), want, "{what}");
+        }
+    }
+
+    fn candidate() -> Candidate {
+        Candidate {
+            claim_corrupt: false,
+            owner_corrupt: false,
+            claimable: Some(Claimable::Orphaned),
+            control_read: true,
+            cordoned: false,
+            draining: false,
+            absence_pending: false,
+            owner_stale: false,
+            claimable_for: Duration::ZERO,
+            grace: S,
+        }
+    }
+
+    #[rustfmt::skip]
+    #[test]
+    fn the_claim_gate() {
+        let c = candidate();
+        let pre = Some(Claimable::Predecessor);
+        let r0 = Some(0);
+        let rows: Vec<(&str, Candidate, Option<usize>, Gate)> = vec![
+            ("first rank claims at once", c, r0, Gate::Claim),
+            ("corrupt claim: never", Candidate { claim_corrupt: true, ..c }, r0, Gate::Skip),
+            ("corrupt owner record: never", Candidate { owner_corrupt: true, ..c }, r0, Gate::Skip),
+            ("not claimable", Candidate { claimable: None, ..c }, r0, Gate::NotClaimable),
+            ("control not read yet", Candidate { control_read: false, ..c }, r0, Gate::Skip),
+            ("cordoned: nothing new", Candidate { cordoned: true, ..c }, r0, Gate::Skip),
+            ("cordoned keeps a predecessor's", Candidate { cordoned: true, claimable: pre, ..c }, r0, Gate::Claim),
+            ("draining gives even those up", Candidate { cordoned: true, draining: true, claimable: pre, ..c }, r0, Gate::Skip),
+            ("a vanished claim waits out its absence", Candidate { absence_pending: true, ..c }, r0, Gate::AbsencePending),
+            ("absence first, then the refetch", Candidate { absence_pending: true, owner_stale: true, ..c }, r0, Gate::AbsencePending),
+            ("stale owner record: read it again", Candidate { owner_stale: true, ..c }, r0, Gate::RefetchOwner),
+            ("a fresh claim needs no owner", Candidate { owner_stale: true, claimable: Some(Claimable::Fresh), ..c }, r0, Gate::Claim),
+            ("rank 2 waits two graces", Candidate { claimable_for: S, ..c }, Some(2), Gate::Grace),
+            ("rank 2 after two graces", Candidate { claimable_for: 2 * S, ..c }, Some(2), Gate::Claim),
+            ("unranked: not for us", c, None, Gate::Unranked),
+            ("a predecessor's: no rank, no grace", Candidate { claimable: pre, ..c }, None, Gate::Claim),
+        ];
+        for (what, c, rank, want) in rows {
+            assert_eq!(gate(&c, || rank), want, "{what}");
+        }
+        // Ranking is asked for only when the verdict needs it.
+        let asked = std::cell::Cell::new(0);
+        let count = || {
+            asked.set(asked.get() + 1);
+            Some(0)
+        };
+        assert_eq!(gate(&Candidate { claimable: None, ..c }, count), Gate::NotClaimable);
+        assert_eq!(gate(&Candidate { claimable: pre, ..c }, count), Gate::Claim);
+        assert_eq!(asked.get(), 0);
+    }
+
+    #[test]
+    fn pacing_doubles_while_idle_up_to_max_poll() {
+        let (poll, max) = (Duration::from_millis(100), Duration::from_secs(2));
+        let got: Vec<u128> = (0..8).map(|i| pace(poll, max, i).as_millis()).collect();
+        assert_eq!(got, [100, 200, 400, 800, 1600, 2000, 2000, 2000]);
+        assert_eq!(
+            pace(Duration::from_secs(1), Duration::MAX, u32::MAX),
+            Duration::from_secs(64)
+        );
+        assert_eq!(idle_after(5, true), 0);
+        assert_eq!(idle_after(u32::MAX, false), u32::MAX);
+    }
+
+    /// The core stays pure: no runtime, store, clock or randomness in its
+    /// source (outside this test module).
+    #[test]
+    fn the_core_reads_no_clock_and_does_no_io() {
+        let src = include_str!("core.rs");
+        let body = &src[..src.find("#[cfg(test)]").unwrap()];
+        for banned in [
+            "async",
+            "tokio",
+            "Store",
+            "Clock",
+            "Instant",
+            "SystemTime",
+            "rand",
+            "std::fs",
+            "std::net",
+            "Entropy",
+            "MonoTime",
+        ] {
+            let uses = body
+                .lines()
+                .filter(|l| !l.trim_start().starts_with("//"))
+                .any(|l| l.contains(banned));
+            assert!(!uses, "the core mentions {banned}");
+        }
+    }
+}
