@@ -1471,3 +1471,140 @@ async fn no_epoch_is_issued_under_a_replaced_marker() {
             .any(|(s, _)| s == "second")
     );
 }
+
+/// The absence ABA, scripted. A peer whose listings never show a claim
+/// (here: blind to `sessions/web`, as when a claim is made again and deleted
+/// again between two of its listings) once took that for one long absence
+/// and made the claim again after hold + margin from its *first* sight of
+/// nothing, while the holder, confirmed long after that first sight, still
+/// ran: about half a second of overlap here. Now the peer must first write
+/// a marker where the claim was and see that very version unchanged for the
+/// hold period; blind, it never sees it, so it never claims; once it sees,
+/// the holder's deadline has long passed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_peer_blind_to_a_claim_never_makes_it_again_beside_its_holder() {
+    use async_trait::async_trait;
+    use futures::stream::BoxStream;
+    use leasehold::store::{Cond, Conditional, Entry, Object, StoreError, Version};
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// `blind`: listings leave out `sessions/web` and reads of it find
+    /// nothing. `stall`: listings of `sessions/` wait (a stuck pass).
+    #[derive(Debug)]
+    struct Tampered {
+        inner: Arc<dyn Store>,
+        blind: Arc<AtomicBool>,
+        stall: Arc<AtomicBool>,
+        clock: Arc<dyn Clock>,
+    }
+    impl std::fmt::Display for Tampered {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "tampered({})", self.inner)
+        }
+    }
+    const KEY: &str = "sessions/web";
+    #[async_trait]
+    impl Store for Tampered {
+        async fn get(&self, key: &str) -> Result<Option<Object>, StoreError> {
+            if key == KEY && self.blind.load(Ordering::SeqCst) {
+                return Ok(None);
+            }
+            self.inner.get(key).await
+        }
+        async fn get_if_changed(
+            &self,
+            key: &str,
+            known: &Version,
+        ) -> Result<Conditional, StoreError> {
+            self.inner.get_if_changed(key, known).await
+        }
+        async fn put(
+            &self,
+            key: &str,
+            bytes: bytes::Bytes,
+            cond: Cond,
+        ) -> Result<Version, StoreError> {
+            self.inner.put(key, bytes, cond).await
+        }
+        async fn delete(&self, key: &str) -> Result<(), StoreError> {
+            self.inner.delete(key).await
+        }
+        fn list(&self, prefix: &str) -> BoxStream<'static, Result<Entry, StoreError>> {
+            use futures::StreamExt;
+            let (inner, blind, stall, clock) = (
+                self.inner.clone(),
+                self.blind.clone(),
+                self.stall.clone(),
+                self.clock.clone(),
+            );
+            let prefix = prefix.to_string();
+            futures::stream::once(async move {
+                while prefix == "sessions/" && stall.load(Ordering::SeqCst) {
+                    clock.sleep(Duration::from_millis(10)).await;
+                }
+                inner.list(&prefix)
+            })
+            .flatten()
+            .filter(move |e| {
+                let hide = blind.load(Ordering::SeqCst) && e.as_ref().is_ok_and(|e| e.key == KEY);
+                futures::future::ready(!hide)
+            })
+            .boxed()
+        }
+    }
+
+    let inner: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());
+    let mut f = Fleet::new(inner.clone());
+    let tampered = |blind: &Arc<AtomicBool>, stall: &Arc<AtomicBool>| -> Arc<dyn Store> {
+        Arc::new(Tampered {
+            inner: inner.clone(),
+            blind: blind.clone(),
+            stall: stall.clone(),
+            clock: f.clock.clone(),
+        })
+    };
+    let (owner_blind, owner_stall) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let (peer_blind, peer_stall) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let owner_store = tampered(&owner_blind, &owner_stall);
+    let peer_store = tampered(&peer_blind, &peer_stall);
+    f.start_on(owner_store, "owner", 8, &[]);
+    apply(&inner, "web", &spec("sleep")).await;
+    f.wait_for("web on owner", |p| {
+        p.get("web").is_some_and(|v| v[0].0 == "owner")
+    })
+    .await;
+    f.start_on(peer_store, "peer", 8, &[]);
+    f.wait_registered(2).await;
+    // The peer stops seeing the claim; the owner keeps confirming it for
+    // another 600 ms (a TTL), then its pass sticks and the claim is deleted.
+    peer_blind.store(true, Ordering::SeqCst);
+    f.clock.sleep(TTL).await;
+    owner_stall.store(true, Ordering::SeqCst);
+    inner.delete(KEY).await.unwrap();
+    // Long past the peer's hold + margin from its first sight of nothing,
+    // and past the owner's deadline: the old rule overlapped in here.
+    f.clock.sleep(TTL * 4).await;
+    f.assert_never_twice();
+    let runs = f.nodes[1].runner.history();
+    assert!(
+        runs.iter().all(|r| r.0 != "web"),
+        "the blind peer ran web: {runs:?}"
+    );
+    // Its sight back, the peer watches the marker for the hold period and
+    // takes the session over, above the owner's epoch.
+    peer_blind.store(false, Ordering::SeqCst);
+    f.wait_for("web on peer at epoch 2 or more", |p| {
+        p.get("web")
+            .is_some_and(|v| v.iter().any(|(n, e)| n == "peer" && *e >= 2))
+    })
+    .await;
+    owner_stall.store(false, Ordering::SeqCst);
+    let _ = (&owner_blind, &peer_stall);
+    f.finish().await;
+}

@@ -48,6 +48,12 @@ struct Adversary {
     /// Conditions checked without a lock; the probe is on: every node must
     /// refuse to serve.
     lock_free: bool,
+    /// Within this window of virtual time, delete `sessions/s0` every 10 to
+    /// 80 ms (drawn from the seed), whatever stands there: a claim made again and deleted again between
+    /// two of a node's listings, over and over (the absence ABA).
+    churn: Option<(Duration, Duration)>,
+    /// No injected request faults and no partitions: the adversary alone.
+    calm: bool,
 }
 
 /// Runs one schedule; returns every session run and the faults injected.
@@ -165,9 +171,9 @@ async fn schedule_with(
                 .with_plan(
                     seed * 31 + n,
                     FaultPlan {
-                        fail_before: 0.02,
-                        land_then_fail: 0.02,
-                        delay: 0.15,
+                        fail_before: if adversary.calm { 0.0 } else { 0.02 },
+                        land_then_fail: if adversary.calm { 0.0 } else { 0.02 },
+                        delay: if adversary.calm { 0.0 } else { 0.15 },
                         // Requests wait before reaching the bucket and again
                         // before the response: writes land late, passes run
                         // long. (Much harsher, and nodes mostly lose their
@@ -204,7 +210,7 @@ async fn schedule_with(
     let pick = SeededEntropy::new(seed ^ 0x5eed);
     let below = |n: u64| pick.next_u64() % n;
     let mut t = Duration::ZERO;
-    while t < Duration::from_secs(virtual_secs) {
+    while !adversary.calm && t < Duration::from_secs(virtual_secs) {
         t += Duration::from_millis(200 + below(1500));
         let who = below(3) as usize;
         let len = Duration::from_millis(100 + below(3 * TTL.as_millis() as u64));
@@ -219,6 +225,7 @@ async fn schedule_with(
     let mut reapply: Option<String> = None;
     let mut acts = 0u64;
     let mut wiped = false;
+    let mut next_churn = Duration::ZERO;
     for _ in 0..steps {
         clock.advance(STEP);
         let now = clock.now().since_origin();
@@ -229,6 +236,15 @@ async fn schedule_with(
             reapply = vandalise(&inner, &vandal, acts).await;
             acts += 1;
             next_act = now + Duration::from_millis(300 + vandal.next_u64() % 1200);
+        }
+        if let Some((from, to)) = adversary.churn
+            && now >= from
+            && now < to
+            && now >= next_churn
+        {
+            let _ = inner.delete("sessions/s0").await;
+            acts += 1;
+            next_churn = now + STEP * (1 + (vandal.next_u64() % 8) as u32);
         }
         if let Some(at) = adversary.wipe_at
             && !wiped
@@ -251,21 +267,21 @@ async fn schedule_with(
         n.store.set_partitioned(false);
     }
     let injected: u64 = nodes.iter().map(|n| n.store.injected()).sum::<u64>() + acts;
-    if adversary.vandal {
+    if adversary.vandal || adversary.churn.is_some() {
         // Deleted claims: an epoch may be reused by a node that never saw
-        // it, and a claim deleted, made again and deleted again between two
-        // of a node's listings reads to it as one long absence (the gap in
-        // docs/protocol.md): overlaps are counted by the caller and bounded
-        // here by the owner's hold, which its deadline never passes.
+        // it (counted by the caller; docs/protocol.md). No session may run
+        // twice at once: a vanished claim is made again only after the
+        // version of its marker was watched for the hold period (before
+        // that rule, listings' "absent" let seed 5907 overlap 10 ms: a claim
+        // deleted, made again and deleted again between two listings).
         let mut runs: Vec<Run> = Vec::new();
         for n in &nodes {
             for (s, e, a, b) in n.runner.history() {
                 runs.push((s, e, n.id.clone(), a, b));
             }
         }
-        for (s, d) in common::overlaps(&runs) {
-            assert!(d <= TTL * 2, "seed {seed}: {s} ran twice for {d:?}");
-        }
+        let o = common::overlaps(&runs);
+        assert!(o.is_empty(), "seed {seed}: ran twice at once: {o:?}");
     } else {
         check_never_twice(seed, &nodes);
     }
@@ -354,23 +370,19 @@ async fn a_seed_replays_exactly() {
 /// a node's validity; on a lock-free store every node refused to serve.
 async fn adversary_schedules(from: u64, to: u64) {
     let (mut runs_total, mut acts, mut wiped, mut lock_free, mut refused) = (0, 0, 0, 0, 0);
-    let (mut reused, mut noticed, mut overlapped, mut overlap_ms) = (0, 0, 0, 0u128);
+    let (mut reused, mut noticed) = (0, 0);
     for seed in from..to {
         let pick = seed % 8;
         let adversary = Adversary {
             vandal: true,
             wipe_at: (pick % 4 == 1).then(|| Duration::from_millis(1000 + (seed * 37) % 2500)),
             lock_free: pick == 6,
+            churn: None,
+            calm: false,
         };
         let ((runs, injected), ends) = schedule_with(seed, 4, adversary).await;
         runs_total += runs.len();
         reused += common::epochs_reused(&runs).len();
-        let o = common::overlaps(&runs);
-        if !o.is_empty() {
-            overlapped += 1;
-            overlap_ms += o.iter().map(|(_, d)| d.as_millis()).sum::<u128>();
-            eprintln!("seed {seed}: overlaps after claim deletions {o:?}");
-        }
         acts += injected;
         use leasehold::ErrorKind::{Data, Unavailable, Unsupported};
         if adversary.lock_free {
@@ -405,7 +417,7 @@ async fn adversary_schedules(from: u64, to: u64) {
         }
     }
     eprintln!(
-        "schedules {from}..{to}: {runs_total} session runs, {acts} faults and acts, {wiped} wipes ({noticed} seen by a node before the end), {lock_free} lock-free stores ({refused} node refusals by the probe), {reused} epochs reused after a claim deletion, {overlapped} schedules with an overlap after claim deletions ({overlap_ms} ms in all)"
+        "schedules {from}..{to}: {runs_total} session runs, {acts} faults and acts, {wiped} wipes ({noticed} seen by a node before the end), {lock_free} lock-free stores ({refused} node refusals by the probe), {reused} epochs reused after a claim deletion"
     );
     // Nodes cut off at the wipe until the end see nothing (their sessions
     // still stop, at their validity: checked above); most schedules see it.
@@ -414,14 +426,38 @@ async fn adversary_schedules(from: u64, to: u64) {
         "{noticed} of {wiped} wipes noticed"
     );
     assert!(lock_free == 0 || refused > 0, "the probe never refused");
-    // The known gap (a claim deleted twice between two of a node's
-    // listings) shows in about 1 schedule in 10,000; a broken rule shows in
-    // dozens. Each test may see at most 2.
-    assert!(
-        overlapped <= 2,
-        "{overlapped} schedules ran a session twice"
-    );
     assert!(runs_total > (to - from) as usize * 3, "{runs_total} runs");
+}
+
+/// Churn: `sessions/s0` deleted every 10-80 ms for two virtual seconds,
+/// whatever stands there (claims, markers, tombstones), in 40 schedules
+/// (half without request faults or partitions). Never twice at once, and
+/// the session is placed again once the churn ends. (The scripted ABA,
+/// which the old absence rule fails, is `tests/fleet.rs`
+/// `a_peer_blind_to_a_claim_never_makes_it_again_beside_its_holder`; this
+/// churn did not make the old rule overlap in 1,000 schedules, so it guards
+/// liveness under markers more than the ABA itself.)
+#[tokio::test(flavor = "current_thread")]
+async fn a_claim_deleted_over_and_over_never_runs_twice() {
+    let mut after = 0;
+    for seed in 0..40u64 {
+        let adversary = Adversary {
+            churn: Some((Duration::from_millis(1500), Duration::from_millis(3500))),
+            calm: seed % 2 == 0,
+            ..Adversary::default()
+        };
+        let ((runs, _), _) = schedule_with(seed, 7, adversary).await;
+        let end_of_churn = MonoTime::from_since_origin(Duration::from_millis(3500));
+        if runs.iter().any(|r| r.0 == "s0" && r.3 > end_of_churn) {
+            after += 1;
+        }
+    }
+    // Placement goes on after the churn: always in the calm schedules (half
+    // of them); the others lose node leases to partitions and faults.
+    assert!(
+        after >= 20,
+        "s0 ran again after the churn in {after} of 40 schedules"
+    );
 }
 
 #[tokio::test(flavor = "current_thread")]

@@ -161,13 +161,41 @@ impl ClaimRecord {
 
     /// Is this the placeholder no node has claimed yet?
     pub fn is_placeholder(&self) -> bool {
-        self.epoch == 0 && self.owner.instance == QUEUED
+        self.epoch == 0 && self.owner.instance == QUEUED && self.owner.node == QUEUED
+    }
+
+    /// The claim a node writes (create-if-absent) where a claim has
+    /// vanished: released, owned by nobody, at the highest epoch the writer
+    /// saw for it. Its version is the absence's witness: a vanished claim is
+    /// made again only after this version has been observed unchanged for
+    /// the hold period, never on the strength of listings that showed
+    /// nothing (a claim deleted, made again and deleted again between two
+    /// listings reads to a node as one long absence; a version cannot be
+    /// made again). See docs/protocol.md, "Absence".
+    pub fn vanished(epoch: u64, nonce: String, wall_ms: u64) -> ClaimRecord {
+        ClaimRecord {
+            owner: Owner {
+                node: VANISHED.into(),
+                instance: QUEUED.into(),
+            },
+            epoch,
+            ..ClaimRecord::placeholder(nonce, wall_ms)
+        }
+    }
+
+    /// Is this a vanished claim's marker (see [`ClaimRecord::vanished`])?
+    pub fn is_vanished(&self) -> bool {
+        self.owner.instance == QUEUED && self.owner.node == VANISHED
     }
 }
 
 /// The owner of a placeholder claim. No node instance is ever named so
 /// (instances are random hex), so it is never taken for a live owner.
 pub const QUEUED: &str = "queued";
+
+/// The owner node named by a vanished claim's marker (its instance is
+/// [`QUEUED`], which no node instance is).
+pub const VANISHED: &str = "vanished";
 
 /// Reads and decodes `sessions/<name>` (one GET): the claim and its version.
 pub async fn get(store: &Arc<dyn Store>, name: &str) -> Result<Option<(ClaimRecord, Version)>> {

@@ -92,6 +92,9 @@ pub enum OwnClaim {
     Unreadable,
     /// At another version: another writer took it; we were judged dead.
     Changed,
+    /// Replaced by a vanished claim's marker (someone found it missing):
+    /// it was deleted. `below_ours`: the marker's epoch is below ours.
+    Vanished { below_ours: bool },
     /// Gone from the bucket.
     Deleted,
     /// Bytes that are not a claim.
@@ -130,10 +133,13 @@ pub struct Owned<'a> {
 pub enum OwnedAction {
     /// Stop the session and forget the claim: the reason is logged.
     Lose(&'static str),
-    /// Put a released tombstone back where our deleted claim was
-    /// (create-if-absent), so the next holder takes over above its epoch
-    /// instead of starting at 1 again.
-    RestoreTombstone,
+    /// Write a vanished marker at our epoch where our deleted claim was
+    /// (create-if-absent), so the next holder waits out the hold period and
+    /// takes over above our epoch instead of starting at 1 again.
+    MarkVanished,
+    /// Raise the marker that replaced our claim to our epoch (If-Match on
+    /// its version), for the same reason: its writer saw an older epoch.
+    RaiseMarker,
     /// Stop the running process; the detail, if any, is journalled.
     Stop(Option<&'static str>),
     /// Record the manifest's digest as the one the claim runs.
@@ -152,7 +158,14 @@ pub fn reconcile_owned(o: &Owned) -> Vec<OwnedAction> {
     match o.claim {
         OwnClaim::Changed => return vec![Lose("claim changed by another writer")],
         OwnClaim::Deleted => {
-            return vec![Lose("claim deleted from the bucket"), RestoreTombstone];
+            return vec![Lose("claim deleted from the bucket"), MarkVanished];
+        }
+        OwnClaim::Vanished { below_ours } => {
+            let mut out = vec![Lose("claim deleted from the bucket")];
+            if below_ours {
+                out.push(RaiseMarker);
+            }
+            return out;
         }
         OwnClaim::Corrupt => {
             return vec![Lose("claim overwritten with bytes that are not a claim")];
@@ -368,7 +381,9 @@ mod tests {
             ("steady", base, vec![]),
             ("read-back failed: carry on", Owned { claim: OwnClaim::Unreadable, ..base }, vec![]),
             ("another writer", Owned { claim: OwnClaim::Changed, ..base }, vec![Lose("claim changed by another writer")]),
-            ("deleted claim", Owned { claim: OwnClaim::Deleted, ..base }, vec![Lose("claim deleted from the bucket"), RestoreTombstone]),
+            ("deleted claim", Owned { claim: OwnClaim::Deleted, ..base }, vec![Lose("claim deleted from the bucket"), MarkVanished]),
+            ("marked vanished below our epoch", Owned { claim: OwnClaim::Vanished { below_ours: true }, ..base }, vec![Lose("claim deleted from the bucket"), RaiseMarker]),
+            ("marked vanished at our epoch", Owned { claim: OwnClaim::Vanished { below_ours: false }, ..base }, vec![Lose("claim deleted from the bucket")]),
             ("corrupt claim", Owned { claim: OwnClaim::Corrupt, ..base }, vec![Lose("claim overwritten with bytes that are not a claim")]),
             ("manifest deleted", Owned { manifest: OwnManifest::Deleted, ..base }, vec![Stop(Some("manifest deleted")), SetState(Released)]),
             ("manifest deleted, finished", Owned { manifest: OwnManifest::Deleted, running: false, state: Succeeded, ..base }, vec![SetState(Released)]),

@@ -102,6 +102,14 @@ pub fn explain(
                 reason: "paused by its manifest".into(),
             });
         }
+        if claim.is_some_and(ClaimRecord::is_vanished) {
+            return Some(Explained {
+                status: Status::Queued,
+                reason: "its claim vanished from the bucket; a node makes it again once it has \
+                         watched the marker left in its place for the hold period"
+                    .into(),
+            });
+        }
         return Some(Explained {
             status: Status::Queued,
             reason: queued_reason(m, nodes),
@@ -362,6 +370,15 @@ mod tests {
             x(Some(&m), None, &BTreeMap::new()),
             Status::Queued,
             "no live node",
+        );
+        says(
+            x(
+                Some(&m),
+                Some(&ClaimRecord::vanished(3, "n".into(), NOW)),
+                &fleet,
+            ),
+            Status::Queued,
+            "its claim vanished from the bucket",
         );
         says(
             x(Some(&manifest(&[("zone", "z")], false)), None, &fleet),

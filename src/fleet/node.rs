@@ -585,7 +585,6 @@ impl<T> Drop for AbortOnDrop<T> {
 #[derive(Default)]
 struct Memory {
     absent_nodes: HashMap<String, (MonoTime, Duration)>,
-    absent_claims: HashMap<String, MonoTime>,
     seen_claims: HashMap<String, u64>,
 }
 
@@ -622,8 +621,6 @@ struct Node {
     /// first response that showed them absent) and the TTL of the last
     /// record we had (else ours).
     absent_nodes: HashMap<String, (MonoTime, Duration)>,
-    /// Claim keys of listed manifests that no listing shows, since when.
-    absent_claims: HashMap<String, MonoTime>,
     /// The highest epoch we have seen for each claim key (listed manifests
     /// only): a claim that vanished is made again above it, not at 1.
     seen_claims: HashMap<String, u64>,
@@ -707,7 +704,6 @@ impl Node {
             claims: HashMap::new(),
             first_claimable: HashMap::new(),
             absent_nodes: memory.absent_nodes,
-            absent_claims: memory.absent_claims,
             seen_claims: memory.seen_claims,
             idle_ticks: 0,
             draining: false,
@@ -739,7 +735,6 @@ impl Node {
     fn take_memory(&mut self) -> Memory {
         Memory {
             absent_nodes: std::mem::take(&mut self.absent_nodes),
-            absent_claims: std::mem::take(&mut self.absent_claims),
             seen_claims: std::mem::take(&mut self.seen_claims),
         }
     }
@@ -1110,10 +1105,9 @@ impl Node {
             return Ok(declined(reason));
         }
         let vanished = self.claim_vanished(&key, claim.as_ref().map(|(_, c)| c));
-        if vanished {
-            // This read showed it absent: the absence is observed from now.
-            let now = self.deps.clock.now();
-            self.absent_claims.entry(key.clone()).or_insert(now);
+        if vanished && claim.is_none() {
+            // Witness the absence with a version of our own (see `tick`).
+            self.mark_vanished(name.as_str()).await?;
         }
         if vanished && let Some(left) = self.absent_claim_wait(name.as_str()) {
             return Ok(declined(&format!(
@@ -1288,9 +1282,10 @@ impl Node {
             .map(|t| t + hold - default_margin(self.cfg.ttl))
     }
 
-    /// See `absent_claims` and `seen_claims`; called after each complete
-    /// listing of `manifests/` and `sessions/`.
-    fn observe_claim_absence(&mut self, now: MonoTime) {
+    /// Keeps `seen_claims` (the highest epoch seen per claim of a listed
+    /// manifest); called after each complete listing of `manifests/` and
+    /// `sessions/`.
+    fn observe_claim_absence(&mut self) {
         let listed: std::collections::HashSet<String> = self
             .manifests
             .keys()
@@ -1303,21 +1298,11 @@ impl Node {
             .collect();
         for m in &listed {
             let ckey = crate::keys::session(crate::keys::tail(crate::keys::MANIFESTS, m));
-            match self.claims.get(&ckey) {
-                // A placeholder where we saw a real claim: `apply` wrote it
-                // over a deleted claim. Still an absence to observe.
-                Some((_, c)) if self.claim_vanished(&ckey, Some(c)) => {
-                    self.absent_claims.entry(ckey).or_insert(now);
-                }
-                Some((_, c)) => {
-                    let e = self.seen_claims.entry(ckey.clone()).or_insert(0);
-                    *e = (*e).max(c.epoch);
-                    self.absent_claims.remove(&ckey);
-                }
-                None if !self.corrupt.contains_key(&ckey) => {
-                    self.absent_claims.entry(ckey).or_insert(now);
-                }
-                None => {}
+            if let Some((_, c)) = self.claims.get(&ckey)
+                && !self.claim_vanished(&ckey, Some(c))
+            {
+                let e = self.seen_claims.entry(ckey.clone()).or_insert(0);
+                *e = (*e).max(c.epoch);
             }
         }
         let wanted = |k: &String| {
@@ -1326,15 +1311,48 @@ impl Node {
                 k,
             )))
         };
-        self.absent_claims.retain(|k, _| wanted(k));
         self.seen_claims.retain(|k, _| wanted(k));
     }
 
-    /// May we create the missing claim of `name` now? Only once its absence
-    /// has been observed for the hold period + margin (see
-    /// `confirmed_until`): `apply` writes a placeholder claim before the
-    /// manifest, so a missing claim was deleted, whoever saw it. Returns how
-    /// long is left otherwise.
+    /// Writes the marker of `name`'s vanished claim (create-if-absent; see
+    /// `ClaimRecord::vanished`) at the highest epoch we saw for it. Landed,
+    /// it is cached; rejected, someone wrote the key first (their marker,
+    /// or a claim), which the next listing shows.
+    async fn mark_vanished(&mut self, name: &str) -> Result<()> {
+        let key = crate::keys::session(name);
+        let epoch = self.seen_claims.get(&key).copied().unwrap_or(0);
+        let marker =
+            ClaimRecord::vanished(epoch, self.deps.entropy.hex_id(), self.deps.clock.wall_ms());
+        let put = put_checked(
+            &self.deps.store,
+            &key,
+            Bytes::from(marker.encode()),
+            Cond::Create,
+            &marker.nonce,
+            json_nonce,
+        )
+        .await?;
+        if let Put::Committed(v) = put {
+            self.event(
+                "vanished",
+                Some(name),
+                Some(epoch),
+                "its claim vanished from the bucket; marked, to be made again after the hold period",
+            );
+            self.claims.insert(key, (v, marker));
+        }
+        Ok(())
+    }
+
+    /// May we make the vanished claim of `name` again now? Only once the
+    /// version that stands where it was (a vanished marker, or `apply`'s
+    /// placeholder over a claim we saw) has been observed unchanged for the
+    /// hold period + margin (see `confirmed_until`). A missing claim is
+    /// never enough, however long listings showed nothing: its marker must
+    /// be written first. Every holder of it was confirmed before the
+    /// deletion, which was before the marker landed, which was before we
+    /// first saw the marker: so its deadline has passed when this says go.
+    /// Returns how long is left otherwise.
     fn absent_claim_wait(&self, name: &str) -> Option<Duration> {
         let ckey = crate::keys::session(name);
         // The owner may hold on for its max(max_poll, ttl) + ttl (as it
@@ -1349,12 +1367,19 @@ impl Node {
             max_poll = max_poll.max(Duration::from_millis(mp.unwrap_or(0)));
         }
         let need = max_poll.max(ttl) + ttl + default_margin(ttl);
-        // Not yet observed absent: the whole wait is ahead.
-        let Some(since) = self.absent_claims.get(&ckey).copied() else {
+        // Missing (no marker yet), or its version not seen in a listing:
+        // the whole wait is ahead.
+        let Some((v, _)) = self.claims.get(&ckey) else {
             return Some(need);
         };
-        let absent_for = self.deps.clock.now().saturating_since(since);
-        (absent_for < need).then(|| need - absent_for)
+        let Some(seen_for) = self
+            .client
+            .observer()
+            .unchanged_for(&ckey, v, self.deps.clock.now())
+        else {
+            return Some(need);
+        };
+        (seen_for < need).then(|| need - seen_for)
     }
 
     /// Is the claim at `key` (as last read) gone in the absence rules' sense:
@@ -1363,7 +1388,10 @@ impl Node {
     fn claim_vanished(&self, key: &str, claim: Option<&ClaimRecord>) -> bool {
         match claim {
             None => true,
-            Some(c) => c.is_placeholder() && self.seen_claims.get(key).is_some_and(|e| *e > 0),
+            Some(c) => {
+                c.is_vanished()
+                    || (c.is_placeholder() && self.seen_claims.get(key).is_some_and(|e| *e > 0))
+            }
         }
     }
 
@@ -1445,7 +1473,7 @@ impl Node {
                 .cloned()
                 .collect(),
         );
-        self.observe_claim_absence(self.deps.clock.now());
+        self.observe_claim_absence();
         // Every claim we hold that this listing showed at our version is
         // confirmed as of the listing's send time (see `confirmed_until`);
         // one it did not show is not.
@@ -1558,6 +1586,9 @@ impl Node {
                 }
                 core::Gate::Skip | core::Gate::RefetchOwner => continue,
                 core::Gate::AbsencePending => {
+                    if claim.is_none() {
+                        self.mark_vanished(&name).await?;
+                    }
                     changed = true; // keep polling briskly meanwhile
                     continue;
                 }
@@ -1828,7 +1859,7 @@ impl Node {
         // a claim that `gc` deleted: start above gc's epoch floor (one GET,
         // on these paths only; see `gc`).
         let floor = match &existing {
-            Some((_, c)) if !c.is_placeholder() => 0,
+            Some((_, c)) if !c.is_placeholder() && !c.is_vanished() => 0,
             _ => super::gc::floor(&self.deps.store).await?,
         };
         let (cond, epoch, restarts) = match &existing {
@@ -1888,6 +1919,9 @@ impl Node {
                     Some(epoch),
                     match &existing {
                         None => "claim made again after its absence".to_string(),
+                        Some((_, c)) if c.is_vanished() => {
+                            "claim made again after its absence".to_string()
+                        }
                         Some((_, c)) if c.is_placeholder() => "new session".to_string(),
                         Some((_, c)) => format!(
                             "from {}/{} at epoch {}",
@@ -2142,6 +2176,9 @@ impl Node {
             // (A corrupt key keeps its last good record in `claims`: bytes we
             // cannot read where our claim was mean we cannot show we hold it.)
             let claim = match self.claims.get(&key) {
+                Some((v, c)) if *v != o.version && c.is_vanished() => OwnClaim::Vanished {
+                    below_ours: c.epoch < o.record.epoch,
+                },
                 Some((v, _)) if *v != o.version => OwnClaim::Changed,
                 _ if self.corrupt.contains_key(&key) => OwnClaim::Corrupt,
                 Some(_) => OwnClaim::Ours,
@@ -2158,6 +2195,9 @@ impl Node {
                             }
                             OwnClaim::Ours
                         }
+                        Ok(Some((c, _))) if c.is_vanished() => OwnClaim::Vanished {
+                            below_ours: c.epoch < o.record.epoch,
+                        },
                         Ok(Some(_)) => OwnClaim::Changed,
                         Ok(None) => OwnClaim::Deleted,
                         Err(e) => {
@@ -2190,21 +2230,25 @@ impl Node {
             for action in actions {
                 match action {
                     OwnedAction::Lose(why) => self.lose(&name, why).await,
-                    OwnedAction::RestoreTombstone => {
-                        // We know the epoch it had, and have just stopped:
-                        // put its tombstone back (create-if-absent). Someone
-                        // else's claim already there wins; a failure here
-                        // only costs that floor.
-                        let mut tomb = o.record.clone();
-                        tomb.state = ClaimState::Released;
-                        tomb.updated_at_ms = self.deps.clock.wall_ms();
-                        tomb.nonce = self.deps.entropy.hex_id();
+                    OwnedAction::MarkVanished | OwnedAction::RaiseMarker => {
+                        // We know the epoch it had, and have just stopped.
+                        // Someone else's claim already there wins; a failure
+                        // here only costs that floor.
+                        let cond = match (action, self.claims.get(&key)) {
+                            (OwnedAction::RaiseMarker, Some((v, _))) => Cond::Match(v.clone()),
+                            _ => Cond::Create,
+                        };
+                        let marker = ClaimRecord::vanished(
+                            o.record.epoch,
+                            self.deps.entropy.hex_id(),
+                            self.deps.clock.wall_ms(),
+                        );
                         let _ = put_checked(
                             &self.deps.store,
                             &key,
-                            Bytes::from(tomb.encode()),
-                            Cond::Create,
-                            &tomb.nonce,
+                            Bytes::from(marker.encode()),
+                            cond,
+                            &marker.nonce,
                             json_nonce,
                         )
                         .await;
