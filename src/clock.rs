@@ -10,7 +10,9 @@
 use futures::future::BoxFuture;
 use std::fmt::Debug;
 use std::ops::{Add, Sub};
-use std::sync::{Arc, Mutex};
+#[cfg(any(test, feature = "testkit"))]
+use std::sync::Arc;
+use std::sync::Mutex;
 use std::time::Duration;
 
 /// A point on one process's monotonic clock, as a duration since that clock's
@@ -107,17 +109,20 @@ impl Clock for SystemClock {
 /// A manual clock for tests and simulation. `sleep` advances the clock by the
 /// requested duration and returns at once (like tokio's paused time with
 /// auto-advance), so code that backs off runs deterministically and instantly.
+#[cfg(any(test, feature = "testkit"))]
 #[derive(Debug, Clone, Default)]
 pub struct MockClock {
     inner: Arc<Mutex<MockState>>,
 }
 
+#[cfg(any(test, feature = "testkit"))]
 #[derive(Debug, Default)]
 struct MockState {
     now: Duration,
     wall_offset_ms: i64,
 }
 
+#[cfg(any(test, feature = "testkit"))]
 impl MockClock {
     pub fn new() -> Self {
         Self::default()
@@ -141,8 +146,10 @@ impl MockClock {
 }
 
 /// Wall time that the mock clock reports at its origin: 2026-01-01T00:00:00Z.
+#[cfg(any(test, feature = "testkit"))]
 pub const MOCK_WALL_EPOCH_MS: u64 = 1_767_225_600_000;
 
+#[cfg(any(test, feature = "testkit"))]
 impl Clock for MockClock {
     fn now(&self) -> MonoTime {
         MonoTime(self.inner.lock().unwrap().now)
@@ -166,17 +173,20 @@ impl Clock for MockClock {
 /// test and its requests be counted exactly.
 ///
 /// [`advance`]: ManualClock::advance
+#[cfg(any(test, feature = "testkit"))]
 #[derive(Debug, Clone, Default)]
 pub struct ManualClock {
     inner: Arc<Mutex<ManualState>>,
 }
 
+#[cfg(any(test, feature = "testkit"))]
 #[derive(Debug, Default)]
 struct ManualState {
     now: Duration,
     timers: Vec<(Duration, std::task::Waker)>,
 }
 
+#[cfg(any(test, feature = "testkit"))]
 impl ManualClock {
     pub fn new() -> Self {
         Self::default()
@@ -203,6 +213,7 @@ impl ManualClock {
     }
 }
 
+#[cfg(any(test, feature = "testkit"))]
 impl Clock for ManualClock {
     fn now(&self) -> MonoTime {
         MonoTime(self.inner.lock().unwrap().now)
@@ -262,9 +273,11 @@ impl Entropy for OsEntropy {
 }
 
 /// Deterministic randomness from a seed, for tests and simulation.
+#[cfg(any(test, feature = "testkit"))]
 #[derive(Debug)]
 pub struct SeededEntropy(Mutex<rand::rngs::StdRng>);
 
+#[cfg(any(test, feature = "testkit"))]
 impl SeededEntropy {
     pub fn new(seed: u64) -> Self {
         use rand::SeedableRng;
@@ -272,6 +285,7 @@ impl SeededEntropy {
     }
 }
 
+#[cfg(any(test, feature = "testkit"))]
 impl Entropy for SeededEntropy {
     fn next_u64(&self) -> u64 {
         use rand::RngCore;

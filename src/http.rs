@@ -178,6 +178,9 @@ pub fn router(state: HttpState) -> Router {
 /// ones wait in the kernel's backlog until one closes. An accept error (out
 /// of descriptors) backs off briefly instead of spinning. On shutdown, open
 /// connections get up to two seconds to finish (SSE streams never do).
+// The drain of connections at shutdown is bounded in real time (I/O, not
+// protocol time): `tokio::time::timeout` is allowed here.
+#[allow(clippy::disallowed_methods)]
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: HttpState,
@@ -285,6 +288,9 @@ async fn sessions(State(s): State<HttpState>, headers: HeaderMap) -> Response {
 /// (skipping only placement's grace delay; every takeover rule still holds).
 /// 200 with `claimed` or `already_owned`; 409 with `declined` and the reason;
 /// 400 for a bad name; 404 when the node was started without this endpoint.
+// A claim request waits for the node in real time (an HTTP bound, not
+// protocol time): `tokio::time::timeout` is allowed here.
+#[allow(clippy::disallowed_methods)]
 async fn claim(
     State(s): State<HttpState>,
     headers: HeaderMap,

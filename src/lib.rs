@@ -13,6 +13,8 @@ pub mod probe;
 pub mod record;
 pub mod store;
 pub mod telemetry;
+#[cfg(feature = "testkit")]
+pub mod testkit;
 pub mod wake;
 
 pub use error::{Error, ErrorKind, Result};

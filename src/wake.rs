@@ -405,6 +405,8 @@ pub fn owner_lease_of(
 
 /// A TCP connect to the host:port of `address` (`http://host:port[/...]` or
 /// `host:port`).
+// A TCP connect is bounded in real time (I/O, not protocol time).
+#[allow(clippy::disallowed_methods)]
 async fn dial(address: &str, timeout: Duration) -> Result<(), String> {
     let rest = address
         .strip_prefix("http://")

@@ -4,7 +4,9 @@
 //! under it a missing server fails the run instead of skipping.
 
 mod common;
-mod suite;
+// The suite lives in the library (feature `testkit`), so that anyone writing
+// a `Store` runs the very checks these backends run.
+use leasehold::testkit::conformance as suite;
 
 use common::server;
 

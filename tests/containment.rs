@@ -448,6 +448,7 @@ async fn two_instances_of_one_id_never_serve_at_once() {
 /// serves at most half its limit at once, so its bucket connections (here,
 /// files) always have descriptors, and it keeps its lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::disallowed_methods)] // real-time bounds on TCP connects; nothing is timed
 async fn idle_connections_do_not_cost_the_node_its_lease() {
     let env = Env::new();
     let s = env.store().await;

@@ -1366,6 +1366,7 @@ async fn a_stalled_owner_cannot_outlive_the_confirmation_of_its_claims() {
 /// takeover. The node stops serving with `Unsupported` at step "audit" and
 /// never starts the session it was told it had won.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[allow(clippy::disallowed_methods)] // a real-time bound on waiting for the node to stop; nothing is timed
 async fn the_audit_refuses_a_store_that_reports_a_takeover_it_did_not_make() {
     use async_trait::async_trait;
     use futures::stream::BoxStream;
@@ -1441,6 +1442,7 @@ async fn the_audit_refuses_a_store_that_reports_a_takeover_it_did_not_make() {
 /// at generation 2, the node records left alone so no renewal fails) gets
 /// no claim from a node that served the old one; the node stops serving.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[allow(clippy::disallowed_methods)] // a real-time bound on waiting for the node to stop; nothing is timed
 async fn no_epoch_is_issued_under_a_replaced_marker() {
     let store: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());
     let mut f = Fleet::new(store.clone());

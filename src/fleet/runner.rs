@@ -75,12 +75,14 @@ pub trait Runner: Send + Sync + Debug {
 /// An in-process runner that runs nothing but records what it was told,
 /// enforcing deadlines on the injected clock exactly as the watchdog does.
 /// For tests and for embedding experiments.
+#[cfg(any(test, feature = "testkit"))]
 #[derive(Debug)]
 pub struct RecordingRunner {
     clock: Arc<dyn Clock>,
     state: Mutex<RecState>,
 }
 
+#[cfg(any(test, feature = "testkit"))]
 #[derive(Debug, Default)]
 struct RecState {
     running: HashMap<String, (u64, MonoTime, MonoTime)>, // epoch, started, deadline
@@ -90,6 +92,7 @@ struct RecState {
     pending_exit: HashMap<String, i32>,
 }
 
+#[cfg(any(test, feature = "testkit"))]
 impl RecordingRunner {
     pub fn new(clock: Arc<dyn Clock>) -> Self {
         RecordingRunner {
@@ -141,6 +144,7 @@ impl RecordingRunner {
     }
 }
 
+#[cfg(any(test, feature = "testkit"))]
 #[async_trait]
 impl Runner for RecordingRunner {
     async fn start(&self, s: SessionStart) -> Result<()> {

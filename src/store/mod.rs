@@ -3,7 +3,7 @@
 //! Every backend (S3 and S3-compatibles, Azure Blob, GCS, the in-memory store
 //! and the local directory store) and every wrapper (fault injection, request
 //! counting) implements [`Store`], and the shared conformance suite in
-//! `tests/suite` runs against each of them.
+//! `testkit::conformance` (feature `testkit`) runs against each of them.
 //!
 //! # Contract
 //!
@@ -33,6 +33,7 @@ use futures::stream::BoxStream;
 use std::fmt::{Debug, Display};
 
 pub mod counting;
+#[cfg(any(test, feature = "testkit"))]
 pub mod fault;
 pub mod local;
 pub mod objstore;
@@ -40,6 +41,7 @@ pub mod open;
 pub mod traced;
 
 pub use counting::{CountingStore, RequestCounts};
+#[cfg(any(test, feature = "testkit"))]
 pub use fault::{Fault, FaultPlan, FaultStore};
 pub use local::LocalDirStore;
 pub use objstore::ObjectStoreBackend;

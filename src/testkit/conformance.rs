@@ -1,17 +1,33 @@
-//! The shared conformance suite, in the manner of object_store's
-//! integration.rs: every backend runs every check. A backend's test creates a
-//! fresh, empty store (a new prefix on real servers) and calls [`run_all`].
+//! The conformance suite, in the manner of object_store's `integration`
+//! module: every backend and every wrapper runs every check. A backend's
+//! test creates a fresh, empty store (a new prefix on real servers) for
+//! each check and calls [`run_all`].
+//!
+//! # Contract checked
+//!
+//! - `put(Cond::Create)` is exclusive; `put(Cond::Match(v))` lands only on
+//!   version `v`, and on a missing key it is a precondition failure, never a
+//!   create; of many concurrent conditional writers exactly one wins.
+//! - `get_if_changed` answers "not modified" for the current version.
+//! - Listings show every key under a prefix with the version a read returns.
+//! - Delete, then create, works; bad keys are refused before any request.
+//! - The probe passes on the store and refuses a wrapper that ignores
+//!   conditions.
+//! - Leases on it behave: one round trip to acquire fresh or renew, release
+//!   then the next epoch, expiry by observation, predecessor takeover only
+//!   with the host lock, corrupt records never overwritten, token resume,
+//!   invalid input costs no request, a lost lease stays lost.
+//!
+//! The checks panic on failure (as `assert!` in a test does).
 
-#![allow(dead_code)]
-
+use crate::clock::{MockClock, SeededEntropy};
+use crate::hostlock::HostLock;
+use crate::lease::{Acquire, AcquireOptions, LeaseClient, LeaseToken};
+use crate::record::Kind;
+use crate::store::{Cond, Conditional, CountingStore, Store, StoreError};
+use crate::{ErrorKind, Name};
 use bytes::Bytes;
 use futures::StreamExt;
-use leasehold::clock::{MockClock, SeededEntropy};
-use leasehold::hostlock::HostLock;
-use leasehold::lease::{Acquire, AcquireOptions, LeaseClient, LeaseToken};
-use leasehold::record::Kind;
-use leasehold::store::{Cond, Conditional, CountingStore, Store, StoreError};
-use leasehold::{ErrorKind, Name};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -255,10 +271,10 @@ async fn store_refuses_bad_keys(s: Arc<dyn Store>) {
 }
 
 async fn probe_passes(s: Arc<dyn Store>) {
-    let r = leasehold::probe::probe(
+    let r = crate::probe::probe(
         &s,
         &SeededEntropy::new(1),
-        &leasehold::clock::SystemClock::new(),
+        &crate::clock::SystemClock::new(),
     )
     .await
     .unwrap();
@@ -278,7 +294,7 @@ async fn probe_passes(s: Arc<dyn Store>) {
 }
 
 async fn probe_refuses_store_ignoring_conditions(s: Arc<dyn Store>) {
-    use leasehold::store::fault::IgnoreConditions;
+    use crate::store::fault::IgnoreConditions;
     for (ic, im, step) in [
         (true, false, "rejected create"),
         (false, true, "rejected stale update"),
@@ -288,10 +304,10 @@ async fn probe_refuses_store_ignoring_conditions(s: Arc<dyn Store>) {
             ignore_create: ic,
             ignore_match: im,
         });
-        let e = leasehold::probe::probe(
+        let e = crate::probe::probe(
             &broken,
             &SeededEntropy::new(2),
-            &leasehold::clock::SystemClock::new(),
+            &crate::clock::SystemClock::new(),
         )
         .await
         .unwrap_err();
@@ -569,7 +585,7 @@ async fn lease_invalid_input_makes_no_request(s: Arc<dyn Store>) {
     let mut big = ttl(1000);
     big.attrs.insert("blob".into(), "x".repeat(70_000).into());
     let e = c.acquire(&name("t"), &big).await.unwrap_err();
-    assert!(matches!(e, leasehold::Error::TooLarge { .. }), "{e}");
+    assert!(matches!(e, crate::Error::TooLarge { .. }), "{e}");
     assert_eq!(counting.counts().total(), 0, "refused before any request");
     let all: Vec<_> = s.list("").collect().await;
     assert!(all.is_empty());
