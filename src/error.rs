@@ -153,14 +153,16 @@ impl Error {
         self.kind() == ErrorKind::Unavailable
     }
 
-    pub(crate) fn invalid(what: impl Into<String>, reason: impl Into<String>) -> Self {
+    /// Bad input: `what` was refused for `reason` (exit 2 in the CLI).
+    pub fn invalid(what: impl Into<String>, reason: impl Into<String>) -> Self {
         Error::Invalid {
             what: what.into(),
             reason: reason.into(),
         }
     }
 
-    pub(crate) fn corrupt(key: impl Into<String>, reason: impl Into<String>) -> Self {
+    /// The object at `key` cannot be decoded as what it should be.
+    pub fn corrupt(key: impl Into<String>, reason: impl Into<String>) -> Self {
         Error::Corrupt {
             key: key.into(),
             reason: reason.into(),
@@ -169,7 +171,7 @@ impl Error {
 
     /// Wraps a store error from operation `op` on `key`, keeping corruption
     /// and transience distinguishable.
-    pub(crate) fn from_store(op: &'static str, key: &str, source: StoreError) -> Self {
+    pub fn from_store(op: &'static str, key: &str, source: StoreError) -> Self {
         match source {
             StoreError::Corrupt { reason } => Error::Corrupt {
                 key: key.to_string(),

@@ -1,5 +1,4 @@
 #![doc = include_str!("../README.md")]
-pub mod cli;
 pub mod clock;
 pub mod error;
 pub mod fleet;

@@ -503,7 +503,7 @@ fn generation_of(etag: &str) -> u64 {
 
 /// FNV-1a, 64 bit: a checksum against truncation and accidental edits, and
 /// a stable short hash for file names. Not cryptographic.
-pub(crate) fn fnv1a64(data: &[u8]) -> u64 {
+pub fn fnv1a64(data: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf29ce484222325;
     for &b in data {
         h ^= b as u64;

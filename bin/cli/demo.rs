@@ -7,11 +7,11 @@
 //! once the lease has been seen unchanged for ttl + margin; then the new
 //! leader releases gracefully and the next takes over at once.
 
-use crate::Name;
-use crate::clock::{Clock, SystemClock};
-use crate::error::Error;
-use crate::lease::{Acquire, AcquireOptions, Lease, LeaseClient};
-use crate::store::{CountingStore, OpenOptions, Store, open_store};
+use leasehold::Name;
+use leasehold::clock::{Clock, SystemClock};
+use leasehold::error::Error;
+use leasehold::lease::{Acquire, AcquireOptions, Lease, LeaseClient};
+use leasehold::store::{CountingStore, OpenOptions, Store, open_store};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,8 +32,12 @@ pub async fn run(store_url: Option<String>, ttl: Duration) -> Result<(), Error> 
     let store: Arc<dyn Store> = counting.clone();
     println!("store   {url}");
     refuse_occupied(&store).await?;
-    let report =
-        crate::probe::probe(&store, &crate::clock::OsEntropy::new(), &SystemClock::new()).await?;
+    let report = leasehold::probe::probe(
+        &store,
+        &leasehold::clock::OsEntropy::new(),
+        &SystemClock::new(),
+    )
+    .await?;
     println!(
         "probe   conditional writes honoured ({} steps ok)",
         report.steps.iter().filter(|s| s.ok).count()
@@ -122,7 +126,7 @@ pub async fn run(store_url: Option<String>, ttl: Duration) -> Result<(), Error> 
         "  failover after a kill       {} (ttl {} + margin {} + polling)",
         fmt_d(failover),
         fmt_d(ttl),
-        fmt_d(crate::lease::default_margin(ttl))
+        fmt_d(leasehold::lease::default_margin(ttl))
     );
     println!("  hand-over after a release   {}", fmt_d(handover));
     println!(
@@ -147,7 +151,7 @@ async fn follow_until_acquired(
     name: &Name,
     opts: &AcquireOptions,
     clock: &Arc<dyn Clock>,
-    t0: crate::clock::MonoTime,
+    t0: leasehold::clock::MonoTime,
 ) -> Result<(usize, Lease), Error> {
     loop {
         for (i, n) in nodes.iter().enumerate() {
@@ -172,7 +176,7 @@ fn fmt_d(d: Duration) -> String {
     format!("{:.1}ms", d.as_secs_f64() * 1000.0)
 }
 
-fn ms(t0: crate::clock::MonoTime, clock: &Arc<dyn Clock>) -> String {
+fn ms(t0: leasehold::clock::MonoTime, clock: &Arc<dyn Clock>) -> String {
     format!("{}ms", clock.now().saturating_since(t0).as_millis())
 }
 
@@ -194,21 +198,23 @@ struct DemoNode {
 /// Current claims: session -> (owner node, epoch, state).
 async fn claims(
     store: &Arc<dyn Store>,
-) -> Result<std::collections::BTreeMap<String, (String, u64, crate::fleet::claim::ClaimState)>, Error>
-{
+) -> Result<
+    std::collections::BTreeMap<String, (String, u64, leasehold::fleet::claim::ClaimState)>,
+    Error,
+> {
     use futures::StreamExt;
     let mut out = std::collections::BTreeMap::new();
-    let mut list = store.list(crate::keys::SESSIONS);
+    let mut list = store.list(leasehold::keys::SESSIONS);
     while let Some(e) = list.next().await {
-        let e = e.map_err(|e| Error::from_store("list", crate::keys::SESSIONS, e))?;
+        let e = e.map_err(|e| Error::from_store("list", leasehold::keys::SESSIONS, e))?;
         if let Some(o) = store
             .get(&e.key)
             .await
             .map_err(|err| Error::from_store("get", &e.key, err))?
         {
-            let c = crate::fleet::claim::ClaimRecord::decode(&e.key, &o.bytes)?;
+            let c = leasehold::fleet::claim::ClaimRecord::decode(&e.key, &o.bytes)?;
             out.insert(
-                crate::keys::tail(crate::keys::SESSIONS, &e.key).to_string(),
+                leasehold::keys::tail(leasehold::keys::SESSIONS, &e.key).to_string(),
                 (c.owner.node, c.epoch, c.state),
             );
         }
@@ -217,10 +223,10 @@ async fn claims(
 }
 
 pub async fn fleet(store_url: Option<String>, ttl: Duration, sessions: u32) -> Result<(), Error> {
-    use crate::fleet::claim::ClaimState;
-    use crate::fleet::manifest::{self, RestartPolicy, Spec};
-    use crate::fleet::node::{self, NodeConfig, NodeDeps};
-    use crate::fleet::runner::ExecRunner;
+    use leasehold::fleet::claim::ClaimState;
+    use leasehold::fleet::manifest::{self, RestartPolicy, Spec};
+    use leasehold::fleet::node::{self, NodeConfig, NodeDeps};
+    use leasehold::fleet::runner::ExecRunner;
     if ttl < Duration::from_millis(100) {
         return Err(Error::invalid("ttl", "at least 100ms for the fleet demo"));
     }
@@ -230,13 +236,13 @@ pub async fn fleet(store_url: Option<String>, ttl: Duration, sessions: u32) -> R
     let counting = Arc::new(CountingStore::new(observer_store.clone()));
     let store: Arc<dyn Store> = counting.clone();
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
-    let entropy = Arc::new(crate::clock::OsEntropy::new());
+    let entropy = Arc::new(leasehold::clock::OsEntropy::new());
     println!("store   {url}");
     refuse_occupied(&observer_store).await?;
-    crate::probe::probe(&store, entropy.as_ref(), clock.as_ref()).await?;
+    leasehold::probe::probe(&store, entropy.as_ref(), clock.as_ref()).await?;
     println!("probe   conditional writes honoured");
     let (marker, _) =
-        crate::fleet::marker::init(&store, entropy.as_ref(), clock.wall_ms(), 1).await?;
+        leasehold::fleet::marker::init(&store, entropy.as_ref(), clock.wall_ms(), 1).await?;
     println!("init    {}", marker.describe());
     let exe = std::env::current_exe().map_err(|e| Error::Internal(e.to_string()))?;
     let lock_dir =
@@ -246,20 +252,20 @@ pub async fn fleet(store_url: Option<String>, ttl: Duration, sessions: u32) -> R
         let mut cfg = NodeConfig::new(Name::new(id)?, ttl);
         cfg.capacity = sessions.max(1);
         cfg.probe = false; // probed once above
-        let lock = crate::hostlock::HostLock::acquire(
+        let lock = leasehold::hostlock::HostLock::acquire(
             &lock_dir,
             &store.identity(),
             id,
-            &crate::hostlock::hostname(),
+            &leasehold::hostlock::hostname(),
         )?;
         let runner = Arc::new(
             ExecRunner::new(exe.clone(), clock.clone(), Duration::from_millis(500))
-                .with_containment(crate::fleet::contain::Mode::Auto)?,
+                .with_containment(leasehold::fleet::contain::Mode::Auto)?,
         );
         let deps = NodeDeps {
             entropy: entropy.clone(),
             host_lock: Some(Arc::new(lock)),
-            journal: Arc::new(crate::fleet::journal::Journal::new(1000, 1 << 20)),
+            journal: Arc::new(leasehold::fleet::journal::Journal::new(1000, 1 << 20)),
             ..NodeDeps::new(store.clone(), clock.clone(), runner)
         };
         let shutdown = tokio_util::sync::CancellationToken::new();
@@ -369,7 +375,7 @@ pub async fn fleet(store_url: Option<String>, ttl: Duration, sessions: u32) -> R
         "  failover after kill -9      {} (ttl {} + margin {} + polling)",
         fmt_d(failover),
         fmt_d(ttl),
-        fmt_d(crate::lease::default_margin(ttl))
+        fmt_d(leasehold::lease::default_margin(ttl))
     );
     let moved_count = placed.values().filter(|(n, _, _)| *n == victim_id).count();
     println!("  sessions moved              {moved_count} (epoch 1 -> 2)");
@@ -385,16 +391,16 @@ pub async fn fleet(store_url: Option<String>, ttl: Duration, sessions: u32) -> R
 }
 
 /// The claim state as `ls` spells it.
-fn state_word(s: crate::fleet::claim::ClaimState) -> &'static str {
+fn state_word(s: leasehold::fleet::claim::ClaimState) -> &'static str {
     s.as_str()
 }
 
 /// "4 of 6 running (job-2: released on bravo, ...)", for a demo that timed out.
 fn summary(
-    c: &std::collections::BTreeMap<String, (String, u64, crate::fleet::claim::ClaimState)>,
+    c: &std::collections::BTreeMap<String, (String, u64, leasehold::fleet::claim::ClaimState)>,
     want: u32,
 ) -> String {
-    use crate::fleet::claim::ClaimState;
+    use leasehold::fleet::claim::ClaimState;
     let running = c.values().filter(|v| v.2 == ClaimState::Running).count();
     let others: Vec<String> = c
         .iter()
@@ -432,7 +438,7 @@ async fn refuse_occupied(store: &Arc<dyn Store>) -> Result<(), Error> {
 }
 
 fn print_placement(
-    c: &std::collections::BTreeMap<String, (String, u64, crate::fleet::claim::ClaimState)>,
+    c: &std::collections::BTreeMap<String, (String, u64, leasehold::fleet::claim::ClaimState)>,
 ) {
     println!("  {:<10} {:<8} {:<6} state", "session", "node", "epoch");
     for (s, (n, e, st)) in c {

@@ -7,16 +7,16 @@
 //! labelled advisory.
 
 use super::{Failure, LsWhat, StoreArgs, open, print_json};
-use crate::Name;
-use crate::clock::{Clock, SystemClock};
-use crate::error::Error;
-use crate::fleet::claim::ClaimRecord;
-use crate::fleet::explain::{NodeFacts, explain};
-use crate::fleet::manifest::ManifestRecord;
-use crate::record::{Kind, LeaseRecord};
-use crate::store::{Entry, Store};
-use crate::wake::{Owned, OwnerLease, Resolver, WakeOutcome};
 use futures::StreamExt;
+use leasehold::Name;
+use leasehold::clock::{Clock, SystemClock};
+use leasehold::error::Error;
+use leasehold::fleet::claim::ClaimRecord;
+use leasehold::fleet::explain::{NodeFacts, explain};
+use leasehold::fleet::manifest::ManifestRecord;
+use leasehold::record::{Kind, LeaseRecord};
+use leasehold::store::{Entry, Store};
+use leasehold::wake::{Owned, OwnerLease, Resolver, WakeOutcome};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -122,7 +122,7 @@ pub async fn resolve(
     // session has an owner on record but nothing to reach.
     let running = matches!(
         &r.owner,
-        Owned::Claimed { status, .. } if *status == crate::fleet::claim::ClaimState::Running
+        Owned::Claimed { status, .. } if *status == leasehold::fleet::claim::ClaimState::Running
     );
     if live && running {
         Ok(())
@@ -160,7 +160,7 @@ pub(crate) async fn read_all(
     out.into_iter()
         .map(|(e, got)| match got {
             Ok(o) => Ok((e, Ok(o.map(|o| o.bytes)))),
-            Err(crate::store::StoreError::Corrupt { reason }) => Ok((e, Err(reason))),
+            Err(leasehold::store::StoreError::Corrupt { reason }) => Ok((e, Err(reason))),
             Err(err) => {
                 let key = e.key.clone();
                 Err(Error::from_store("get", &key, err))
@@ -248,7 +248,7 @@ pub async fn ls(
     match what {
         LsWhat::Nodes => {
             let mut rows = Vec::new();
-            for (e, bytes) in read_all(&store, &crate::keys::node(prefix)).await? {
+            for (e, bytes) in read_all(&store, &leasehold::keys::node(prefix)).await? {
                 let Some(decoded) =
                     decode_row(&e.key, &bytes, |k, b| LeaseRecord::decode(k, b, Kind::Node))
                 else {
@@ -260,15 +260,15 @@ pub async fn ls(
                         "epoch": r.epoch, "released": r.released, "address": r.address,
                         "capacity": r.attrs.get("capacity"), "load": r.attrs.get("load"),
                         "labels": r.attrs.get("labels"), "renewed_ms_ago_wall": now.saturating_sub(r.renewed_at_ms),
-                        // One vocabulary (crate::liveness): live, expired
+                        // One vocabulary (leasehold::liveness): live, expired
                         // (by wall clock, within the skew bound), released,
                         // fenced (released by a peer that took over).
-                        "state": crate::liveness::judge(Some(&r), None, crate::liveness::Evidence::WallClock { now_ms: now, max_skew }).as_str(),
+                        "state": leasehold::liveness::judge(Some(&r), None, leasehold::liveness::Evidence::WallClock { now_ms: now, max_skew }).as_str(),
                         "released_by": r.attrs.get("released_by"),
                         "cordoned": r.attrs.get("cordoned").and_then(|v| v.as_bool()).unwrap_or(false),
                     }),
                     Err(err) => {
-                        serde_json::json!({"node": crate::keys::tail(crate::keys::NODES, &e.key), "corrupt": err})
+                        serde_json::json!({"node": leasehold::keys::tail(leasehold::keys::NODES, &e.key), "corrupt": err})
                     }
                 };
                 rows.push(row);
@@ -332,7 +332,7 @@ pub async fn ls(
         }
         LsWhat::Manifests => {
             let mut rows = Vec::new();
-            for (e, bytes) in read_all(&store, &crate::keys::manifest(prefix)).await? {
+            for (e, bytes) in read_all(&store, &leasehold::keys::manifest(prefix)).await? {
                 let Some(decoded) = decode_row(&e.key, &bytes, ManifestRecord::decode) else {
                     continue;
                 };
@@ -343,7 +343,7 @@ pub async fn ls(
                         "selector": m.spec.selector,
                     }),
                     Err(err) => {
-                        serde_json::json!({"name": crate::keys::tail(crate::keys::MANIFESTS, &e.key), "corrupt": err})
+                        serde_json::json!({"name": leasehold::keys::tail(leasehold::keys::MANIFESTS, &e.key), "corrupt": err})
                     }
                 });
             }
@@ -392,9 +392,9 @@ pub async fn ls(
         LsWhat::Sessions => {
             // Sessions are the union of manifests and claims; their status
             // and its reason need the node records (`fleet::explain`).
-            let manifests = read_all(&store, &crate::keys::manifest(prefix)).await?;
-            let claims = read_all(&store, &crate::keys::session(prefix)).await?;
-            let nodes = read_all(&store, crate::keys::NODES).await?;
+            let manifests = read_all(&store, &leasehold::keys::manifest(prefix)).await?;
+            let claims = read_all(&store, &leasehold::keys::session(prefix)).await?;
+            let nodes = read_all(&store, leasehold::keys::NODES).await?;
             let mut facts: BTreeMap<String, NodeFacts> = BTreeMap::new();
             for (e, b) in &nodes {
                 if let Ok(Some(b)) = b
@@ -410,7 +410,7 @@ pub async fn ls(
             let mut decoded_manifests: BTreeMap<String, ManifestRecord> = BTreeMap::new();
             let mut decoded_claims: BTreeMap<String, ClaimRecord> = BTreeMap::new();
             for (e, b) in &manifests {
-                let name = crate::keys::tail(crate::keys::MANIFESTS, &e.key).to_string();
+                let name = leasehold::keys::tail(leasehold::keys::MANIFESTS, &e.key).to_string();
                 match decode_row(&e.key, b, ManifestRecord::decode) {
                     None => {}
                     Some(Ok(m)) => {
@@ -425,7 +425,7 @@ pub async fn ls(
                 }
             }
             for (e, b) in &claims {
-                let name = crate::keys::tail(crate::keys::SESSIONS, &e.key).to_string();
+                let name = leasehold::keys::tail(leasehold::keys::SESSIONS, &e.key).to_string();
                 match decode_row(&e.key, b, ClaimRecord::decode) {
                     None => {}
                     Some(Ok(c)) => {
@@ -533,7 +533,7 @@ pub async fn ls(
 }
 
 pub async fn inspect(key: &str, store: &StoreArgs, json: bool) -> Result<(), Failure> {
-    crate::store::check_key(key).map_err(|e| Error::invalid("key", e.to_string()))?;
+    leasehold::store::check_key(key).map_err(|e| Error::invalid("key", e.to_string()))?;
     let store = open(store).await?;
     let Some(o) = store
         .get(key)
@@ -616,14 +616,14 @@ pub async fn describe(
     json: bool,
     max_skew: Duration,
 ) -> Result<(), Failure> {
-    use crate::liveness::{Evidence, judge};
+    use leasehold::liveness::{Evidence, judge};
     let name = Name::new(name)?;
     let store = open(store).await?;
     let now = SystemClock::new().wall_ms();
-    let manifest = crate::fleet::manifest::get(&store, &name).await?;
-    let claim = crate::fleet::claim::get(&store, name.as_str()).await?;
+    let manifest = leasehold::fleet::manifest::get(&store, &name).await?;
+    let claim = leasehold::fleet::claim::get(&store, name.as_str()).await?;
     let mut facts: BTreeMap<String, NodeFacts> = BTreeMap::new();
-    for (e, b) in read_all(&store, crate::keys::NODES).await? {
+    for (e, b) in read_all(&store, leasehold::keys::NODES).await? {
         if let Ok(Some(b)) = b
             && let Ok(r) = LeaseRecord::decode(&e.key, &b, Kind::Node)
         {
@@ -772,7 +772,7 @@ async fn owner_events(
     token_file: &std::path::Path,
     session: &str,
 ) -> Result<Vec<serde_json::Value>, String> {
-    let token = crate::http::read_token(token_file).map_err(|e| e.to_string())?;
+    let token = leasehold::http::read_token(token_file).map_err(|e| e.to_string())?;
     let token = String::from_utf8_lossy(&token).into_owned();
     let client = reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(2))
@@ -811,7 +811,7 @@ async fn owner_events(
         .map_err(|e| {
             format!(
                 "the owner did not answer: {}",
-                crate::store::objstore::redact(&e.to_string())
+                leasehold::store::objstore::redact(&e.to_string())
             )
         })?;
     if !r.status().is_success() {

@@ -9,11 +9,11 @@
 //! (queued, released, no address published) it fails with a clear error.
 
 use super::{Failure, StoreArgs, open};
-use crate::clock::{Clock, SystemClock};
-use crate::error::Error;
-use crate::name::Name;
-use crate::wake::{Owned, Resolver};
 use futures::StreamExt;
+use leasehold::clock::{Clock, SystemClock};
+use leasehold::error::Error;
+use leasehold::name::Name;
+use leasehold::wake::{Owned, Resolver};
 use std::io::Write;
 use std::time::Duration;
 
@@ -25,7 +25,7 @@ pub async fn run(
     tail: Option<usize>,
 ) -> Result<(), Failure> {
     let name = Name::new(name)?;
-    let token = String::from_utf8_lossy(&crate::http::read_token(token_file)?).into_owned();
+    let token = String::from_utf8_lossy(&leasehold::http::read_token(token_file)?).into_owned();
     let store = open(store).await?;
     let resolver = Resolver::new(store);
     let clock = SystemClock::new();
@@ -57,7 +57,7 @@ pub async fn run(
                 return Err(Error::NotFound {
                     key: format!(
                         "{} ({why}; no owner to ask for its log)",
-                        crate::keys::session(name)
+                        leasehold::keys::session(name)
                     ),
                 }
                 .into());
@@ -153,13 +153,13 @@ pub async fn run(
 /// reqwest's errors name the URL; the message is redacted of userinfo and
 /// query strings all the same.
 fn without_url(e: &reqwest::Error) -> String {
-    crate::store::objstore::redact(&e.to_string())
+    leasehold::store::objstore::redact(&e.to_string())
 }
 
 fn unavailable(node: &str, message: String) -> Error {
     Error::Unavailable {
         op: "GET",
         key: format!("the log on node {node}"),
-        source: crate::store::StoreError::Unavailable { message },
+        source: leasehold::store::StoreError::Unavailable { message },
     }
 }

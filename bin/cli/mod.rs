@@ -20,13 +20,13 @@ mod inventory;
 mod logs;
 mod watch;
 
-use crate::Name;
-use crate::clock::{Clock, OsEntropy, SystemClock};
-use crate::error::{Error, ErrorKind};
-use crate::lease::{Acquire, AcquireOptions, LeaseClient, LeaseToken};
-use crate::record::Kind;
-use crate::store::{OpenOptions, Store, open_store};
 use clap::{Args, Parser, Subcommand};
+use leasehold::Name;
+use leasehold::clock::{Clock, OsEntropy, SystemClock};
+use leasehold::error::{Error, ErrorKind};
+use leasehold::lease::{Acquire, AcquireOptions, LeaseClient, LeaseToken};
+use leasehold::record::Kind;
+use leasehold::store::{OpenOptions, Store, open_store};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -56,7 +56,7 @@ pub struct Cli {
     command: Command,
 }
 
-use crate::telemetry::LogFormat;
+use leasehold::telemetry::LogFormat;
 
 #[derive(Debug, Args, Clone)]
 pub(crate) struct StoreArgs {
@@ -383,7 +383,7 @@ enum NodeOp {
         /// session where the host allows one, else the subreaper sweep),
         /// cgroup (refuse to run without), subreaper.
         #[arg(long, default_value = "auto")]
-        containment: crate::fleet::contain::Mode,
+        containment: leasehold::fleet::contain::Mode,
         /// Where session logs go (stdout and stderr, rotated by size). Default:
         /// <state>/logs/<node>-<store hash>, state being $LEASEHOLD_STATE_DIR,
         /// else /var/lib/leasehold for root, else $XDG_STATE_HOME/leasehold or
@@ -442,7 +442,7 @@ fn default_log_dir(node: &str, store_identity: &str) -> std::path::PathBuf {
         .unwrap_or_else(|| PathBuf::from("/tmp/leasehold-state"));
     state.join("logs").join(format!(
         "{node}-{:016x}",
-        crate::store::local::fnv1a64(store_identity.as_bytes())
+        leasehold::store::local::fnv1a64(store_identity.as_bytes())
     ))
 }
 
@@ -573,7 +573,7 @@ pub fn main() -> ExitCode {
     // The dead-man switch re-executes this binary; it needs no runtime.
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("__watchdog") {
-        return crate::fleet::watchdog::main(&args[2..]);
+        return leasehold::fleet::watchdog::main(&args[2..]);
     }
     if let Err(e) = apply_config_file() {
         eprintln!("error: {e}");
@@ -604,7 +604,7 @@ pub fn main() -> ExitCode {
     }
     // A node reports its journal events at info; one-shot commands stay quiet.
     let telemetry =
-        match crate::telemetry::init(if serving { "info" } else { "warn" }, cli.log_format) {
+        match leasehold::telemetry::init(if serving { "info" } else { "warn" }, cli.log_format) {
             Ok(t) => t,
             Err(e) => {
                 eprintln!("error: {e}");
@@ -766,7 +766,7 @@ fn node_name(node: Option<String>) -> Result<Name, Error> {
     match node {
         Some(n) => Name::new(n),
         None => {
-            let h: String = crate::hostlock::hostname()
+            let h: String = leasehold::hostlock::hostname()
                 .chars()
                 .map(|c| {
                     if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
@@ -861,7 +861,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             json,
         } => {
             let store = open_creating(&store).await?;
-            let (m, created) = crate::fleet::marker::init(
+            let (m, created) = leasehold::fleet::marker::init(
                 &store,
                 &OsEntropy::new(),
                 SystemClock::new().wall_ms(),
@@ -872,13 +872,13 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 print_json(&serde_json::json!({
                     "store": store.to_string(), "fleet_id": m.fleet_id,
                     "generation": m.generation, "created": created,
-                    "first_epoch": crate::fleet::marker::epoch_base(m.generation) + 1,
+                    "first_epoch": leasehold::fleet::marker::epoch_base(m.generation) + 1,
                 }));
             } else if created {
                 println!(
                     "{store}: initialised {} (fencing tokens start at {})",
                     m.describe(),
-                    crate::fleet::marker::epoch_base(m.generation) + 1
+                    leasehold::fleet::marker::epoch_base(m.generation) + 1
                 );
             } else {
                 println!("{store}: already {}", m.describe());
@@ -905,17 +905,17 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 open_for_match(&store).await?
             };
             let now = SystemClock::new().wall_ms();
-            let plan = crate::fleet::gc::scan(&store, now, older_than).await?;
+            let plan = leasehold::fleet::gc::scan(&store, now, older_than).await?;
             let removed = if dry_run {
                 Vec::new()
             } else {
-                crate::fleet::gc::apply(&store, &OsEntropy::new(), &plan).await?
+                leasehold::fleet::gc::apply(&store, &OsEntropy::new(), &plan).await?
             };
             if json {
                 print_json(&serde_json::json!({
                     "dry_run": dry_run, "candidates": plan, "removed": removed.len(),
                     "removed_keys": removed,
-                    "epoch_floor": crate::fleet::gc::floor(&store).await?,
+                    "epoch_floor": leasehold::fleet::gc::floor(&store).await?,
                 }));
             } else {
                 for r in &plan {
@@ -960,13 +960,13 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         } => {
             let name = Name::new(name)?;
             let store = open(&store).await?;
-            let owner = crate::fleet::claim::get(&store, name.as_str())
+            let owner = leasehold::fleet::claim::get(&store, name.as_str())
                 .await
                 .ok()
                 .flatten()
                 .map(|(c, _)| c.owner.node)
                 .filter(|n| n != "queued");
-            if crate::fleet::manifest::delete(&store, &name).await? {
+            if leasehold::fleet::manifest::delete(&store, &name).await? {
                 let nudged = match owner {
                     Some(o) => nudge_nodes(&store, token_file.as_deref(), &[o]).await,
                     None => 0,
@@ -980,7 +980,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 Ok(())
             } else {
                 Err(Error::NotFound {
-                    key: crate::keys::manifest(name),
+                    key: leasehold::keys::manifest(name),
                 }
                 .into())
             }
@@ -998,7 +998,7 @@ async fn clock_offset(store: &Arc<dyn Store>) -> Result<Option<(i64, u64)>, Erro
     let clock = SystemClock::new();
     let dir = format!(
         "_probe/{}",
-        crate::clock::Entropy::hex_id(&OsEntropy::new())
+        leasehold::clock::Entropy::hex_id(&OsEntropy::new())
     );
     let key = format!("{dir}/clock");
     let w0 = clock.wall_ms();
@@ -1006,7 +1006,7 @@ async fn clock_offset(store: &Arc<dyn Store>) -> Result<Option<(i64, u64)>, Erro
         .put(
             &key,
             bytes::Bytes::from_static(b"{}"),
-            crate::store::Cond::Create,
+            leasehold::store::Cond::Create,
         )
         .await
         .map_err(|e| Error::from_store("put", &key, e))?;
@@ -1032,15 +1032,17 @@ async fn doctor(args: &StoreArgs, json: bool) -> Result<(), Failure> {
     let store = open(args).await?;
     // Named before the probe: when the probe fails for want of credentials,
     // where they were looked for is the first thing an operator needs.
-    let credentials = crate::store::open::credentials_source(&args.store).await;
-    let clock = crate::clock::SystemClock::new();
+    let credentials = leasehold::store::open::credentials_source(&args.store).await;
+    let clock = leasehold::clock::SystemClock::new();
     let started = clock.now();
-    let (report, result) = crate::probe::probe_report(&store, &OsEntropy::new(), &clock).await;
+    let (report, result) = leasehold::probe::probe_report(&store, &OsEntropy::new(), &clock).await;
     let total_ms = clock.now().saturating_since(started).as_millis() as u64;
     if result.is_ok() {
         // A passing probe clears an audit's refusal on this host.
-        let marker =
-            crate::fleet::refusal_marker(&crate::hostlock::default_lock_dir(), &store.identity());
+        let marker = leasehold::fleet::refusal_marker(
+            &leasehold::hostlock::default_lock_dir(),
+            &store.identity(),
+        );
         if std::fs::remove_file(&marker).is_ok() {
             eprintln!(
                 "cleared the audit's refusal of this store ({})",
@@ -1053,13 +1055,13 @@ async fn doctor(args: &StoreArgs, json: bool) -> Result<(), Failure> {
     let offset = clock_offset(&store).await.ok().flatten();
     let config = config_path();
     let config_found = config.as_ref().is_some_and(|p| p.exists());
-    let lock_dir = crate::hostlock::default_lock_dir();
+    let lock_dir = leasehold::hostlock::default_lock_dir();
     let endpoint = args
         .endpoint
         .clone()
         .or_else(|| std::env::var("AWS_ENDPOINT_URL_S3").ok())
         .or_else(|| std::env::var("AWS_ENDPOINT_URL").ok())
-        .map(|e| crate::store::objstore::redact(&e));
+        .map(|e| leasehold::store::objstore::redact(&e));
     let dialect = report.etag_dialect.map(|d| d.as_str());
     if json {
         let mut v = serde_json::json!({
@@ -1072,7 +1074,7 @@ async fn doctor(args: &StoreArgs, json: bool) -> Result<(), Failure> {
             "credentials": credentials,
         });
         if let Err(e) = &result {
-            v["error"] = crate::store::objstore::redact(&error_text(e)).into();
+            v["error"] = leasehold::store::objstore::redact(&error_text(e)).into();
         }
         print_json(&v);
     } else {
@@ -1156,15 +1158,17 @@ async fn lease(op: LeaseOp, max_skew: Duration) -> Result<(), Failure> {
                 open_for_match(&store).await?
             } else {
                 let store = open(&store).await?;
-                crate::probe::probe(&store, &OsEntropy::new(), &SystemClock::new()).await?;
+                leasehold::probe::probe(&store, &OsEntropy::new(), &SystemClock::new()).await?;
                 store
             };
             let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
             // Standalone leases in a fleet's bucket take its generation's
             // epochs too (one GET); without a marker, epochs start at 1.
-            let base = crate::fleet::marker::read(&store)
+            let base = leasehold::fleet::marker::read(&store)
                 .await?
-                .map_or(0, |(m, _)| crate::fleet::marker::epoch_base(m.generation));
+                .map_or(0, |(m, _)| {
+                    leasehold::fleet::marker::epoch_base(m.generation)
+                });
             let client = LeaseClient::builder(store, node)
                 .clock(clock.clone())
                 .epoch_base(base)
@@ -1196,7 +1200,7 @@ async fn lease(op: LeaseOp, max_skew: Duration) -> Result<(), Failure> {
                         if now >= deadline {
                             if json {
                                 print_json(&serde_json::json!({
-                                    "acquired": false, "key": crate::keys::lease(name),
+                                    "acquired": false, "key": leasehold::keys::lease(name),
                                     "epoch": epoch, "holder": holder,
                                 }));
                             } else {
@@ -1254,7 +1258,7 @@ async fn lease(op: LeaseOp, max_skew: Duration) -> Result<(), Failure> {
             l.release().await?;
             if json {
                 print_json(
-                    &serde_json::json!({"released": true, "key": crate::keys::lease(name), "epoch": epoch}),
+                    &serde_json::json!({"released": true, "key": leasehold::keys::lease(name), "epoch": epoch}),
                 );
             } else {
                 println!("released leases/{name} epoch {epoch}");
@@ -1269,25 +1273,25 @@ async fn lease(op: LeaseOp, max_skew: Duration) -> Result<(), Failure> {
             let client = LeaseClient::builder(store, Name::new("reader")?).build()?;
             let Some((rec, version, _)) = client.read(Kind::Lease, &name).await? else {
                 return Err(Error::NotFound {
-                    key: crate::keys::lease(name),
+                    key: leasehold::keys::lease(name),
                 }
                 .into());
             };
             // Wall-clock age is for humans only, and says so.
             let age_ms = clock.wall_ms() as i64 - rec.renewed_at_ms as i64;
-            // The one vocabulary (crate::liveness), by wall clock within the
+            // The one vocabulary (leasehold::liveness), by wall clock within the
             // skew bound: advisory, as the human output says.
-            let liveness = crate::liveness::judge(
+            let liveness = leasehold::liveness::judge(
                 Some(&rec),
                 None,
-                crate::liveness::Evidence::WallClock {
+                leasehold::liveness::Evidence::WallClock {
                     now_ms: clock.wall_ms(),
                     max_skew,
                 },
             );
             if json {
                 print_json(&serde_json::json!({
-                    "key": crate::keys::lease(name), "version": version, "record": rec,
+                    "key": leasehold::keys::lease(name), "version": version, "record": rec,
                     "wall_clock_age_ms": age_ms, "state": liveness,
                 }));
             } else {
@@ -1297,7 +1301,8 @@ async fn lease(op: LeaseOp, max_skew: Duration) -> Result<(), Failure> {
                     "state     {}{}",
                     liveness.as_str(),
                     match liveness {
-                        crate::liveness::Liveness::Live | crate::liveness::Liveness::Expired =>
+                        leasehold::liveness::Liveness::Live
+                        | leasehold::liveness::Liveness::Expired =>
                             " (by wall clock; takeovers are judged by observation)",
                         _ => "",
                     }
@@ -1331,7 +1336,7 @@ async fn resumed_client(store: &StoreArgs) -> Result<LeaseClient, Error> {
 async fn open_for_match(args: &StoreArgs) -> Result<Arc<dyn Store>, Error> {
     let store = open(args).await?;
     if std::env::var_os("LEASEHOLD_ETAG_DIALECT").is_none() {
-        crate::probe::learn_dialect(&store, &OsEntropy::new(), &SystemClock::new()).await?;
+        leasehold::probe::learn_dialect(&store, &OsEntropy::new(), &SystemClock::new()).await?;
     }
     Ok(store)
 }
@@ -1340,7 +1345,7 @@ async fn open_for_match(args: &StoreArgs) -> Result<Arc<dyn Store>, Error> {
 #[serde(deny_unknown_fields)]
 struct ManifestFile {
     name: String,
-    spec: crate::fleet::manifest::Spec,
+    spec: leasehold::fleet::manifest::Spec,
 }
 
 async fn apply(
@@ -1351,7 +1356,7 @@ async fn apply(
     json: bool,
     max_skew: Duration,
 ) -> Result<(), Failure> {
-    use crate::fleet::manifest::{self, Applied, Spec};
+    use leasehold::fleet::manifest::{self, Applied, Spec};
     use std::io::Read;
     let mut bytes = Vec::new();
     let limit = manifest::MAX_MANIFEST_BYTES as u64 + 1;
@@ -1419,12 +1424,12 @@ async fn apply(
     }
     if json {
         print_json(
-            &serde_json::json!({"key": crate::keys::manifest(name), "result": what, "digest": spec.digest(), "version": version, "nudged": nudged}),
+            &serde_json::json!({"key": leasehold::keys::manifest(name), "result": what, "digest": spec.digest(), "version": version, "nudged": nudged}),
         );
     } else {
         println!(
             "{} {what} (digest {}){}",
-            crate::keys::manifest(name),
+            leasehold::keys::manifest(name),
             &spec.digest()[..12],
             if !nudged.is_empty() {
                 format!("; nudged {}", nudged.join(", "))
@@ -1442,7 +1447,7 @@ async fn apply(
 
 /// Node IDs are names; the control object and nudge need the node's record.
 async fn node_control(op: NodeOp) -> Result<(), Failure> {
-    use crate::fleet::control;
+    use leasehold::fleet::control;
     let (id, store, token_file, drain, timeout) = match op {
         NodeOp::Cordon {
             id,
@@ -1469,7 +1474,7 @@ async fn node_control(op: NodeOp) -> Result<(), Failure> {
     let store = open_for_match(&store).await?;
     let clock = SystemClock::new();
     // A mistyped id must not "succeed": the node has to be known.
-    let node_key = crate::keys::node(&id);
+    let node_key = leasehold::keys::node(&id);
     if store
         .get(&node_key)
         .await
@@ -1510,8 +1515,8 @@ async fn node_control(op: NodeOp) -> Result<(), Failure> {
                 if clock.now() >= deadline {
                     return Err(Error::Unavailable {
                         op: "drain",
-                        key: crate::keys::node(id),
-                        source: crate::store::StoreError::Unavailable {
+                        key: leasehold::keys::node(id),
+                        source: leasehold::store::StoreError::Unavailable {
                             message: format!("still holds {held} sessions at the timeout"),
                         },
                     }
@@ -1527,10 +1532,10 @@ async fn node_control(op: NodeOp) -> Result<(), Failure> {
 /// How many sessions the claims say node `id` holds (not released, not
 /// finished).
 async fn sessions_owned_by(store: &Arc<dyn Store>, id: &str) -> Result<usize, Error> {
-    use crate::fleet::claim::{ClaimRecord, ClaimState};
+    use leasehold::fleet::claim::{ClaimRecord, ClaimState};
     // The inventory's listing and concurrent reads; an unreadable claim
     // counts as not held, as before.
-    let held = inventory::read_all(store, crate::keys::SESSIONS)
+    let held = inventory::read_all(store, leasehold::keys::SESSIONS)
         .await?
         .into_iter()
         .filter(|(e, b)| {
@@ -1554,7 +1559,7 @@ pub(crate) async fn nudge_nodes(
     let Some(tf) = token_file else {
         return 0;
     };
-    let token = match crate::http::read_token(tf) {
+    let token = match leasehold::http::read_token(tf) {
         Ok(t) => t,
         Err(e) => {
             eprintln!("warning: not nudging: {e}");
@@ -1571,11 +1576,11 @@ pub(crate) async fn nudge_nodes(
     };
     let mut n = 0;
     for id in ids.iter().take(8) {
-        let key = crate::keys::node(id);
+        let key = leasehold::keys::node(id);
         let Ok(Some(o)) = store.get(&key).await else {
             continue;
         };
-        let Ok(r) = crate::record::LeaseRecord::decode(&key, &o.bytes, Kind::Node) else {
+        let Ok(r) = leasehold::record::LeaseRecord::decode(&key, &o.bytes, Kind::Node) else {
             continue;
         };
         let Some(a) = r
@@ -1602,35 +1607,35 @@ pub(crate) async fn nudge_nodes(
 /// records by wall clock: whom `apply` nudges.
 async fn ranked_for(
     store: &Arc<dyn Store>,
-    m: &crate::fleet::manifest::ManifestRecord,
+    m: &leasehold::fleet::manifest::ManifestRecord,
     max_skew: Duration,
 ) -> Vec<String> {
-    use crate::fleet::explain::NodeFacts;
     use futures::StreamExt;
+    use leasehold::fleet::explain::NodeFacts;
     let now = SystemClock::new().wall_ms();
     let mut views = Vec::new();
-    let mut list = store.list(crate::keys::NODES);
+    let mut list = store.list(leasehold::keys::NODES);
     let mut keys = Vec::new();
     while let Some(Ok(e)) = list.next().await {
         keys.push(e.key);
     }
     for k in keys.iter().take(1000) {
         if let Ok(Some(o)) = store.get(k).await
-            && let Ok(r) = crate::record::LeaseRecord::decode(k, &o.bytes, Kind::Node)
+            && let Ok(r) = leasehold::record::LeaseRecord::decode(k, &o.bytes, Kind::Node)
         {
             let f = NodeFacts::from_record(r, now, max_skew);
-            views.push(crate::fleet::plan::NodeView {
+            views.push(leasehold::fleet::plan::NodeView {
                 id: f.record.holder.node.clone(),
                 instance: f.record.holder.instance.clone(),
                 capacity: if f.cordoned { 0 } else { f.capacity },
                 load: f.load,
                 labels: f.labels.clone(),
-                live: f.liveness == crate::liveness::Liveness::Live,
+                live: f.liveness == leasehold::liveness::Liveness::Live,
             });
         }
     }
-    let mv = crate::fleet::node::manifest_view(m);
-    crate::fleet::plan::rank(&mv, &views)
+    let mv = leasehold::fleet::node::manifest_view(m);
+    leasehold::fleet::plan::rank(&mv, &views)
         .into_iter()
         .take(2)
         .map(|n| n.id.clone())
@@ -1638,7 +1643,7 @@ async fn ranked_for(
 }
 
 async fn node(op: NodeOp) -> Result<(), Failure> {
-    use crate::fleet::{journal::Journal, node as fleet_node, runner::ExecRunner};
+    use leasehold::fleet::{journal::Journal, node as fleet_node, runner::ExecRunner};
     if !matches!(op, NodeOp::Run { .. }) {
         return node_control(op).await;
     }
@@ -1675,7 +1680,7 @@ async fn node(op: NodeOp) -> Result<(), Failure> {
             .into());
         }
         (Some(l), Some(f)) => {
-            let token = crate::http::read_token(f)?;
+            let token = leasehold::http::read_token(f)?;
             let addr = listen_addr(l)?;
             let listener = tokio::net::TcpListener::bind(addr)
                 .await
@@ -1691,13 +1696,15 @@ async fn node(op: NodeOp) -> Result<(), Failure> {
         return Err(Error::invalid("ttl", "at least 100ms for a node").into());
     }
     let store = open_creating(&store).await?;
-    let counting = Arc::new(crate::store::CountingStore::new(store));
+    let counting = Arc::new(leasehold::store::CountingStore::new(store));
     let store: Arc<dyn Store> = counting.clone();
-    let host = crate::hostlock::hostname();
+    let host = leasehold::hostlock::hostname();
     // A store this host's audit caught breaking its conditions stays refused
     // until `leasehold doctor` passes on it.
-    let refusal =
-        crate::fleet::refusal_marker(&crate::hostlock::default_lock_dir(), &store.identity());
+    let refusal = leasehold::fleet::refusal_marker(
+        &leasehold::hostlock::default_lock_dir(),
+        &store.identity(),
+    );
     if let Ok(why) = std::fs::read_to_string(&refusal) {
         return Err(Error::Unsupported {
             store: store.to_string(),
@@ -1710,8 +1717,8 @@ async fn node(op: NodeOp) -> Result<(), Failure> {
         }
         .into());
     }
-    let lock = crate::hostlock::HostLock::acquire(
-        &crate::hostlock::default_lock_dir(),
+    let lock = leasehold::hostlock::HostLock::acquire(
+        &leasehold::hostlock::default_lock_dir(),
         &store.identity(),
         id.as_str(),
         &host,
@@ -1747,12 +1754,12 @@ async fn node(op: NodeOp) -> Result<(), Failure> {
     let shutdown = tokio_util::sync::CancellationToken::new();
     let server = match http {
         Some((listener, token, bound)) => {
-            let state = crate::http::HttpState::new(journal, status, Some(counting), token)?
+            let state = leasehold::http::HttpState::new(journal, status, Some(counting), token)?
                 .with_claimer(claim_handle)
                 .with_logs(log_dir)
                 .with_max_connections(max_connections);
             tracing::info!(%bound, "serving the node API");
-            Some(tokio::spawn(crate::http::serve(
+            Some(tokio::spawn(leasehold::http::serve(
                 listener,
                 state,
                 shutdown.clone(),

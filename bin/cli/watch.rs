@@ -8,10 +8,10 @@
 //! Gaps (events evicted before we read them) are shown, never hidden.
 
 use super::{Failure, StoreArgs, open};
-use crate::clock::{Clock, SystemClock};
-use crate::error::Error;
-use crate::record::{Kind, LeaseRecord};
 use futures::StreamExt;
+use leasehold::clock::{Clock, SystemClock};
+use leasehold::error::Error;
+use leasehold::record::{Kind, LeaseRecord};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -49,7 +49,7 @@ pub async fn run(
     json: bool,
 ) -> Result<(), Failure> {
     let token =
-        Arc::new(String::from_utf8_lossy(&crate::http::read_token(token_file)?).into_owned());
+        Arc::new(String::from_utf8_lossy(&leasehold::http::read_token(token_file)?).into_owned());
     let store = open(store).await?;
     let clock = SystemClock::new();
     let deadline = duration.map(|d| clock.now() + d);
@@ -171,14 +171,14 @@ fn print(m: &Msg, json: bool) {
 
 /// Live node instances with an address: (node, instance, address).
 async fn live_nodes(
-    store: &Arc<dyn crate::store::Store>,
+    store: &Arc<dyn leasehold::store::Store>,
 ) -> Result<Vec<(String, String, String)>, Error> {
     let mut out = Vec::new();
-    let mut list = store.list(crate::keys::NODES);
+    let mut list = store.list(leasehold::keys::NODES);
     let mut keys = Vec::new();
     while let Some(e) = list.next().await {
         keys.push(
-            e.map_err(|e| Error::from_store("list", crate::keys::NODES, e))?
+            e.map_err(|e| Error::from_store("list", leasehold::keys::NODES, e))?
                 .key,
         );
     }
@@ -197,10 +197,10 @@ async fn live_nodes(
         // Followed unless its tenure is over (released or fenced): an
         // expired-looking node may be alive behind a skewed clock, and
         // following it costs a failed connection at worst.
-        let over = crate::liveness::judge(
+        let over = leasehold::liveness::judge(
             Some(&r),
             None,
-            crate::liveness::Evidence::WallClock {
+            leasehold::liveness::Evidence::WallClock {
                 now_ms: 0,
                 max_skew: Duration::ZERO,
             },
