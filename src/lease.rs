@@ -500,8 +500,8 @@ impl LeaseClient {
             nonce: record.nonce.clone(),
             sent,
         });
-        let mut conflict = false;
-        let rejected = match self.inner.store.put(key, bytes, cond).await {
+        use crate::checked::{self, Failure, Outcome};
+        let failure = match self.inner.store.put(key, bytes, cond).await {
             Ok(version) => {
                 return Ok(Written::Committed {
                     version,
@@ -509,52 +509,35 @@ impl LeaseClient {
                     record,
                 });
             }
-            Err(e) if e.is_rejection() => {
-                conflict = matches!(e, crate::store::StoreError::AlreadyExists);
-                true
+            Err(e) => {
+                if let crate::store::StoreError::Ambiguous { message } = &e {
+                    tracing::debug!(key, %message, "ambiguous write; reading back");
+                }
+                Failure::of(e).map_err(|e| Error::from_store("put", key, e))?
             }
-            Err(crate::store::StoreError::Ambiguous { message }) => {
-                tracing::debug!(key, %message, "ambiguous write; reading back");
-                false
-            }
-            Err(e) => return Err(Error::from_store("put", key, e)),
         };
         // Read back. A failure here leaves the outcome unknown: report it as
-        // transient, and the next attempt will recognise a late landing.
+        // transient, and the next attempt will recognise a late landing. Ours
+        // is our holder with the nonce of any attempt of this operation.
         let current = self.read_key(record.kind, key).await?;
-        if let Some((rec, version, _)) = &current
-            && rec.holder == self.inner.holder
-            && let Some(a) = attempts.iter().find(|a| a.nonce == rec.nonce)
-        {
-            return Ok(Written::Committed {
-                version: version.clone(),
+        let ours = current.as_ref().and_then(|(rec, _, _)| {
+            (rec.holder == self.inner.holder)
+                .then(|| attempts.iter().find(|a| a.nonce == rec.nonce))
+                .flatten()
+        });
+        let read = checked::read_back(
+            ours.is_some(),
+            current.as_ref().map(|(_, v, _)| v),
+            cond_version.as_ref(),
+        );
+        match (checked::outcome(failure, read), ours, current) {
+            (Outcome::Committed, Some(a), Some((rec, version, _))) => Ok(Written::Committed {
+                version,
                 sent: a.sent,
-                record: rec.clone(),
-            });
-        }
-        // A 409 on an If-Match on version v while v is still there is no
-        // rejection: nothing was written (AWS S3 answers concurrent
-        // conditional writes with 409 ConditionalRequestConflict, which
-        // arrives as AlreadyExists). Read back, not guessed: the outcome is
-        // "not landed", to retry. A 412 stays a rejection, as the design
-        // says ("another writer won"), even with v still there: that is a
-        // store refusing our ETag form, which must not look transient.
-        let unchanged = match (&cond_version, &current) {
-            (Some(v), Some((_, cur, _))) => conflict && cur == v,
-            _ => false,
-        };
-        if rejected && !unchanged {
-            Ok(Written::Rejected { current })
-        } else if rejected {
-            Ok(Written::NotLanded)
-        } else {
-            match current {
-                // Another writer's record is there: as good as rejected.
-                Some((rec, v, at)) if rec.holder != self.inner.holder => Ok(Written::Rejected {
-                    current: Some((rec, v, at)),
-                }),
-                _ => Ok(Written::NotLanded),
-            }
+                record: rec,
+            }),
+            (Outcome::Rejected, _, current) => Ok(Written::Rejected { current }),
+            _ => Ok(Written::NotLanded),
         }
     }
 

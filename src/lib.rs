@@ -1,4 +1,5 @@
 #![doc = include_str!("../README.md")]
+pub mod checked;
 pub mod clock;
 pub mod error;
 pub mod fleet;

@@ -38,8 +38,9 @@ pub(crate) enum Put {
 }
 
 /// Writes `bytes` (which carry `nonce`) under `cond`; on a rejection or an
-/// ambiguous failure reads back and decides by the stored nonce, which
-/// `nonce_of` extracts.
+/// ambiguous failure reads back and decides by [`crate::checked`]'s rules,
+/// recognising our write by the stored nonce, which `nonce_of` extracts.
+/// "Not landed" is returned as a transient error.
 pub(crate) async fn put_checked(
     store: &Arc<dyn Store>,
     key: &str,
@@ -48,31 +49,23 @@ pub(crate) async fn put_checked(
     nonce: &str,
     nonce_of: impl Fn(&[u8]) -> Option<String>,
 ) -> Result<Put> {
-    // Only a 409 on an If-Match can be a spurious rejection (see below).
-    let cond_version = cond.version().cloned();
-    let mut conflict = false;
-    let rejected = match store.put(key, bytes, cond).await {
+    use crate::checked::{self, Failure, Outcome};
+    let matched = cond.version().cloned();
+    let failure = match store.put(key, bytes, cond).await {
         Ok(v) => return Ok(Put::Committed(v)),
-        Err(e) if e.is_rejection() => {
-            conflict = matches!(e, StoreError::AlreadyExists);
-            true
-        }
-        Err(StoreError::Ambiguous { .. }) => false,
-        Err(e) => return Err(Error::from_store("put", key, e)),
+        Err(e) => Failure::of(e).map_err(|e| Error::from_store("put", key, e))?,
     };
     let current = store
         .get(key)
         .await
         .map_err(|e| Error::from_store("get", key, e))?;
-    match current {
-        Some(o) if nonce_of(&o.bytes).as_deref() == Some(nonce) => Ok(Put::Committed(o.version)),
-        // A 409 while the version we matched is still there: nothing was
-        // written (AWS S3 under concurrent conditional writes), so it is not
-        // a rejection; fall through to "did not land". A 412 stays one.
-        Some(o) if rejected && !(conflict && cond_version.as_ref() == Some(&o.version)) => {
-            Ok(Put::Rejected(Some((o.bytes, o.version))))
-        }
-        None if rejected => Ok(Put::Rejected(None)),
+    let ours = current
+        .as_ref()
+        .is_some_and(|o| nonce_of(&o.bytes).as_deref() == Some(nonce));
+    let read = checked::read_back(ours, current.as_ref().map(|o| &o.version), matched.as_ref());
+    match (checked::outcome(failure, read), current) {
+        (Outcome::Committed, Some(o)) => Ok(Put::Committed(o.version)),
+        (Outcome::Rejected, current) => Ok(Put::Rejected(current.map(|o| (o.bytes, o.version)))),
         _ => Err(Error::Unavailable {
             op: "put",
             key: key.to_string(),
