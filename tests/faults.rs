@@ -348,7 +348,7 @@ async fn probe_refuses_a_lock_free_store_with_measured_power() {
     use leasehold::clock::{OsEntropy, SystemClock};
     use leasehold::store::fault::LockFreeConditions;
     let entropy = OsEntropy::new();
-    let (mut refused, mut at_race) = (0, 0);
+    let (mut refused, mut at_race, mut passed) = (0, 0, Vec::new());
     let mut counts = 0;
     for _ in 0..1000 {
         let racy: Arc<dyn Store> = Arc::new(LockFreeConditions {
@@ -357,7 +357,11 @@ async fn probe_refuses_a_lock_free_store_with_measured_power() {
             clock: Arc::new(SystemClock::new()),
         });
         match leasehold::probe::probe(&racy, &entropy, &SystemClock::new()).await {
-            Ok(r) => panic!("a lock-free store passed: {:?}", r.steps),
+            // A window of one yield is the narrowest there is: on a loaded
+            // machine the runtime can happen to run all 8 writers of every
+            // round one after another (seen once in CI-like load: 1 of
+            // 1,000). The claim is 999 of 1,000, and that is what is checked.
+            Ok(r) => passed.push(r.steps),
             Err(e) => {
                 assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
                 refused += 1;
@@ -368,7 +372,11 @@ async fn probe_refuses_a_lock_free_store_with_measured_power() {
         }
     }
     eprintln!("lock-free store: refused {refused} of 1000 probes ({at_race} at a race step)");
-    assert!(refused >= 999);
+    assert!(
+        refused >= 999,
+        "a lock-free store passed {} of 1000 probes: {passed:?}",
+        passed.len()
+    );
     assert_eq!(at_race, refused, "the sequential steps cannot see this bug");
     // A correct store: never refused, and what one probe costs.
     for _ in 0..1000 {

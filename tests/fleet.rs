@@ -1485,76 +1485,7 @@ async fn no_epoch_is_issued_under_a_replaced_marker() {
 /// the holder's deadline has long passed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_peer_blind_to_a_claim_never_makes_it_again_beside_its_holder() {
-    use async_trait::async_trait;
-    use futures::stream::BoxStream;
-    use leasehold::store::{Cond, Conditional, Entry, Object, StoreError, Version};
     use std::sync::atomic::{AtomicBool, Ordering};
-
-    /// `blind`: listings leave out `sessions/web` and reads of it find
-    /// nothing. `stall`: listings of `sessions/` wait (a stuck pass).
-    #[derive(Debug)]
-    struct Tampered {
-        inner: Arc<dyn Store>,
-        blind: Arc<AtomicBool>,
-        stall: Arc<AtomicBool>,
-        clock: Arc<dyn Clock>,
-    }
-    impl std::fmt::Display for Tampered {
-        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            write!(f, "tampered({})", self.inner)
-        }
-    }
-    const KEY: &str = "sessions/web";
-    #[async_trait]
-    impl Store for Tampered {
-        async fn get(&self, key: &str) -> Result<Option<Object>, StoreError> {
-            if key == KEY && self.blind.load(Ordering::SeqCst) {
-                return Ok(None);
-            }
-            self.inner.get(key).await
-        }
-        async fn get_if_changed(
-            &self,
-            key: &str,
-            known: &Version,
-        ) -> Result<Conditional, StoreError> {
-            self.inner.get_if_changed(key, known).await
-        }
-        async fn put(
-            &self,
-            key: &str,
-            bytes: bytes::Bytes,
-            cond: Cond,
-        ) -> Result<Version, StoreError> {
-            self.inner.put(key, bytes, cond).await
-        }
-        async fn delete(&self, key: &str) -> Result<(), StoreError> {
-            self.inner.delete(key).await
-        }
-        fn list(&self, prefix: &str) -> BoxStream<'static, Result<Entry, StoreError>> {
-            use futures::StreamExt;
-            let (inner, blind, stall, clock) = (
-                self.inner.clone(),
-                self.blind.clone(),
-                self.stall.clone(),
-                self.clock.clone(),
-            );
-            let prefix = prefix.to_string();
-            futures::stream::once(async move {
-                while prefix == "sessions/" && stall.load(Ordering::SeqCst) {
-                    clock.sleep(Duration::from_millis(10)).await;
-                }
-                inner.list(&prefix)
-            })
-            .flatten()
-            .filter(move |e| {
-                let hide = blind.load(Ordering::SeqCst) && e.as_ref().is_ok_and(|e| e.key == KEY);
-                futures::future::ready(!hide)
-            })
-            .boxed()
-        }
-    }
-
     let inner: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());
     let mut f = Fleet::new(inner.clone());
     let tampered = |blind: &Arc<AtomicBool>, stall: &Arc<AtomicBool>| -> Arc<dyn Store> {
@@ -1562,6 +1493,7 @@ async fn a_peer_blind_to_a_claim_never_makes_it_again_beside_its_holder() {
             inner: inner.clone(),
             blind: blind.clone(),
             stall: stall.clone(),
+            reject_create: Arc::new(AtomicBool::new(false)),
             clock: f.clock.clone(),
         })
     };
@@ -1610,3 +1542,164 @@ async fn a_peer_blind_to_a_claim_never_makes_it_again_beside_its_holder() {
     let _ = (&owner_blind, &peer_stall);
     f.finish().await;
 }
+
+/// The claim endpoint (the wake path) and a claim deleted under it. A
+/// caller's node that had watched the owner's claim for long, asked to claim
+/// at once after the claim's deletion, once found it missing by its read,
+/// had its marker refused (another node's marker stood there a moment), and
+/// then judged the wait by the claim its last listing had cached, long
+/// watched: it made the claim with a create, beside the owner. Now a missing
+/// claim is declined outright and the stale cache entry dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_claim_endpoint_never_takes_a_missing_claim() {
+    use leasehold::fleet::node::{ClaimAnswer, claim_channel};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let inner: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());
+    let mut f = Fleet::new(inner.clone());
+    let flag = || Arc::new(AtomicBool::new(false));
+    let owner_stall = flag();
+    f.start_on(
+        Arc::new(Tampered {
+            inner: inner.clone(),
+            blind: flag(),
+            stall: owner_stall.clone(),
+            reject_create: flag(),
+            clock: f.clock.clone(),
+        }),
+        "owner",
+        8,
+        &[],
+    );
+    apply(&inner, "web", &spec("sleep")).await;
+    f.wait_for("web on owner", |p| {
+        p.get("web").is_some_and(|v| v[0].0 == "owner")
+    })
+    .await;
+    // The caller's node, with a claim endpoint, on a view that can refuse
+    // one create.
+    let reject = flag();
+    let caller_store: Arc<dyn Store> = Arc::new(Tampered {
+        inner: inner.clone(),
+        blind: flag(),
+        stall: flag(),
+        reject_create: reject.clone(),
+        clock: f.clock.clone(),
+    });
+    let id = Name::new("caller").unwrap();
+    let mut cfg = NodeConfig::new(id.clone(), TTL);
+    cfg.poll = Duration::from_millis(50);
+    cfg.max_poll = Duration::from_millis(100);
+    let runner = Arc::new(RecordingRunner::new(f.clock.clone()));
+    let (handle, inbox) = claim_channel(&id);
+    let deps = NodeDeps {
+        claims: Some(inbox),
+        ..NodeDeps::new(caller_store, f.clock.clone(), runner.clone())
+    };
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(node::run(cfg, deps, shutdown.clone()));
+    // Long enough for the caller to have watched the owner's claim for
+    // more than its hold + margin (1.2 s + 60 ms).
+    f.clock.sleep(Duration::from_millis(2000)).await;
+    owner_stall.store(true, Ordering::SeqCst);
+    reject.store(true, Ordering::SeqCst);
+    inner.delete(KEY).await.unwrap();
+    let answer = handle.claim_now(&Name::new("web").unwrap()).await.unwrap();
+    assert!(
+        matches!(&answer, ClaimAnswer::Declined { reason, .. } if reason.contains("vanished")),
+        "{answer:?}"
+    );
+    let runs = runner.history();
+    assert!(
+        runs.iter().all(|r| r.0 != "web"),
+        "the caller ran web: {runs:?}"
+    );
+    owner_stall.store(false, Ordering::SeqCst);
+    shutdown.cancel();
+    task.await.unwrap().unwrap();
+    f.finish().await;
+}
+
+mod tampered {
+    use super::*;
+    use async_trait::async_trait;
+    use futures::stream::BoxStream;
+    use leasehold::store::{Cond, Conditional, Entry, Object, StoreError, Version};
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// A node's view of the bucket, tampered with for the absence tests.
+    /// `blind`: listings leave out `sessions/web` and reads of it find
+    /// nothing. `stall`: listings of `sessions/` wait (a stuck pass).
+    /// `reject_create`: the next create of `sessions/web` is refused without
+    /// writing, as when another node's marker stood there a moment (the flag
+    /// clears itself).
+    #[derive(Debug)]
+    pub struct Tampered {
+        pub inner: Arc<dyn Store>,
+        pub blind: Arc<AtomicBool>,
+        pub stall: Arc<AtomicBool>,
+        pub reject_create: Arc<AtomicBool>,
+        pub clock: Arc<dyn Clock>,
+    }
+    impl std::fmt::Display for Tampered {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "tampered({})", self.inner)
+        }
+    }
+    pub const KEY: &str = "sessions/web";
+    #[async_trait]
+    impl Store for Tampered {
+        async fn get(&self, key: &str) -> Result<Option<Object>, StoreError> {
+            if key == KEY && self.blind.load(Ordering::SeqCst) {
+                return Ok(None);
+            }
+            self.inner.get(key).await
+        }
+        async fn get_if_changed(
+            &self,
+            key: &str,
+            known: &Version,
+        ) -> Result<Conditional, StoreError> {
+            self.inner.get_if_changed(key, known).await
+        }
+        async fn put(
+            &self,
+            key: &str,
+            bytes: bytes::Bytes,
+            cond: Cond,
+        ) -> Result<Version, StoreError> {
+            if key == KEY
+                && matches!(cond, Cond::Create)
+                && self.reject_create.swap(false, Ordering::SeqCst)
+            {
+                return Err(StoreError::AlreadyExists);
+            }
+            self.inner.put(key, bytes, cond).await
+        }
+        async fn delete(&self, key: &str) -> Result<(), StoreError> {
+            self.inner.delete(key).await
+        }
+        fn list(&self, prefix: &str) -> BoxStream<'static, Result<Entry, StoreError>> {
+            use futures::StreamExt;
+            let (inner, blind, stall, clock) = (
+                self.inner.clone(),
+                self.blind.clone(),
+                self.stall.clone(),
+                self.clock.clone(),
+            );
+            let prefix = prefix.to_string();
+            futures::stream::once(async move {
+                while prefix == "sessions/" && stall.load(Ordering::SeqCst) {
+                    clock.sleep(Duration::from_millis(10)).await;
+                }
+                inner.list(&prefix)
+            })
+            .flatten()
+            .filter(move |e| {
+                let hide = blind.load(Ordering::SeqCst) && e.as_ref().is_ok_and(|e| e.key == KEY);
+                futures::future::ready(!hide)
+            })
+            .boxed()
+        }
+    }
+}
+use tampered::{KEY, Tampered};

@@ -586,6 +586,7 @@ impl<T> Drop for AbortOnDrop<T> {
 struct Memory {
     absent_nodes: HashMap<String, (MonoTime, Duration)>,
     seen_claims: HashMap<String, u64>,
+    longest: (Duration, Duration),
 }
 
 enum Ended {
@@ -624,6 +625,11 @@ struct Node {
     /// The highest epoch we have seen for each claim key (listed manifests
     /// only): a claim that vanished is made again above it, not at 1.
     seen_claims: HashMap<String, u64>,
+    /// The longest (ttl, max_poll) any node record we ever decoded
+    /// published, ours included: only ever grows, so a peer whose record
+    /// vanished, turned corrupt or is cached stale still counts in the hold
+    /// a vanished claim waits out (`absent_claim_wait`).
+    longest: (Duration, Duration),
     idle_ticks: u32,
     /// Draining (see `apply_control`): not even a predecessor's sessions
     /// are reclaimed.
@@ -705,6 +711,7 @@ impl Node {
             first_claimable: HashMap::new(),
             absent_nodes: memory.absent_nodes,
             seen_claims: memory.seen_claims,
+            longest: memory.longest,
             idle_ticks: 0,
             draining: false,
             control_read: false,
@@ -736,6 +743,7 @@ impl Node {
         Memory {
             absent_nodes: std::mem::take(&mut self.absent_nodes),
             seen_claims: std::mem::take(&mut self.seen_claims),
+            longest: self.longest,
         }
     }
 
@@ -1068,8 +1076,15 @@ impl Node {
         let claim = super::claim::get(&self.deps.store, name.as_str())
             .await?
             .map(|(c, v)| (v, c));
-        if let Some((v, c)) = &claim {
-            self.claims.insert(key.clone(), (v.clone(), c.clone()));
+        match &claim {
+            Some((v, c)) => {
+                self.claims.insert(key.clone(), (v.clone(), c.clone()));
+            }
+            // Gone: what the last listing cached is no longer there, and
+            // must not stand in for what `absent_claim_wait` watches.
+            None => {
+                self.claims.remove(&key);
+            }
         }
         if let Some((_, c)) = &claim
             && c.owner.node != self.me.node
@@ -1106,8 +1121,12 @@ impl Node {
         }
         let vanished = self.claim_vanished(&key, claim.as_ref().map(|(_, c)| c));
         if vanished && claim.is_none() {
-            // Witness the absence with a version of our own (see `tick`).
+            // Witness the absence with a version of our own (see `tick`);
+            // a missing claim is never taken, however long it was missing.
             self.mark_vanished(name.as_str()).await?;
+            return Ok(declined(
+                "its claim vanished from the bucket; marked, to be made again after the hold period",
+            ));
         }
         if vanished && let Some(left) = self.absent_claim_wait(name.as_str()) {
             return Ok(declined(&format!(
@@ -1266,10 +1285,12 @@ impl Node {
     /// the node's),
     /// `hold` being max(max_poll, ttl) + ttl. A claim deleted from the bucket
     /// does not fence our node lease, so this is what bounds us: a peer makes
-    /// a vanished claim again only after observing it absent for `hold` +
-    /// margin (with the owner's published `max_poll_ms` and ttl) from the
-    /// *arrival* of a response that showed it absent, and the deletion came
-    /// after our listing was sent (or the listing would not have shown it).
+    /// a vanished claim again only by taking over the marker written where
+    /// it was, after observing that marker's version unchanged for `hold` +
+    /// margin (with the longest ttl and `max_poll_ms` it ever read) from the
+    /// *arrival* of the first listing that showed it; the marker landed after
+    /// the deletion, which came after our confirming request was sent (or
+    /// that request would not have shown our claim).
     /// Passes come at least every `max_poll`, and the first that no longer
     /// shows our claim stops the session at once; a stalled pass lets the
     /// sessions' deadlines lapse (they restart at the next pass).
@@ -1298,9 +1319,8 @@ impl Node {
             .collect();
         for m in &listed {
             let ckey = crate::keys::session(crate::keys::tail(crate::keys::MANIFESTS, m));
-            if let Some((_, c)) = self.claims.get(&ckey)
-                && !self.claim_vanished(&ckey, Some(c))
-            {
+            // Markers too: a raised marker carries its last holder's epoch.
+            if let Some((_, c)) = self.claims.get(&ckey) {
                 let e = self.seen_claims.entry(ckey.clone()).or_insert(0);
                 *e = (*e).max(c.epoch);
             }
@@ -1359,13 +1379,9 @@ impl Node {
         // published them), never less than ours: take the longest hold any
         // node we know publishes (a restarted node may not know who the
         // owner was).
-        let mut max_poll = self.cfg.max_poll;
-        let mut ttl = self.cfg.ttl;
-        for n in self.nodes.values() {
-            ttl = ttl.max(Duration::from_millis(n.record.ttl_ms));
-            let mp = n.record.attrs.get("max_poll_ms").and_then(|v| v.as_u64());
-            max_poll = max_poll.max(Duration::from_millis(mp.unwrap_or(0)));
-        }
+        // (`longest` keeps every record we ever read, gone or not.)
+        let ttl = self.cfg.ttl.max(self.longest.0);
+        let max_poll = self.cfg.max_poll.max(self.longest.1);
         let need = max_poll.max(ttl) + ttl + default_margin(ttl);
         // Missing (no marker yet), or its version not seen in a listing:
         // the whole wait is ahead.
@@ -1732,6 +1748,11 @@ impl Node {
                 Ok(record) => {
                     self.corrupt_nodes.remove(key);
                     self.absent_nodes.remove(key);
+                    let mp = record.attrs.get("max_poll_ms").and_then(|v| v.as_u64());
+                    self.longest = (
+                        self.longest.0.max(Duration::from_millis(record.ttl_ms)),
+                        self.longest.1.max(Duration::from_millis(mp.unwrap_or(0))),
+                    );
                     let listed = listed
                         .or_else(|| self.nodes.get(key).map(|n| n.listed.clone()))
                         .unwrap_or_else(|| o.version.clone());
@@ -2195,9 +2216,12 @@ impl Node {
                             }
                             OwnClaim::Ours
                         }
-                        Ok(Some((c, _))) if c.is_vanished() => OwnClaim::Vanished {
-                            below_ours: c.epoch < o.record.epoch,
-                        },
+                        Ok(Some((c, v))) if c.is_vanished() => {
+                            let below_ours = c.epoch < o.record.epoch;
+                            // Cached, so that RaiseMarker matches its version.
+                            self.claims.insert(key.clone(), (v, c));
+                            OwnClaim::Vanished { below_ours }
+                        }
                         Ok(Some(_)) => OwnClaim::Changed,
                         Ok(None) => OwnClaim::Deleted,
                         Err(e) => {
