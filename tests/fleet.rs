@@ -1494,6 +1494,7 @@ async fn a_peer_blind_to_a_claim_never_makes_it_again_beside_its_holder() {
             blind: blind.clone(),
             stall: stall.clone(),
             reject_create: Arc::new(AtomicBool::new(false)),
+            deny: Arc::new(AtomicBool::new(false)),
             clock: f.clock.clone(),
         })
     };
@@ -1564,6 +1565,7 @@ async fn the_claim_endpoint_never_takes_a_missing_claim() {
             blind: flag(),
             stall: owner_stall.clone(),
             reject_create: flag(),
+            deny: flag(),
             clock: f.clock.clone(),
         }),
         "owner",
@@ -1583,6 +1585,7 @@ async fn the_claim_endpoint_never_takes_a_missing_claim() {
         blind: flag(),
         stall: flag(),
         reject_create: reject.clone(),
+        deny: flag(),
         clock: f.clock.clone(),
     });
     let id = Name::new("caller").unwrap();
@@ -1619,6 +1622,40 @@ async fn the_claim_endpoint_never_takes_a_missing_claim() {
     f.finish().await;
 }
 
+/// One key whose vanished marker cannot be written (the store refuses
+/// writes to it) must not stop the pass: every other session is still
+/// placed. (The pass once returned the marker write's error, and every pass
+/// stopped at that key.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_marker_that_cannot_be_written_stalls_only_its_own_session() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let inner: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());
+    let mut f = Fleet::new(inner.clone());
+    let deny = Arc::new(AtomicBool::new(false));
+    f.start_on(
+        Arc::new(Tampered {
+            inner: inner.clone(),
+            blind: Arc::new(AtomicBool::new(false)),
+            stall: Arc::new(AtomicBool::new(false)),
+            reject_create: Arc::new(AtomicBool::new(false)),
+            deny: deny.clone(),
+            clock: f.clock.clone(),
+        }),
+        "n1",
+        8,
+        &[],
+    );
+    apply(&inner, "web", &spec("sleep")).await;
+    f.wait_for("web on n1", |p| p.contains_key("web")).await;
+    deny.store(true, Ordering::SeqCst);
+    inner.delete(KEY).await.unwrap();
+    // Sorted after `web`, so a pass that stops at web never reaches it.
+    apply(&inner, "zeta", &spec("sleep")).await;
+    f.wait_for("zeta placed", |p| p.contains_key("zeta")).await;
+    deny.store(false, Ordering::SeqCst);
+    f.finish().await;
+}
+
 mod tampered {
     use super::*;
     use async_trait::async_trait;
@@ -1631,13 +1668,14 @@ mod tampered {
     /// nothing. `stall`: listings of `sessions/` wait (a stuck pass).
     /// `reject_create`: the next create of `sessions/web` is refused without
     /// writing, as when another node's marker stood there a moment (the flag
-    /// clears itself).
+    /// clears itself). `deny`: every write of it is refused (permissions).
     #[derive(Debug)]
     pub struct Tampered {
         pub inner: Arc<dyn Store>,
         pub blind: Arc<AtomicBool>,
         pub stall: Arc<AtomicBool>,
         pub reject_create: Arc<AtomicBool>,
+        pub deny: Arc<AtomicBool>,
         pub clock: Arc<dyn Clock>,
     }
     impl std::fmt::Display for Tampered {
@@ -1672,6 +1710,11 @@ mod tampered {
                 && self.reject_create.swap(false, Ordering::SeqCst)
             {
                 return Err(StoreError::AlreadyExists);
+            }
+            if key == KEY && self.deny.load(Ordering::SeqCst) {
+                return Err(StoreError::Denied {
+                    message: "no write access to this key".into(),
+                });
             }
             self.inner.put(key, bytes, cond).await
         }

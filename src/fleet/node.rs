@@ -1123,7 +1123,9 @@ impl Node {
         if vanished && claim.is_none() {
             // Witness the absence with a version of our own (see `tick`);
             // a missing claim is never taken, however long it was missing.
-            self.mark_vanished(name.as_str()).await?;
+            if let Err(e) = self.mark_vanished(name.as_str()).await {
+                tracing::warn!(session = %name, error = %e, "writing a vanished marker");
+            }
             return Ok(declined(
                 "its claim vanished from the bucket; marked, to be made again after the hold period",
             ));
@@ -1602,8 +1604,12 @@ impl Node {
                 }
                 core::Gate::Skip | core::Gate::RefetchOwner => continue,
                 core::Gate::AbsencePending => {
-                    if claim.is_none() {
-                        self.mark_vanished(&name).await?;
+                    // One key's trouble (a write refused or lost) must not
+                    // stop the pass for every other session.
+                    if claim.is_none()
+                        && let Err(e) = self.mark_vanished(&name).await
+                    {
+                        tracing::warn!(session = name, error = %e, "writing a vanished marker");
                     }
                     changed = true; // keep polling briskly meanwhile
                     continue;
