@@ -2,7 +2,7 @@
 """Overlap soak: real nodes, real sessions, adversarial faults; measures how
 long any session ran on two holders at once.
 
-    scripts/soak-overlap.py [--seconds 120] [--nodes 3] [--seed 1]
+    scripts/soak-overlap.py [--seconds 120] [--nodes 3] [--seed 1] [--vandal]
 
 Builds nothing: uses target/debug/leasehold (cargo build first). Runs on a
 local directory store under a temporary directory, on this machine only.
@@ -23,6 +23,9 @@ Faults, one every 0.5-2 s, drawn from the seed:
   twin      start a second instance of a live node id, through a URL
             variant (trailing slash, doubled slash) or another lock directory;
             it is killed after 2-4 s
+With --vandal, also (as an operator with `rm` would, behind the store's back):
+  rm-claim  delete a random sessions/<name> (a claim, a vanished marker)
+  rm-node   delete a random nodes/<id> (a node record)
 
 Every 20 ms the soak reads /proc: for each session, the set of distinct
 (node, epoch) holders with a live process. More than one is an overlap; the
@@ -76,6 +79,7 @@ def main():
     ap.add_argument("--seconds", type=float, default=120)
     ap.add_argument("--nodes", type=int, default=3)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--vandal", action="store_true", help="also delete claims and node records")
     a = ap.parse_args()
     rng = random.Random(a.seed)
     tmp = tempfile.mkdtemp(prefix="leasehold-soak-")
@@ -143,7 +147,10 @@ def main():
         if now >= next_fault:
             next_fault = now + rng.uniform(0.5, 2.0)
             live = [n for n in nodes if n not in restart_at and n not in resume_at and nodes[n].poll() is None]
-            kind = rng.choice(["kill", "stop", "term", "watchdog", "twin"])
+            kinds = ["kill", "stop", "term", "watchdog", "twin"]
+            if a.vandal:
+                kinds += ["rm-claim", "rm-node"]
+            kind = rng.choice(kinds)
             if kind in ("kill", "stop", "term", "twin") and not live:
                 continue
             nid = rng.choice(live) if live else None
@@ -167,6 +174,15 @@ def main():
                 if not wds:
                     continue
                 os.kill(rng.choice(wds), signal.SIGKILL)
+            elif kind in ("rm-claim", "rm-node"):
+                d = f"{tmp}/bucket/" + ("sessions" if kind == "rm-claim" else "nodes")
+                names = sorted(os.listdir(d)) if os.path.isdir(d) else []
+                if not names:
+                    continue
+                try:
+                    os.remove(os.path.join(d, rng.choice(names)))
+                except FileNotFoundError:
+                    continue
             elif kind == "twin":
                 how = rng.choice(["slash", "double", "lockdir"])
                 if how == "slash":
