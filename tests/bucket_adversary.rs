@@ -69,6 +69,19 @@ async fn fleet_of_two(env: &Env, name: &str) -> (Node, Node, Arc<dyn Store>) {
     (n1, n2, s)
 }
 
+/// The owner's run `pid` ends within 3 s, and its log says `why` within 2 s
+/// more.
+async fn owner_stops_saying(owner: &Node, pid: i32, why: &str) {
+    wait_until("the owner stops", Duration::from_secs(3), async || {
+        !alive(pid)
+    })
+    .await;
+    wait_until("the owner says why", Duration::from_secs(2), async || {
+        log_of(owner).contains(why)
+    })
+    .await;
+}
+
 fn api_port(n: &Node) -> Option<u16> {
     log_of(n)
         .split("bound=127.0.0.1:")
@@ -130,14 +143,7 @@ async fn a_deleted_claim_stops_its_owner_and_is_not_reissued_at_epoch_1() {
     let (n1, n2, s) = fleet_of_two(&env, "web").await;
     let first = runs(&env, "web")[0];
     s.delete("sessions/web").await.unwrap();
-    wait_until("the owner stops", Duration::from_secs(3), async || {
-        !alive(first.1)
-    })
-    .await;
-    wait_until("the owner says why", Duration::from_secs(2), async || {
-        log_of(&n1).contains("claim deleted")
-    })
-    .await;
+    owner_stops_saying(&n1, first.1, "claim deleted").await;
     let seen = never_two_alive(&env, "web", Duration::from_secs(6)).await;
     assert!(seen.len() >= 2, "never ran again: {seen:?}");
     assert!(
@@ -167,13 +173,11 @@ async fn a_held_claim_overwritten_with_garbage_stops_its_owner_and_nobody_takes_
     )
     .await
     .unwrap();
-    wait_until("the owner stops", Duration::from_secs(3), async || {
-        !alive(first.1)
-    })
-    .await;
-    wait_until("the owner says why", Duration::from_secs(2), async || {
-        log_of(&n1).contains("claim overwritten with bytes that are not a claim")
-    })
+    owner_stops_saying(
+        &n1,
+        first.1,
+        "claim overwritten with bytes that are not a claim",
+    )
     .await;
     // Nobody runs it while the claim is unreadable, for well over a ttl.
     let seen = never_two_alive(&env, "web", Duration::from_secs(4)).await;
