@@ -2169,9 +2169,12 @@ impl Node {
                             continue; // taken over, or the store is unreachable
                         }
                     }
+                    // The back-off runs from after the write (a slow store
+                    // must not shorten it).
+                    let after_write = self.deps.clock.now();
                     if let Some(o) = self.owned.get_mut(&x.name) {
                         o.quick_exits = quick_exits;
-                        o.restart_at = (!delay.is_zero()).then_some(now + delay);
+                        o.restart_at = (!delay.is_zero()).then_some(after_write + delay);
                     }
                     if delay.is_zero() {
                         self.start(&x.name, &m).await;
@@ -2256,8 +2259,11 @@ impl Node {
                 full: self.load() >= self.cfg.capacity,
             };
             let actions = core::reconcile_owned(&facts);
-            changed |= !actions.is_empty();
+            // Changed means something was done: a state write that failed
+            // (a store outage) leaves the pace to back off.
+            let was_changed = changed;
             for action in actions {
+                changed = true;
                 match action {
                     OwnedAction::Lose(why) => self.lose(&name, why).await,
                     OwnedAction::MarkVanished | OwnedAction::RaiseMarker => {
@@ -2299,6 +2305,7 @@ impl Node {
                     }
                     OwnedAction::SetState(state) => {
                         if self.set_state(&name, state, None).await.is_err() {
+                            changed = was_changed;
                             break; // lost (rejected) or unwritable: no more steps
                         }
                     }
