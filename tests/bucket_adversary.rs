@@ -82,6 +82,16 @@ async fn owner_stops_saying(owner: &Node, pid: i32, why: &str) {
     .await;
 }
 
+/// `leasehold ls` reports a CORRUPT row.
+fn ls_shows_corrupt(env: &Env) {
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["ls", "--store", &env.url])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.to_lowercase().contains("corrupt"), "{out}");
+}
+
 fn api_port(n: &Node) -> Option<u16> {
     log_of(n)
         .split("bound=127.0.0.1:")
@@ -182,12 +192,7 @@ async fn a_held_claim_overwritten_with_garbage_stops_its_owner_and_nobody_takes_
     // Nobody runs it while the claim is unreadable, for well over a ttl.
     let seen = never_two_alive(&env, "web", Duration::from_secs(4)).await;
     assert_eq!(seen.len(), 1, "a corrupt claim was taken over: {seen:?}");
-    let o = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
-        .args(["ls", "--store", &env.url])
-        .output()
-        .unwrap();
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(out.to_lowercase().contains("corrupt"), "{out}");
+    ls_shows_corrupt(&env);
     drop((n1, n2));
 }
 
@@ -232,12 +237,7 @@ async fn stray_and_oversized_objects_do_not_stop_failover() {
         let c = claim(&s, &format!("s{i}")).await.unwrap();
         assert_eq!((c.owner.node.as_str(), c.epoch), ("n2", 2));
     }
-    let o = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
-        .args(["ls", "--store", &env.url])
-        .output()
-        .unwrap();
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(out.to_lowercase().contains("corrupt"), "{out}");
+    ls_shows_corrupt(&env);
     drop(n2);
 }
 
