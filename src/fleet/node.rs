@@ -1336,6 +1336,23 @@ impl Node {
         self.seen_claims.retain(|k, _| wanted(k));
     }
 
+    /// Writes a vanished marker at `epoch` to `key` under `cond` (a fresh
+    /// nonce each time, so its version is new); the marker is returned too.
+    async fn put_marker(&self, key: &str, epoch: u64, cond: Cond) -> (Result<Put>, ClaimRecord) {
+        let marker =
+            ClaimRecord::vanished(epoch, self.deps.entropy.hex_id(), self.deps.clock.wall_ms());
+        let put = put_checked(
+            &self.deps.store,
+            key,
+            Bytes::from(marker.encode()),
+            cond,
+            &marker.nonce,
+            json_nonce,
+        )
+        .await;
+        (put, marker)
+    }
+
     /// Writes the marker of `name`'s vanished claim (create-if-absent; see
     /// `ClaimRecord::vanished`) at the highest epoch we saw for it. Landed,
     /// it is cached; rejected, someone wrote the key first (their marker,
@@ -1343,18 +1360,8 @@ impl Node {
     async fn mark_vanished(&mut self, name: &str) -> Result<()> {
         let key = crate::keys::session(name);
         let epoch = self.seen_claims.get(&key).copied().unwrap_or(0);
-        let marker =
-            ClaimRecord::vanished(epoch, self.deps.entropy.hex_id(), self.deps.clock.wall_ms());
-        let put = put_checked(
-            &self.deps.store,
-            &key,
-            Bytes::from(marker.encode()),
-            Cond::Create,
-            &marker.nonce,
-            json_nonce,
-        )
-        .await?;
-        if let Put::Committed(v) = put {
+        let (put, marker) = self.put_marker(&key, epoch, Cond::Create).await;
+        if let Put::Committed(v) = put? {
             self.event(
                 "vanished",
                 Some(name),
@@ -2274,20 +2281,7 @@ impl Node {
                             (OwnedAction::RaiseMarker, Some((v, _))) => Cond::Match(v.clone()),
                             _ => Cond::Create,
                         };
-                        let marker = ClaimRecord::vanished(
-                            o.record.epoch,
-                            self.deps.entropy.hex_id(),
-                            self.deps.clock.wall_ms(),
-                        );
-                        let _ = put_checked(
-                            &self.deps.store,
-                            &key,
-                            Bytes::from(marker.encode()),
-                            cond,
-                            &marker.nonce,
-                            json_nonce,
-                        )
-                        .await;
+                        let _ = self.put_marker(&key, o.record.epoch, cond).await;
                     }
                     OwnedAction::Stop(detail) => {
                         self.deps.runner.stop(&name).await;
