@@ -104,6 +104,10 @@ pub enum Takeover {
     /// Held by an earlier instance of this node on this host that held the
     /// host lock, and we hold it now, so that instance is dead.
     PredecessorDead,
+    /// The record went missing and the marker written in its place
+    /// ([`LeaseRecord::vanished`]) has been seen unchanged for its ttl +
+    /// margin: any holder whose record was deleted has stopped believing.
+    Vanished,
 }
 
 /// The pure takeover rule. `observed_for` is how long this observer has seen
@@ -115,7 +119,14 @@ pub fn decide_takeover(
     observed_for: Duration,
     observer_margin: Duration,
 ) -> Option<Takeover> {
-    use crate::liveness::{Evidence, Liveness, judge};
+    use crate::liveness::{Evidence, Liveness, absent_long_enough, judge};
+    // A vanished marker is absence, not a release: it is watched like an
+    // unchanged version before anyone takes the lease again.
+    if current.is_vanished() {
+        let ttl = Duration::from_millis(current.ttl_ms);
+        return absent_long_enough(observed_for, ttl, observer_margin)
+            .then_some(Takeover::Vanished);
+    }
     let liveness = judge(
         Some(current),
         None,
@@ -218,6 +229,17 @@ pub enum Acquire {
         /// How much longer, if nothing changes, before it counts as expired.
         expires_after: Duration,
     },
+    /// The lease has no record: never created ([`LeaseClient::create`]), or
+    /// deleted, perhaps under a holder that still believes in it. A marker
+    /// now stands in its place ([`LeaseRecord::vanished`]), and the lease can
+    /// be acquired once this client has watched the marker unchanged for
+    /// `expires_after` more (acquire again then, as for `Held`).
+    Absent {
+        /// The marker's epoch: the next holder's is higher.
+        epoch: u64,
+        observed_for: Duration,
+        expires_after: Duration,
+    },
 }
 
 /// A lease token for one-shot commands: enough to renew or release a lease
@@ -263,6 +285,18 @@ struct Inner {
     /// New records start at `epoch_base + 1`; takeovers never go below it
     /// (see [`crate::fleet::marker::epoch_base`]).
     epoch_base: u64,
+    /// Per key, the highest epoch and the longest ttl of any record this
+    /// client has read or written there: what a vanished marker it writes
+    /// carries, so that a deleted lease is neither waited for too briefly
+    /// nor taken again at an epoch this client has already seen.
+    known: Mutex<HashMap<String, Known>>,
+}
+
+/// See `Inner::known`.
+#[derive(Debug, Clone, Copy, Default)]
+struct Known {
+    epoch: u64,
+    ttl_ms: u64,
 }
 
 /// Acquires and inspects leases as one holder identity (node, host, instance).
@@ -339,6 +373,12 @@ impl LeaseClientBuilder {
             host,
             instance: self.instance.unwrap_or_else(|| entropy.hex_id()),
         };
+        if holder.instance == crate::record::PLACEHOLDER_INSTANCE {
+            return Err(Error::invalid(
+                "holder identity",
+                "instance \"queued\" names placeholders, never a process",
+            ));
+        }
         let probe = LeaseRecord {
             schema: SCHEMA.into(),
             kind: Kind::Lease,
@@ -365,6 +405,7 @@ impl LeaseClientBuilder {
                 host_lock: self.host_lock,
                 observer: Observer::default(),
                 epoch_base: self.epoch_base,
+                known: Default::default(),
             }),
         })
     }
@@ -478,7 +519,110 @@ impl LeaseClient {
             None => Ok(None),
             Some(o) => {
                 let rec = LeaseRecord::decode(key, &o.bytes, kind)?;
+                self.note(key, &rec);
                 Ok(Some((rec, o.version, arrived)))
+            }
+        }
+    }
+
+    /// Remembers `rec`'s epoch and ttl for `key` (see `Inner::known`).
+    fn note(&self, key: &str, rec: &LeaseRecord) {
+        let mut known = self.inner.known.lock().unwrap();
+        let k = known.entry(key.to_string()).or_default();
+        k.epoch = k.epoch.max(rec.epoch);
+        if !rec.is_placeholder() || rec.is_vanished() {
+            k.ttl_ms = k.ttl_ms.max(rec.ttl_ms);
+        }
+    }
+
+    fn known(&self, key: &str) -> Known {
+        self.inner
+            .known
+            .lock()
+            .unwrap()
+            .get(key)
+            .copied()
+            .unwrap_or_default()
+    }
+
+    /// The marker this client writes where `key`'s record is missing: at the
+    /// highest epoch it knows (at least `floor`), with the longest ttl it
+    /// knows (at least `ttl`).
+    fn vanished_marker(&self, key: &str, floor: u64, ttl: Duration) -> LeaseRecord {
+        let k = self.known(key);
+        LeaseRecord::vanished(
+            k.epoch.max(floor).max(self.inner.epoch_base),
+            k.ttl_ms.max(ttl.as_millis() as u64),
+            self.inner.entropy.hex_id(),
+            self.inner.clock.wall_ms(),
+        )
+    }
+
+    /// Declares the standalone lease `leases/<name>` (`leasehold lease
+    /// create`): writes its placeholder if the key has no object, so the
+    /// first acquire takes it at once. Returns whether this call created it.
+    ///
+    /// Declaring asserts that the name is new. Without a declaration a
+    /// missing record is taken for a deleted one, and the first acquire
+    /// waits out a ttl + margin (see [`Acquire::Absent`]); after a deletion
+    /// of a held lease, declaring it again would let an acquire take it while
+    /// the deleted holder still believes, and restart its epochs (as a new
+    /// generation would, without the generation's higher base).
+    pub async fn create(&self, name: &Name) -> Result<bool> {
+        let key = key_for(Kind::Lease, name);
+        let rec = LeaseRecord::declared(
+            self.inner.epoch_base,
+            self.inner.entropy.hex_id(),
+            self.inner.clock.wall_ms(),
+        );
+        let encoded = rec.encode()?;
+        match self
+            .inner
+            .store
+            .put(&key, Bytes::from(encoded.clone()), Cond::Create)
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(crate::store::StoreError::AlreadyExists) => Ok(false),
+            Err(crate::store::StoreError::Ambiguous { .. }) => {
+                // Landed or not? Read back: our bytes (with their nonce)
+                // mean this call created it.
+                match self.inner.store.get(&key).await {
+                    Ok(Some(o)) => Ok(o.bytes.as_ref() == encoded.as_slice()),
+                    Ok(None) => Err(not_landed("create", &key, "try again")),
+                    Err(e) => Err(Error::from_store("get", &key, e)),
+                }
+            }
+            Err(e) => Err(Error::from_store("put", &key, e)),
+        }
+    }
+
+    /// A holder found its record gone or replaced by a marker below its
+    /// epoch: writes (or raises) the marker to its epoch, so the next holder's
+    /// token is above every token this one handed out. Best effort: a failure
+    /// is logged (the marker of whoever finds the key missing next stands).
+    async fn keep_epoch(
+        &self,
+        key: &str,
+        epoch: u64,
+        ttl_ms: u64,
+        current: Option<(LeaseRecord, Version)>,
+    ) {
+        let marker = self.vanished_marker(key, epoch, Duration::from_millis(ttl_ms));
+        let cond = match current {
+            None => Cond::Create,
+            Some((rec, version)) if rec.is_vanished() && rec.epoch < epoch => Cond::Match(version),
+            Some(_) => return,
+        };
+        let Ok(bytes) = marker.encode() else { return };
+        match self.inner.store.put(key, Bytes::from(bytes), cond).await {
+            Ok(_) => tracing::warn!(
+                key,
+                epoch,
+                "lease record vanished; marker written at its epoch"
+            ),
+            Err(e) => {
+                tracing::warn!(key, epoch, error = %e, "lease record vanished; could not write its marker")
             }
         }
     }
@@ -503,6 +647,7 @@ impl LeaseClient {
         use crate::checked::{self, Failure, Outcome};
         let failure = match self.inner.store.put(key, bytes, cond).await {
             Ok(version) => {
+                self.note(key, &record);
                 return Ok(Written::Committed {
                     version,
                     sent,
@@ -569,9 +714,17 @@ impl LeaseClient {
 
     /// Acquires the lease of `kind` named `name`.
     ///
-    /// One round trip on a fresh key. On an existing key: a read, then one
-    /// If-Match write if a takeover is allowed. Losing that final write is
-    /// [`Error::Conflict`].
+    /// A standalone lease: a read, then one If-Match write if a takeover is
+    /// allowed; losing that final write is [`Error::Conflict`]. A missing
+    /// record is never taken for a fresh key (it may have been deleted under
+    /// a holder that still believes): a marker is written in its place and
+    /// the answer is [`Acquire::Absent`] until the marker has been watched
+    /// for its ttl + margin. [`LeaseClient::create`] declares a new name so
+    /// that its first acquire is immediate.
+    ///
+    /// A node lease keeps one round trip on a fresh key (create-if-absent):
+    /// the fleet judges a missing node record by observation itself, and
+    /// claims name the node's instance, never its epoch.
     #[tracing::instrument(level = "debug", name = "lease acquire", skip_all, fields(kind = ?kind, name = %name))]
     pub async fn acquire_kind(
         &self,
@@ -582,35 +735,117 @@ impl LeaseClient {
         let margin = opts.validate()?;
         let key = key_for(kind, name);
         let mut attempts = Vec::new();
-        let fresh = self.new_record(kind, self.inner.epoch_base + 1, opts);
-        let current = match self.write(&key, fresh, Cond::Create, &mut attempts).await? {
-            Written::Committed {
-                version,
-                sent,
-                record,
-            } => {
-                return Ok(Acquire::Acquired(
-                    self.lease(key, record, version, sent, margin),
-                ));
+        // Refuse what could never be written (attributes too large, say)
+        // before any request.
+        self.new_record(kind, self.inner.epoch_base + 1, opts)
+            .encode()?;
+        let current = if kind == Kind::Lease {
+            match self.read_key(kind, &key).await? {
+                Some(c) => Some(c),
+                None => {
+                    let marker = self.vanished_marker(&key, 0, opts.ttl);
+                    match self
+                        .write(&key, marker, Cond::Create, &mut attempts)
+                        .await?
+                    {
+                        Written::Committed {
+                            version, record, ..
+                        } => {
+                            // Watched from the arrival of the response that
+                            // showed it: ours, which came after it landed.
+                            let arrived = self.inner.clock.now();
+                            self.inner.observer.observe(&key, &version, arrived);
+                            let ttl = Duration::from_millis(record.ttl_ms);
+                            tracing::debug!(key, epoch = record.epoch, "no record; marker written");
+                            return Ok(Acquire::Absent {
+                                epoch: record.epoch,
+                                observed_for: Duration::ZERO,
+                                expires_after: ttl + default_margin(ttl),
+                            });
+                        }
+                        Written::Rejected { current } => current,
+                        Written::NotLanded => {
+                            return Err(not_landed("vanished marker", &key, "try again"));
+                        }
+                    }
+                }
             }
-            Written::Rejected { current } => current,
-            Written::NotLanded => return Err(not_landed("create", &key, "try again")),
+        } else {
+            let fresh = self.new_record(kind, self.inner.epoch_base + 1, opts);
+            match self.write(&key, fresh, Cond::Create, &mut attempts).await? {
+                Written::Committed {
+                    version,
+                    sent,
+                    record,
+                } => {
+                    return Ok(Acquire::Acquired(
+                        self.lease(key, record, version, sent, margin),
+                    ));
+                }
+                Written::Rejected { current } => current,
+                Written::NotLanded => return Err(not_landed("create", &key, "try again")),
+            }
         };
         let Some((rec, version, arrived)) = current else {
             // Rejected, yet nothing there: deleted in between (garbage
             // collection). Report a conflict rather than loop.
             return Err(Error::Conflict { key });
         };
+        let known = self.known(&key);
+        if rec.is_vanished() && (known.epoch > rec.epoch || known.ttl_ms > rec.ttl_ms) {
+            // The marker's writer knew less than we do (a lower epoch, a
+            // shorter ttl): raise it, so that whoever takes the lease next
+            // goes above every epoch we saw and waits long enough. A new
+            // version: every watcher starts again.
+            let marker = self.vanished_marker(&key, known.epoch, opts.ttl);
+            return match self
+                .write(&key, marker, Cond::Match(version), &mut attempts)
+                .await?
+            {
+                Written::Committed {
+                    version, record, ..
+                } => {
+                    let arrived = self.inner.clock.now();
+                    self.inner.observer.observe(&key, &version, arrived);
+                    let ttl = Duration::from_millis(record.ttl_ms);
+                    tracing::debug!(key, epoch = record.epoch, "marker raised");
+                    Ok(Acquire::Absent {
+                        epoch: record.epoch,
+                        observed_for: Duration::ZERO,
+                        expires_after: ttl + default_margin(ttl),
+                    })
+                }
+                Written::Rejected { .. } => Err(Error::Conflict { key }),
+                Written::NotLanded => Err(not_landed("vanished marker", &key, "try again")),
+            };
+        }
         let observed_for = self.inner.observer.observe(&key, &version, arrived);
-        let observer_margin = default_margin(Duration::from_millis(rec.ttl_ms));
+        // A marker is watched for the longest ttl this client knows for the
+        // key, its own included, if that is longer than the marker says: the
+        // marker's writer may have known less.
+        let mut judged = rec.clone();
+        if judged.is_vanished() {
+            judged.ttl_ms = judged
+                .ttl_ms
+                .max(known.ttl_ms)
+                .max(opts.ttl.as_millis() as u64);
+        }
+        let observer_margin = default_margin(Duration::from_millis(judged.ttl_ms));
         let Some(why) = decide_takeover(
-            &rec,
+            &judged,
             &self.inner.holder,
             self.inner.host_lock.as_ref().map(|l| l.id()),
             observed_for,
             observer_margin,
         ) else {
-            let need = Duration::from_millis(rec.ttl_ms) + observer_margin;
+            let need = Duration::from_millis(judged.ttl_ms) + observer_margin;
+            if rec.is_vanished() {
+                return Ok(Acquire::Absent {
+                    epoch: rec.epoch,
+                    observed_for,
+                    expires_after: need.saturating_sub(observed_for),
+                });
+            }
             return Ok(Acquire::Held {
                 holder: rec.holder,
                 epoch: rec.epoch,
@@ -620,7 +855,9 @@ impl LeaseClient {
         };
         // Every new tenure gets a new fencing token. (Our own retried create,
         // recognised by its nonce, never reaches here: it is committed.)
-        let epoch = (rec.epoch + 1).max(self.inner.epoch_base + 1);
+        // Above every epoch this client has seen here too: a record made
+        // again after a deletion may carry less than the one deleted.
+        let epoch = (rec.epoch.max(known.epoch) + 1).max(self.inner.epoch_base + 1);
         tracing::debug!(key, ?why, epoch, "taking over");
         let next = self.new_record(kind, epoch, opts);
         match self
@@ -650,7 +887,28 @@ impl LeaseClient {
     /// until then.
     pub async fn resume(&self, kind: Kind, name: &Name, token: &LeaseToken) -> Result<Lease> {
         let key = key_for(kind, name);
-        let Some((rec, version, _)) = self.read_key(kind, &key).await? else {
+        let current = self.read_key(kind, &key).await?;
+        let deleted = match &current {
+            None => kind == Kind::Lease,
+            Some((rec, _, _)) => rec.is_vanished(),
+        };
+        if deleted {
+            // Deleted under this token's holder: lost, and the token's epoch
+            // goes on the marker, if there is one (its ttl is the acquirers'
+            // to say: this one-shot client knows none), so that no later
+            // holder reuses it.
+            if let Some((rec, version, _)) = current {
+                let ttl = rec.ttl_ms;
+                self.keep_epoch(&key, token.epoch, ttl, Some((rec, version)))
+                    .await;
+            }
+            return Err(Error::Lost {
+                key,
+                epoch: token.epoch,
+                reason: "the record was deleted (a marker stands in its place)".into(),
+            });
+        }
+        let Some((rec, version, _)) = current else {
             return Err(Error::NotFound { key });
         };
         if rec.holder.instance == token.instance && rec.released {
@@ -704,6 +962,7 @@ impl LeaseClient {
                 host_lock: None,
                 observer: Observer::default(),
                 epoch_base: self.inner.epoch_base,
+                known: Default::default(),
             }),
         };
         let margin = default_margin(Duration::from_millis(rec.ttl_ms));
@@ -891,7 +1150,10 @@ impl Lease {
                 Ok(())
             }
             Ok(Written::Rejected { current }) => {
-                let who = match current {
+                let who = match &current {
+                    Some((r, _, _)) if r.is_vanished() => {
+                        "the record was deleted (a marker stands in its place)".into()
+                    }
                     Some((r, _, _)) => format!(
                         "now epoch {} held by {}/{}{}",
                         r.epoch,
@@ -901,7 +1163,10 @@ impl Lease {
                     ),
                     None => "the object is gone".into(),
                 };
-                Err(self.lost(format!("another writer changed the lease: {who}")))
+                // Stop believing first; then keep our epoch in the bucket.
+                let e = self.lost(format!("another writer changed the lease: {who}"));
+                self.after_vanished(current).await;
+                Err(e)
             }
             Ok(Written::NotLanded) => {
                 self.pending = pending;
@@ -914,6 +1179,26 @@ impl Lease {
                 Err(e)
             }
         }
+    }
+
+    /// After a rejected write of a standalone lease: if the record is gone or
+    /// a marker below our epoch stands in its place, put our epoch there
+    /// (see [`LeaseClient::keep_epoch`]).
+    async fn after_vanished(&self, current: Option<(LeaseRecord, Version, MonoTime)>) {
+        if self.record.kind != Kind::Lease {
+            return;
+        }
+        if current.as_ref().is_some_and(|(r, _, _)| !r.is_vanished()) {
+            return;
+        }
+        self.client
+            .keep_epoch(
+                &self.key,
+                self.record.epoch,
+                self.record.ttl_ms,
+                current.map(|(r, v, _)| (r, v)),
+            )
+            .await;
     }
 
     /// Renews, retrying transport failures with exponential backoff (backon)
@@ -986,8 +1271,10 @@ impl Lease {
                 .await;
             match r {
                 Ok(Written::Committed { .. }) => return Ok(()),
-                Ok(Written::Rejected { .. }) => {
-                    return Err(self.lost("another writer changed the lease before release"));
+                Ok(Written::Rejected { current }) => {
+                    let e = self.lost("another writer changed the lease before release");
+                    self.after_vanished(current).await;
+                    return Err(e);
                 }
                 Ok(Written::NotLanded) if tries < 3 => {
                     tries += 1;

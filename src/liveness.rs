@@ -24,7 +24,8 @@
 //!   fail its next renewal) and its epoch is final.
 //! - A record naming another instance than the one asked about is
 //!   [`Liveness::Superseded`] (the node restarted; the old instance is gone).
-//! - No record is [`Liveness::Absent`]: an *observation*, never a death
+//! - No record, or a vanished lease's marker standing in for one
+//!   ([`LeaseRecord::vanished`]), is [`Liveness::Absent`]: an *observation*, never a death
 //!   certificate. A holder whose record was deleted may still act until its
 //!   validity lapses, so absence licenses a takeover only once observed for
 //!   ttl + margin ([`absent_long_enough`]), exactly as an unchanged version.
@@ -73,6 +74,12 @@ pub fn judge(record: Option<&LeaseRecord>, instance: Option<&str>, evidence: Evi
     let Some(r) = record else {
         return Liveness::Absent;
     };
+    // A vanished lease's marker stands for the missing record it replaced:
+    // judged as absence (watched for ttl + margin before a takeover), never
+    // as a release, whoever asks.
+    if r.is_vanished() {
+        return Liveness::Absent;
+    }
     if instance.is_some_and(|i| i != r.holder.instance) {
         return Liveness::Superseded;
     }
@@ -208,6 +215,10 @@ mod tests {
         for (i, (r, inst, ev, want)) in cases.into_iter().enumerate() {
             assert_eq!(judge(r, inst, ev), want, "case {i}: {r:?} {inst:?} {ev:?}");
         }
+        let marker = LeaseRecord::vanished(7, 10_000, "n".into(), 0);
+        assert_eq!(judge(Some(&marker), None, obs(100)), Liveness::Absent);
+        let declared = LeaseRecord::declared(0, "n".into(), 0);
+        assert_eq!(judge(Some(&declared), None, obs(0)), Liveness::Released);
         assert!(!absent_long_enough(S(10), S(10), S(1)));
         assert!(absent_long_enough(S(11), S(10), S(1)));
         assert!(Liveness::Fenced.is_final() && !Liveness::Expired.is_final());

@@ -73,6 +73,18 @@ pub struct LeaseRecord {
     pub nonce: String,
 }
 
+/// The instance named by a placeholder record (a vanished lease's marker or a
+/// declared lease; see [`LeaseRecord::vanished`]). No process is ever this
+/// instance: instances are random hex, and [`crate::lease::LeaseClient`]
+/// refuses to act as it. (The claims' placeholders use the same word.)
+pub const PLACEHOLDER_INSTANCE: &str = "queued";
+/// The host named by placeholder records.
+pub const PLACEHOLDER_HOST: &str = "-";
+/// The node named by a vanished lease's marker.
+pub const VANISHED_NODE: &str = "vanished";
+/// The node named by a declared lease's placeholder (`leasehold lease create`).
+pub const DECLARED_NODE: &str = "declared";
+
 fn printable(s: &str, max: usize) -> bool {
     !s.is_empty() && s.len() <= max && !s.chars().any(|c| c.is_control())
 }
@@ -82,6 +94,57 @@ fn id_like(s: &str) -> bool {
 }
 
 impl LeaseRecord {
+    fn placeholder(node: &str, epoch: u64, ttl_ms: u64, nonce: String, wall_ms: u64) -> Self {
+        LeaseRecord {
+            schema: SCHEMA.into(),
+            kind: Kind::Lease,
+            holder: Holder {
+                node: node.into(),
+                host: PLACEHOLDER_HOST.into(),
+                instance: PLACEHOLDER_INSTANCE.into(),
+            },
+            epoch,
+            ttl_ms,
+            renewed_at_ms: wall_ms,
+            released: true,
+            host_locked: false,
+            lock_id: None,
+            address: None,
+            attrs: Default::default(),
+            nonce,
+        }
+    }
+
+    /// The marker written where a standalone lease's record was found
+    /// missing: released, at the highest epoch its writer knew, with the
+    /// longest ttl it knew. A missing lease may have been deleted under a
+    /// holder that still believes in it, so it is taken again only by an
+    /// If-Match takeover of this marker after watching *this version*
+    /// unchanged for its ttl + margin (see docs/protocol.md, "Standalone
+    /// leases"): absence is an observation, never a death certificate.
+    pub fn vanished(epoch: u64, ttl_ms: u64, nonce: String, wall_ms: u64) -> Self {
+        Self::placeholder(VANISHED_NODE, epoch, ttl_ms, nonce, wall_ms)
+    }
+
+    /// The placeholder of a declared lease (`leasehold lease create`): a
+    /// released record at the generation's base epoch (0 in generation 1),
+    /// taken over at once by the first acquire, at the base + 1. Declaring
+    /// asserts that the name is new: a missing record is otherwise treated
+    /// as a deletion.
+    pub fn declared(epoch: u64, nonce: String, wall_ms: u64) -> Self {
+        Self::placeholder(DECLARED_NODE, epoch, 1, nonce, wall_ms)
+    }
+
+    /// Is this a placeholder (a vanished marker or a declared lease)?
+    pub fn is_placeholder(&self) -> bool {
+        self.holder.instance == PLACEHOLDER_INSTANCE
+    }
+
+    /// Is this a vanished lease's marker (see [`LeaseRecord::vanished`])?
+    pub fn is_vanished(&self) -> bool {
+        self.is_placeholder() && self.holder.node == VANISHED_NODE
+    }
+
     /// Advisory, for one-shot readers (`ls`, `resolve`, `wake`) that cannot
     /// watch a record for a TTL: has the holder's last renew, stamped by the
     /// holder's wall clock, fallen more than `ttl + max_skew` behind
@@ -108,7 +171,20 @@ impl LeaseRecord {
                 self.schema
             ));
         }
-        if self.epoch == 0 {
+        if self.is_placeholder() {
+            // Placeholders are released standalone leases, nothing else: a
+            // held record naming no process would be taken for a live one.
+            if !self.released || self.kind != Kind::Lease || self.holder.host != PLACEHOLDER_HOST {
+                return Err(format!(
+                    "instance {PLACEHOLDER_INSTANCE:?} names no process: only a released lease placeholder may carry it"
+                ));
+            }
+            if self.holder.node != VANISHED_NODE && self.holder.node != DECLARED_NODE {
+                return Err(format!(
+                    "a placeholder's node is {VANISHED_NODE:?} or {DECLARED_NODE:?}"
+                ));
+            }
+        } else if self.epoch == 0 {
             return Err("epoch must be at least 1".into());
         }
         if self.ttl_ms == 0 || self.ttl_ms > MAX_TTL_MS {

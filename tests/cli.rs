@@ -107,6 +107,12 @@ fn node_with_api(
 #[test]
 fn lease_lifecycle_with_exit_codes_and_json() {
     let (_d, s) = store();
+    let c = run(&["lease", "create", "job", "--store", &s, "--json"]);
+    assert_eq!(code(&c), 0, "{}", stderr(&c));
+    assert_eq!(json(&c)["created"], true);
+    let c = run(&["lease", "create", "job", "--store", &s]);
+    assert_eq!(code(&c), 0, "{}", stderr(&c));
+    assert!(stdout(&c).contains("exists leases/job"), "{}", stdout(&c));
     let a = run(&[
         "lease", "acquire", "job", "--store", &s, "--ttl", "30s", "--node", "n1", "--json",
     ]);
@@ -237,6 +243,7 @@ fn corrupt_objects_are_exit_5_and_left_untouched() {
     // file whose JSON is from an unknown schema version.
     std::fs::create_dir_all(d.path().join("leases")).unwrap();
     std::fs::write(d.path().join("leases/foreign"), b"hello").unwrap();
+    assert_eq!(code(&run(&["lease", "create", "ok", "--store", &s])), 0);
     let o = run(&["lease", "acquire", "ok", "--store", &s, "--node", "w"]);
     assert_eq!(code(&o), 0);
     let store_path = d.path().join("leases/ok");
@@ -393,6 +400,14 @@ fn doctor_on_moto_through_the_binary() {
     assert!(off.abs() <= unc, "offset {off} ± {unc}");
     let o = run(&[
         "lease",
+        "create",
+        "cli",
+        "--store",
+        &format!("{url}/cli-doctor"),
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = run(&[
+        "lease",
         "acquire",
         "cli",
         "--store",
@@ -417,6 +432,7 @@ fn concurrent_processes_elect_exactly_one() {
     let (_d, s) = store();
     for round in 0..3 {
         let name = format!("race{round}");
+        assert_eq!(code(&run(&["lease", "create", &name, "--store", &s])), 0);
         let children: Vec<_> = (0..6)
             .map(|i| {
                 bin()
@@ -874,6 +890,7 @@ fn completions_config_file_precedence_json_logs_and_request_spans() {
         }
         c.output().unwrap()
     };
+    assert_eq!(code(&with_cfg(None, &["lease", "create", "a"])), 0);
     assert_eq!(
         code(&with_cfg(None, &["lease", "acquire", "a", "--no-probe"])),
         0
@@ -882,6 +899,7 @@ fn completions_config_file_precedence_json_logs_and_request_spans() {
         d1.path().join("leases/a").exists(),
         "the file's store was used"
     );
+    assert_eq!(code(&with_cfg(Some(&s2), &["lease", "create", "b"])), 0);
     let o = with_cfg(
         Some(&s2),
         &["lease", "acquire", "b", "--no-probe", "--json"],
@@ -891,6 +909,13 @@ fn completions_config_file_precedence_json_logs_and_request_spans() {
         code(&run(&["lease", "show", "b", "--store", &s2])),
         0,
         "the environment beat the file"
+    );
+    assert_eq!(
+        code(&with_cfg(
+            Some(&s2),
+            &["lease", "create", "c", "--store", &s3]
+        )),
+        0
     );
     let o = with_cfg(
         Some(&s2),
@@ -999,6 +1024,10 @@ fn contains(hay: &[u8], needle: &[u8]) -> bool {
 fn spans_are_exported_over_otlp_http_without_secrets_in_logs() {
     let collector = Collector::start();
     let (_d, s) = store();
+    assert_eq!(
+        code(&run(&["lease", "create", "otel-demo", "--store", &s])),
+        0
+    );
     let o = bin()
         .args(["lease", "acquire", "otel-demo", "--store", &s, "--json"])
         .env(
@@ -1087,6 +1116,7 @@ fn otlp_refuses_grpc_and_survives_a_missing_collector() {
     );
     // Nobody listens on the discard port: the command still does its job
     // and exits with its own status.
+    assert_eq!(code(&run(&["lease", "create", "y", "--store", &s])), 0);
     let o = bin()
         .args(["lease", "acquire", "y", "--store", &s, "--json"])
         .env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
@@ -1421,6 +1451,8 @@ fn doctor_lease_and_apply_on_ceph_rgw_through_the_binary() {
     let j = json(&o);
     assert_eq!(j["etag_dialect"], "unquoted", "{j}");
     assert_eq!(j["endpoint"], endpoint.as_str(), "{j}");
+    let o = rgw(&["lease", "create", "job", "--store", &url]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
     let o = rgw(&["lease", "acquire", "job", "--store", &url, "--json"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let token = json(&o)["token"].as_str().unwrap().to_string();
@@ -1541,6 +1573,7 @@ fn every_command_into_a_closed_pipe_ends_without_a_panic() {
         code(&run(&["apply", f.to_str().unwrap(), "--store", &s])),
         0
     );
+    assert_eq!(code(&run(&["lease", "create", "l", "--store", &s])), 0);
     let o = run(&["lease", "acquire", "l", "--store", &s, "--json"]);
     let token = json(&o)["token"].as_str().unwrap().to_string();
     let tok = d.path().join("tok");
@@ -1562,6 +1595,7 @@ fn every_command_into_a_closed_pipe_ends_without_a_panic() {
         vec!["lease", "show", "l", "--store", &s, "--json"],
         vec!["lease", "renew", "l", "--store", &s, "--token", &token],
         vec!["lease", "acquire", "l2", "--store", &s, "--no-probe"],
+        vec!["lease", "create", "l3", "--store", &s, "--json"],
         vec!["apply", m, "--store", &s],
         vec!["apply", m, "--store", &s, "--json"],
         vec!["init", "--store", &s],
@@ -1800,6 +1834,7 @@ fn apply_delete_messages(d: &tempfile::TempDir, s: &str) {
         0
     );
     // A token made stale by our own renew is stale, not "held by" us.
+    assert_eq!(code(&run(&["lease", "create", "l", "--store", &s])), 0);
     let o = run(&["lease", "acquire", "l", "--store", &s, "--json"]);
     let t1 = json(&o)["token"].as_str().unwrap().to_string();
     let o = run(&[
@@ -2381,4 +2416,65 @@ fn gc_then_reapply_never_reuses_an_epoch_on_moto() {
     if let Some((d, s)) = moto_store("gc-reapply") {
         gc_then_reapply(&d, &s);
     }
+}
+
+/// #10 for standalone leases, with real processes: a lease deleted under its
+/// holder is not taken while the holder may still believe in it (its epoch
+/// is not handed out again either), and an undeclared name is waited out.
+#[test]
+fn a_deleted_standalone_lease_is_never_taken_beside_its_holder() {
+    let (d, s) = store();
+    assert_eq!(code(&run(&["lease", "create", "job", "--store", &s])), 0);
+    let a = run(&[
+        "lease", "acquire", "job", "--store", &s, "--ttl", "1s", "--node", "n1", "--json",
+    ]);
+    assert_eq!(code(&a), 0, "{}", stderr(&a));
+    assert_eq!(json(&a)["epoch"], 1);
+    let token = json(&a)["token"].as_str().unwrap().to_string();
+    // An operator (or a lifecycle rule) deletes the record while n1 holds it.
+    std::fs::remove_file(d.path().join("leases/job")).unwrap();
+    let b = run(&[
+        "lease", "acquire", "job", "--store", &s, "--ttl", "1s", "--node", "n2", "--json",
+    ]);
+    assert_eq!(
+        code(&b),
+        1,
+        "a missing record is no licence: {}",
+        stdout(&b)
+    );
+    assert_eq!(json(&b)["state"], "absent", "{}", stdout(&b));
+    let b = run(&["lease", "acquire", "job", "--store", &s, "--node", "n2"]);
+    assert_eq!(code(&b), 1);
+    assert!(
+        stdout(&b).contains("absent: leases/job has no record") && stdout(&b).contains("--wait"),
+        "{}",
+        stdout(&b)
+    );
+    let show = run(&["lease", "show", "job", "--store", &s, "--json"]);
+    assert_eq!(code(&show), 0, "{}", stderr(&show));
+    assert_eq!(json(&show)["state"], "absent", "{}", stdout(&show));
+    // The holder's next renewal is fenced, and puts its epoch on the marker.
+    let r = run(&["lease", "renew", "job", "--store", &s, "--token", &token]);
+    assert_eq!(code(&r), 3, "{}", stderr(&r));
+    assert!(
+        stderr(&r).contains("the record was deleted"),
+        "{}",
+        stderr(&r)
+    );
+    let show = json(&run(&["lease", "show", "job", "--store", &s, "--json"]));
+    assert_eq!(show["record"]["epoch"], 1, "{show}");
+    assert_eq!(show["record"]["holder"]["node"], "vanished", "{show}");
+    // Watched for ttl + margin, it is taken, above the deleted epoch.
+    let b = run(&[
+        "lease", "acquire", "job", "--store", &s, "--ttl", "1s", "--node", "n2", "--wait", "5s",
+        "--json",
+    ]);
+    assert_eq!(code(&b), 0, "{}{}", stdout(&b), stderr(&b));
+    assert_eq!(json(&b)["epoch"], 2, "no token handed out twice");
+    // An undeclared name is acquired too, after the same wait.
+    let u = run(&[
+        "lease", "acquire", "new", "--store", &s, "--ttl", "200ms", "--wait", "3s", "--json",
+    ]);
+    assert_eq!(code(&u), 0, "{}{}", stdout(&u), stderr(&u));
+    assert_eq!(json(&u)["epoch"], 1);
 }

@@ -7,6 +7,7 @@ use bytes::Bytes;
 use futures::stream::BoxStream;
 use leasehold::clock::{MockClock, SeededEntropy};
 use leasehold::lease::{Acquire, AcquireOptions, LeaseClient};
+use leasehold::record::Kind;
 use leasehold::store::{
     Cond, Conditional, CountingStore, Entry, Fault, FaultStore, Object, ObjectStoreBackend, Store,
     StoreError, Version,
@@ -50,16 +51,31 @@ async fn snapshot(bucket: &Arc<dyn Store>) -> Option<Object> {
     bucket.get("leases/job").await.unwrap()
 }
 
+/// Declares `leases/job` straight in the bucket (no faults, not counted), so
+/// that the first acquire takes it at once.
+async fn declare(bucket: &Arc<dyn Store>) {
+    let admin = LeaseClient::builder(bucket.clone(), Name::new("admin").unwrap())
+        .build()
+        .unwrap();
+    assert!(admin.create(&name()).await.unwrap());
+}
+
+// The create path (one create-if-absent, read back when ambiguous) is the
+// node lease's: a standalone lease is never created by acquire.
+async fn node_snapshot(bucket: &Arc<dyn Store>) -> Option<Object> {
+    bucket.get("nodes/job").await.unwrap()
+}
+
 #[tokio::test]
 async fn create_that_lands_but_reports_failure_is_acquired_by_read_back() {
     let (bucket, faults, counting, clock) = setup();
     let c = client(counting.clone(), "n1", &clock, 1);
     faults.push(Fault::LandThenFail);
-    let Acquire::Acquired(l) = c.acquire(&name(), &opts()).await.unwrap() else {
+    let Acquire::Acquired(l) = c.acquire_kind(Kind::Node, &name(), &opts()).await.unwrap() else {
         panic!("our own landed create must be recognised by its nonce")
     };
     assert_eq!(l.epoch(), 1);
-    assert_eq!(l.version(), &snapshot(&bucket).await.unwrap().version);
+    assert_eq!(l.version(), &node_snapshot(&bucket).await.unwrap().version);
     let used = counting.counts();
     assert_eq!(
         (used.put_create, used.get),
@@ -73,12 +89,15 @@ async fn create_that_never_landed_is_unavailable_and_changes_nothing() {
     let (bucket, faults, _, clock) = setup();
     let c = client(faults.clone(), "n1", &clock, 2);
     faults.push(Fault::FailBefore);
-    let e = c.acquire(&name(), &opts()).await.unwrap_err();
+    let e = c
+        .acquire_kind(Kind::Node, &name(), &opts())
+        .await
+        .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
-    assert!(snapshot(&bucket).await.is_none());
+    assert!(node_snapshot(&bucket).await.is_none());
     // Trying again works.
     assert!(matches!(
-        c.acquire(&name(), &opts()).await.unwrap(),
+        c.acquire_kind(Kind::Node, &name(), &opts()).await.unwrap(),
         Acquire::Acquired(_)
     ));
 }
@@ -89,18 +108,16 @@ async fn read_back_failure_leaves_outcome_unknown_not_guessed() {
     let c = client(faults.clone(), "n1", &clock, 3);
     faults.push(Fault::LandThenFail); // the create lands...
     faults.push(Fault::FailBefore); // ...and the read-back fails
-    let e = c.acquire(&name(), &opts()).await.unwrap_err();
+    let e = c
+        .acquire_kind(Kind::Node, &name(), &opts())
+        .await
+        .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Unavailable);
     // It did land: the record names us, and a later acquire by this same
     // instance recognises it as its own (a new tenure: epoch 2).
-    let rec = c
-        .read(leasehold::record::Kind::Lease, &name())
-        .await
-        .unwrap()
-        .unwrap()
-        .0;
+    let rec = c.read(Kind::Node, &name()).await.unwrap().unwrap().0;
     assert_eq!(&rec.holder, c.holder());
-    let Acquire::Acquired(l) = c.acquire(&name(), &opts()).await.unwrap() else {
+    let Acquire::Acquired(l) = c.acquire_kind(Kind::Node, &name(), &opts()).await.unwrap() else {
         panic!()
     };
     assert_eq!(l.epoch(), 2);
@@ -141,19 +158,21 @@ async fn already_exists_from_our_own_retried_create_is_acquired() {
     let bucket: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());
     let clock = MockClock::new();
     let c = client(Arc::new(RetriedPut(bucket.clone())), "n1", &clock, 4);
-    let Acquire::Acquired(mut l) = c.acquire(&name(), &opts()).await.unwrap() else {
+    let Acquire::Acquired(mut l) = c.acquire_kind(Kind::Node, &name(), &opts()).await.unwrap()
+    else {
         panic!("AlreadyExists from our own retry must be read back, not reported Held")
     };
     assert_eq!(l.epoch(), 1);
     // Likewise a renew whose retry answers Precondition.
     l.renew_once().await.unwrap();
     assert!(l.is_valid());
-    assert_eq!(l.version(), &snapshot(&bucket).await.unwrap().version);
+    assert_eq!(l.version(), &node_snapshot(&bucket).await.unwrap().version);
 }
 
 #[tokio::test]
 async fn renew_that_lands_but_reports_failure_is_renewed() {
     let (bucket, faults, _, clock) = setup();
+    declare(&bucket).await;
     let c = client(faults.clone(), "n1", &clock, 5);
     let Acquire::Acquired(mut l) = c.acquire(&name(), &opts()).await.unwrap() else {
         panic!()
@@ -172,6 +191,7 @@ async fn renew_that_lands_but_reports_failure_is_renewed() {
 #[tokio::test]
 async fn renew_unknown_then_late_landing_is_recognised() {
     let (bucket, faults, _, clock) = setup();
+    declare(&bucket).await;
     let c = client(faults.clone(), "n1", &clock, 6);
     let Acquire::Acquired(mut l) = c.acquire(&name(), &opts()).await.unwrap() else {
         panic!()
@@ -196,7 +216,8 @@ async fn renew_unknown_then_late_landing_is_recognised() {
 
 #[tokio::test]
 async fn renew_retries_with_backoff_then_succeeds() {
-    let (_, faults, counting, clock) = setup();
+    let (bucket, faults, counting, clock) = setup();
+    declare(&bucket).await;
     let c = client(counting.clone(), "n1", &clock, 7);
     let Acquire::Acquired(mut l) = c.acquire(&name(), &opts()).await.unwrap() else {
         panic!()
@@ -220,6 +241,7 @@ async fn renew_retries_with_backoff_then_succeeds() {
 #[tokio::test]
 async fn partition_until_deadline_loses_the_lease_and_changes_nothing() {
     let (bucket, faults, _, clock) = setup();
+    declare(&bucket).await;
     let c = client(faults.clone(), "n1", &clock, 8);
     let Acquire::Acquired(mut l) = c.acquire(&name(), &opts()).await.unwrap() else {
         panic!()
@@ -244,6 +266,7 @@ async fn partition_until_deadline_loses_the_lease_and_changes_nothing() {
 #[tokio::test]
 async fn release_that_lands_but_reports_failure_is_released() {
     let (bucket, faults, _, clock) = setup();
+    declare(&bucket).await;
     let c = client(faults.clone(), "n1", &clock, 9);
     let Acquire::Acquired(l) = c.acquire(&name(), &opts()).await.unwrap() else {
         panic!()
@@ -303,6 +326,7 @@ impl Store for Interloper {
 async fn losing_the_final_cas_is_conflict_and_the_winner_stays() {
     let bucket: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());
     let clock = MockClock::new();
+    declare(&bucket).await;
     let a = client(bucket.clone(), "n1", &clock, 10);
     let Acquire::Acquired(l) = a.acquire(&name(), &opts()).await.unwrap() else {
         panic!()
@@ -438,6 +462,7 @@ async fn the_probe_learns_an_unquoted_etag_dialect_and_leases_work_in_it() {
     );
     // The learned dialect is what the adapter now speaks.
     let clock = MockClock::new();
+    declare(&store).await;
     let a = client(store.clone(), "n1", &clock, 1);
     let Acquire::Acquired(mut lease) = a.acquire(&name(), &opts()).await.unwrap() else {
         panic!("fresh acquire");
@@ -511,12 +536,14 @@ async fn a_409_on_a_conditional_put_is_read_back_not_guessed() {
         ));
         let clock = MockClock::new();
         let a = client(store.clone(), "n1", &clock, 1);
-        let Acquire::Acquired(mut lease) = a.acquire(&name(), &opts()).await.unwrap() else {
+        let Acquire::Acquired(mut lease) =
+            a.acquire_kind(Kind::Node, &name(), &opts()).await.unwrap()
+        else {
             panic!("fresh acquire");
         };
-        let before = store.get("leases/job").await.unwrap().unwrap();
+        let before = store.get("nodes/job").await.unwrap().unwrap();
         let r = lease.renew_once().await;
-        let after = store.get("leases/job").await.unwrap().unwrap();
+        let after = store.get("nodes/job").await.unwrap().unwrap();
         if landed {
             r.unwrap_or_else(|e| panic!("a landed write is a renew: {e}"));
             assert_ne!(before.version, after.version);

@@ -5,7 +5,9 @@
 //! (offset up to ±3 s), its own view of the bucket through a fault-injecting
 //! store (lost responses, writes that land but report failure, latency,
 //! partitions), and a life that includes freezes and crash-restarts (a new
-//! instance with the host lock). Everything runs on one thread against the
+//! instance with the host lock). Half the schedules also have a vandal that
+//! deletes the lease object at any step, or wipes the bucket, and half
+//! start with the lease undeclared (no object at all). Everything runs on one thread against the
 //! in-memory store; the only time is a shared mock clock, so a seed
 //! reproduces a schedule exactly.
 //!
@@ -14,7 +16,10 @@
 //!   instant of true time (belief = a live `Lease` whose validity deadline,
 //!   mapped from the holder's clock to true time, is still ahead);
 //! - epochs strictly increase across holders, and every committed write to
-//!   the lease object is by its current holder or a legal takeover;
+//!   the lease object is by its current holder or a legal takeover; after a
+//!   deletion a new tenure must still be above every epoch committed before
+//!   it, except (counted and reported, not failed: the limit documented in
+//!   docs/protocol.md) when the deleted epoch was seen by no live contender;
 //! - a contender that acts on its lease holds the newest epoch in the bucket
 //!   (no stale holder's action is ever accepted by a fencing-token check).
 //!
@@ -134,7 +139,18 @@ impl Clock for SkewClock {
 #[derive(Debug)]
 struct History {
     inner: Arc<dyn Store>,
+    /// The last record committed since the object was last deleted.
     last: Mutex<Option<LeaseRecord>>,
+    /// The highest epoch of any holder's record ever committed, deletions or
+    /// not: the fencing token a downstream system may have seen.
+    max_held: Mutex<u64>,
+    /// Epochs of new tenures at or below `max_held` (after a deletion).
+    reissued: Mutex<Vec<u64>>,
+    /// The epoch of the last holder's record committed (deletions do not
+    /// reset it): the tenure a fencing check would accept now.
+    current: Mutex<u64>,
+    /// Has the vandal struck yet?
+    deleted: Mutex<bool>,
     violations: Mutex<Vec<String>>,
     commits: Mutex<u64>,
 }
@@ -146,8 +162,92 @@ impl fmt::Display for History {
 }
 
 impl History {
-    fn max_epoch(&self) -> u64 {
-        self.last.lock().unwrap().as_ref().map_or(0, |r| r.epoch)
+    fn current_epoch(&self) -> u64 {
+        *self.current.lock().unwrap()
+    }
+
+    /// The vandal: deletes the lease object behind everyone's back.
+    fn vandalise(&self) {
+        if std::env::var_os("LEASEHOLD_SIM_TRACE").is_some() {
+            eprintln!("delete");
+        }
+        futures::executor::block_on(self.inner.delete(KEY)).unwrap();
+        *self.last.lock().unwrap() = None;
+        *self.deleted.lock().unwrap() = true;
+    }
+
+    fn check(&self, new: &LeaseRecord) {
+        if std::env::var_os("LEASEHOLD_SIM_TRACE").is_some() {
+            eprintln!(
+                "commit {}@{} released={} node={}",
+                new.holder.instance, new.epoch, new.released, new.holder.node
+            );
+        }
+        let mut last = self.last.lock().unwrap();
+        let mut max_held = self.max_held.lock().unwrap();
+        let bad = |b: String| self.violations.lock().unwrap().push(b);
+        if new.is_placeholder() {
+            // A marker or a declaration: never above what was handed out.
+            if new.epoch > *max_held {
+                bad(format!(
+                    "a placeholder invented epoch {} above {}",
+                    new.epoch, *max_held
+                ));
+            }
+            *last = Some(new.clone());
+            return;
+        }
+        match last.as_ref() {
+            // The same tenure: a renewal or the release.
+            Some(prev)
+                if !prev.is_placeholder()
+                    && prev.holder == new.holder
+                    && prev.epoch == new.epoch =>
+            {
+                if prev.released {
+                    bad(format!(
+                        "a released lease was revived at its epoch {}",
+                        new.epoch
+                    ));
+                }
+            }
+            // A new tenure.
+            Some(p) if !p.is_placeholder() => {
+                // Straight over the record it took over: one above; more
+                // only when the taker knew a higher epoch from before a
+                // deletion (never less).
+                let deleted = *self.deleted.lock().unwrap();
+                if new.epoch <= p.epoch || (!deleted && new.epoch != p.epoch + 1) {
+                    bad(format!(
+                        "epoch went {}@{} -> {}@{}",
+                        p.holder.instance, p.epoch, new.holder.instance, new.epoch
+                    ));
+                }
+            }
+            Some(p) => {
+                // Over a marker or a declaration: above it, and above every
+                // token handed out before, unless the marker knew less than
+                // was deleted (counted: the documented limit).
+                if new.epoch <= p.epoch {
+                    bad(format!(
+                        "epoch {} not above the placeholder's {}",
+                        new.epoch, p.epoch
+                    ));
+                } else if new.epoch <= *max_held {
+                    self.reissued.lock().unwrap().push(new.epoch);
+                }
+                if *max_held == 0 && new.epoch != 1 {
+                    bad(format!("first epoch {}", new.epoch));
+                }
+            }
+            None => bad(format!(
+                "a holder's record (epoch {}) created where none was (highest so far {})",
+                new.epoch, *max_held
+            )),
+        }
+        *max_held = (*max_held).max(new.epoch);
+        *self.current.lock().unwrap() = new.epoch;
+        *last = Some(new.clone());
     }
 }
 
@@ -165,33 +265,7 @@ impl Store for History {
             *self.commits.lock().unwrap() += 1;
             let new =
                 LeaseRecord::decode(key, &bytes, Kind::Lease).expect("we write valid records");
-            let mut last = self.last.lock().unwrap();
-            if let Some(prev) = last.as_ref() {
-                let same_holder = prev.holder == new.holder;
-                let bad = if new.epoch < prev.epoch {
-                    Some("epoch went backwards")
-                } else if new.epoch == prev.epoch && !same_holder {
-                    Some("another holder wrote at the same epoch")
-                } else if new.epoch > prev.epoch + 1 {
-                    Some("epoch skipped")
-                } else if prev.released && same_holder && new.epoch == prev.epoch {
-                    Some("a released lease was revived at its epoch")
-                } else {
-                    None
-                };
-                if let Some(b) = bad {
-                    self.violations.lock().unwrap().push(format!(
-                        "{b}: {}@{} -> {}@{}",
-                        prev.holder.instance, prev.epoch, new.holder.instance, new.epoch
-                    ));
-                }
-            } else if new.epoch != 1 {
-                self.violations
-                    .lock()
-                    .unwrap()
-                    .push(format!("first epoch {}", new.epoch));
-            }
-            *last = Some(new);
+            self.check(&new);
         }
         r
     }
@@ -266,6 +340,9 @@ struct Config {
     /// contender: the baseline the checker must catch.
     naive: bool,
     steps: usize,
+    /// Let a vandal delete the object and wipe the bucket (in the schedules
+    /// whose seed draws one).
+    vandal: bool,
 }
 
 #[derive(Debug, Default)]
@@ -275,6 +352,9 @@ struct Outcome {
     acquisitions: u64,
     commits: u64,
     faults: u64,
+    deletions: u64,
+    absent_answers: u64,
+    reissued: u64,
 }
 
 fn fnv(h: &mut u64, s: &str) {
@@ -310,9 +390,15 @@ fn run_schedule(seed: u64, cfg: Config) -> Outcome {
     let history = Arc::new(History {
         inner: Arc::new(ObjectStoreBackend::memory()),
         last: Mutex::new(None),
+        max_held: Mutex::new(0),
+        reissued: Mutex::new(Vec::new()),
+        current: Mutex::new(0),
+        deleted: Mutex::new(false),
         violations: Mutex::new(Vec::new()),
         commits: Mutex::new(0),
     });
+    let vandal = cfg.vandal && rng.random_bool(0.5);
+    let declared = rng.random_bool(0.5);
     let tmp = tempfile::tempdir().unwrap();
     let ttl_ms = [200u64, 400, 1000, 3000][rng.random_range(0..4)];
     let ttl = Duration::from_millis(ttl_ms);
@@ -364,6 +450,15 @@ fn run_schedule(seed: u64, cfg: Config) -> Outcome {
     for node in nodes.iter_mut() {
         node.start();
     }
+    if declared {
+        // Straight to the bucket: the fault stores' delays wait on the
+        // simulation's time, which does not move here.
+        let c = LeaseClient::builder(history.clone(), Name::new("admin").unwrap())
+            .entropy(Arc::new(SeededEntropy::new(seed)))
+            .build()
+            .unwrap();
+        futures::executor::block_on(c.create(&Name::new("sim").unwrap())).unwrap();
+    }
     let opts = AcquireOptions::ttl(ttl);
     let name = Name::new("sim").unwrap();
     let mut out = Outcome::default();
@@ -410,6 +505,10 @@ fn run_schedule(seed: u64, cfg: Config) -> Outcome {
                 }
                 Done::Acquire(Ok(Acquire::Held { epoch, .. })) => {
                     fnv(&mut h, &format!("{now} held {i} {epoch}"))
+                }
+                Done::Acquire(Ok(Acquire::Absent { epoch, .. })) => {
+                    out.absent_answers += 1;
+                    fnv(&mut h, &format!("{now} absent {i} {epoch}"))
                 }
                 Done::Acquire(Err(e)) => {
                     assert!(
@@ -486,6 +585,14 @@ fn run_schedule(seed: u64, cfg: Config) -> Outcome {
             nodes[i].partitioned_until = now + rng.random_range(0..2 * ttl_ns);
             fnv(&mut h, &format!("{step} partition {i}"));
             continue;
+        } else if vandal && roll < 0.08 {
+            // An operator, a lifecycle rule or a wipe (in this sim's bucket,
+            // the lease object is all there is) removes the object. Nobody
+            // is told; requests in flight land on whatever is there.
+            history.vandalise();
+            out.deletions += 1;
+            fnv(&mut h, &format!("{step} delete"));
+            continue;
         }
         let node = &mut nodes[i];
         if now < node.frozen_until || node.op.is_some() {
@@ -531,12 +638,12 @@ fn run_schedule(seed: u64, cfg: Config) -> Outcome {
                 continue;
             }
             // Acting on the lease: its fencing token must be the newest.
-            if lease.epoch() != history.max_epoch() {
+            if lease.epoch() != history.current_epoch() {
                 violations.push(format!(
                     "t={}ms: node {i} acted with epoch {} while the bucket is at {}",
                     now / 1_000_000,
                     lease.epoch(),
-                    history.max_epoch()
+                    history.current_epoch()
                 ));
             }
             let action: f64 = rng.random();
@@ -567,6 +674,7 @@ fn run_schedule(seed: u64, cfg: Config) -> Outcome {
     out.trace_hash = h;
     out.commits = *history.commits.lock().unwrap();
     out.faults = nodes.iter().map(|n| n.faults.injected()).sum();
+    out.reissued = history.reissued.lock().unwrap().len() as u64;
     out
 }
 
@@ -587,6 +695,7 @@ fn no_two_holders_ever_believe_at_once() {
     let cfg = Config {
         naive: false,
         steps: 150,
+        vandal: true,
     };
     // Two cores: split the seeds; each schedule is independent.
     let results: Vec<(u64, Outcome)> = std::thread::scope(|s| {
@@ -606,6 +715,7 @@ fn no_two_holders_ever_believe_at_once() {
     let mut acquisitions = 0;
     let mut commits = 0;
     let mut faults = 0;
+    let (mut deletions, mut absent, mut reissued) = (0, 0, 0);
     for (seed, o) in &results {
         assert!(
             o.violations.is_empty(),
@@ -615,11 +725,26 @@ fn no_two_holders_ever_believe_at_once() {
         acquisitions += o.acquisitions;
         commits += o.commits;
         faults += o.faults;
+        deletions += o.deletions;
+        absent += o.absent_answers;
+        reissued += o.reissued;
     }
     eprintln!(
-        "{} schedules: {acquisitions} acquisitions, {commits} committed writes, {faults} injected faults, 0 violations",
+        "{} schedules: {acquisitions} acquisitions, {commits} committed writes, {faults} injected faults, \
+         {deletions} deletions, {absent} absent answers, {reissued} epochs made again after a deletion \
+         that no live contender saw, 0 violations",
         results.len()
     );
+    if seeds.len() >= 1000 {
+        assert!(
+            deletions as usize > seeds.len(),
+            "too few deletions: {deletions}"
+        );
+        assert!(
+            absent as usize > seeds.len() / 10,
+            "too few absent answers: {absent}"
+        );
+    }
     // The schedules must actually exercise the protocol.
     assert!(
         acquisitions as usize > seeds.len(),
@@ -633,6 +758,7 @@ fn one_seed_replays_identically() {
     let cfg = Config {
         naive: false,
         steps: 300,
+        vandal: true,
     };
     let a = run_schedule(42, cfg);
     let b = run_schedule(42, cfg);
@@ -656,6 +782,7 @@ fn checker_catches_the_wall_clock_baseline() {
     let cfg = Config {
         naive: true,
         steps: 300,
+        vandal: false,
     };
     let caught = (0..200u64)
         .filter(|&seed| !run_schedule(0xbad_0000 + seed, cfg).violations.is_empty())

@@ -468,6 +468,18 @@ fn parse_labels(s: &str) -> Result<std::collections::BTreeMap<String, String>, S
 
 #[derive(Debug, Subcommand)]
 enum LeaseOp {
+    /// Declare NAME, a new lease: writes its placeholder, so that the first
+    /// acquire takes it at once. Without it, a name with no record (never
+    /// created, or deleted under a holder that may still believe in it) is
+    /// acquired only after watching it absent for its ttl + margin. Exit 0
+    /// whether or not it existed ("exists" says which).
+    Create {
+        name: String,
+        #[command(flatten)]
+        store: StoreArgs,
+        #[arg(long)]
+        json: bool,
+    },
     /// Acquire NAME. Prints the epoch (the fencing token) and a lease token
     /// for `renew`/`release`. Exit 1 if someone else holds it.
     Acquire {
@@ -482,7 +494,8 @@ enum LeaseOp {
         /// Address to publish in the record.
         #[arg(long)]
         address: Option<String>,
-        /// Keep observing a held lease this long; take it if it expires.
+        /// Keep observing a held (or absent) lease this long; take it if it
+        /// expires (or, absent, once watched for its ttl + margin).
         #[arg(long, value_parser = parse_duration, allow_hyphen_values = true)]
         wait: Option<Duration>,
         /// Skip the conditional-write probe's race rounds (about 300
@@ -1162,20 +1175,24 @@ async fn lease(op: LeaseOp, max_skew: Duration) -> Result<(), Failure> {
                 store
             };
             let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
-            // Standalone leases in a fleet's bucket take its generation's
-            // epochs too (one GET); without a marker, epochs start at 1.
-            let base = leasehold::fleet::marker::read(&store)
-                .await?
-                .map_or(0, |(m, _)| {
-                    leasehold::fleet::marker::epoch_base(m.generation)
-                });
+            let base = epoch_base_of(&store).await?;
             let client = LeaseClient::builder(store, node)
                 .clock(clock.clone())
                 .epoch_base(base)
                 .build()?;
             let deadline = clock.now() + wait.unwrap_or(Duration::ZERO);
+            let mut conflicts = 0;
             loop {
-                match client.acquire(&name, &opts).await? {
+                let answer = match client.acquire(&name, &opts).await {
+                    // Lost the final write to another acquirer: look again,
+                    // and report whoever won (as Held) rather than the race.
+                    Err(e) if e.kind() == ErrorKind::Conflict && conflicts < 3 => {
+                        conflicts += 1;
+                        continue;
+                    }
+                    r => r?,
+                };
+                match answer {
                     Acquire::Acquired(l) => {
                         let token = l.token().encode();
                         if json {
@@ -1190,25 +1207,15 @@ async fn lease(op: LeaseOp, max_skew: Duration) -> Result<(), Failure> {
                         }
                         return Ok(());
                     }
-                    Acquire::Held {
-                        holder,
-                        epoch,
-                        expires_after,
-                        ..
-                    } => {
+                    answer @ (Acquire::Held { .. } | Acquire::Absent { .. }) => {
+                        let expires_after = match &answer {
+                            Acquire::Held { expires_after, .. }
+                            | Acquire::Absent { expires_after, .. } => *expires_after,
+                            Acquire::Acquired(_) => Duration::ZERO,
+                        };
                         let now = clock.now();
                         if now >= deadline {
-                            if json {
-                                print_json(&serde_json::json!({
-                                    "acquired": false, "key": leasehold::keys::lease(name),
-                                    "epoch": epoch, "holder": holder,
-                                }));
-                            } else {
-                                println!(
-                                    "held: leases/{name} epoch {epoch} by {}/{} on {}",
-                                    holder.node, holder.instance, holder.host
-                                );
-                            }
+                            print_not_acquired(&name, &answer, json);
                             return Err(Failure::Held);
                         }
                         // Poll at most every second, and no later than the
@@ -1221,6 +1228,24 @@ async fn lease(op: LeaseOp, max_skew: Duration) -> Result<(), Failure> {
                     }
                 }
             }
+        }
+        LeaseOp::Create { name, store, json } => {
+            let name = Name::new(name)?;
+            let store = open(&store).await?;
+            let base = epoch_base_of(&store).await?;
+            let client = LeaseClient::builder(store, Name::new("cli")?)
+                .epoch_base(base)
+                .build()?;
+            let created = client.create(&name).await?;
+            let key = leasehold::keys::lease(&name);
+            if json {
+                print_json(&serde_json::json!({"key": key, "created": created}));
+            } else if created {
+                println!("created {key}");
+            } else {
+                println!("exists {key} (unchanged)");
+            }
+            Ok(())
         }
         LeaseOp::Renew {
             name,
@@ -1320,6 +1345,56 @@ async fn lease(op: LeaseOp, max_skew: Duration) -> Result<(), Failure> {
             }
             Ok(())
         }
+    }
+}
+
+/// Standalone leases in a fleet's bucket take its generation's epochs too
+/// (one GET); without a fleet marker, epochs start at 1.
+async fn epoch_base_of(store: &Arc<dyn Store>) -> Result<u64, Error> {
+    Ok(leasehold::fleet::marker::read(store)
+        .await?
+        .map_or(0, |(m, _)| {
+            leasehold::fleet::marker::epoch_base(m.generation)
+        }))
+}
+
+/// What `lease acquire` prints when it gives up (exit 1).
+fn print_not_acquired(name: &Name, answer: &Acquire, json: bool) {
+    let key = leasehold::keys::lease(name);
+    match answer {
+        Acquire::Held { holder, epoch, .. } => {
+            if json {
+                print_json(&serde_json::json!({
+                    "acquired": false, "key": key, "epoch": epoch, "holder": holder,
+                }));
+            } else {
+                println!(
+                    "held: {key} epoch {epoch} by {}/{} on {}",
+                    holder.node, holder.instance, holder.host
+                );
+            }
+        }
+        Acquire::Absent {
+            epoch,
+            expires_after,
+            ..
+        } => {
+            if json {
+                print_json(&serde_json::json!({
+                    "acquired": false, "key": key, "epoch": epoch, "state": "absent",
+                    "expires_after_ms": expires_after.as_millis() as u64,
+                }));
+            } else {
+                println!(
+                    "absent: {key} has no record (never declared with `leasehold lease create`, or deleted); \
+                     a marker at epoch {epoch} stands in its place. It can be taken after watching it \
+                     unchanged {:?} more: acquire with --wait {}s",
+                    expires_after,
+                    expires_after.as_secs() + 1
+                );
+            }
+        }
+        Acquire::Acquired(_) => {}
     }
 }
 

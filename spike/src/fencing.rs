@@ -117,6 +117,12 @@ pub async fn run_once(
     let shared = Arc::new(Mutex::new(Shared::default()));
     let end = base.now() + Duration::from_secs(secs);
     let name = Name::new(format!("fence-{}", OsEntropy::new().hex_id())).unwrap();
+    // Declared once, so the first acquire is immediate (a missing record is
+    // otherwise waited out as a possible deletion).
+    LeaseClient::builder(store.clone(), Name::new("setup").unwrap())
+        .build()?
+        .create(&name)
+        .await?;
     let mut tasks = Vec::new();
     for i in 0..n {
         let offset = -3000 + (6000 * i as i64) / (n.max(2) as i64 - 1);
@@ -191,7 +197,9 @@ pub async fn run_once(
                             }
                         }
                     }
-                    Ok(Acquire::Held { .. }) | Err(_) => clock.sleep(ttl / 5).await,
+                    Ok(Acquire::Held { .. } | Acquire::Absent { .. }) | Err(_) => {
+                        clock.sleep(ttl / 5).await
+                    }
                 }
             }
         }));
@@ -375,6 +383,10 @@ pub async fn contention(
         .await?
     };
     let name = Name::new("contended").unwrap();
+    LeaseClient::builder(store.clone(), Name::new("setup").unwrap())
+        .build()?
+        .create(&name)
+        .await?;
     let epochs = Arc::new(Mutex::new(Vec::<u64>::new()));
     let counts = Arc::new(Mutex::new((0u64, 0u64, 0u64, 0u64))); // owned, held, conflicts, errors
     let mut tasks = Vec::new();
@@ -391,7 +403,9 @@ pub async fn contention(
                         counts.lock().unwrap().0 += 1;
                         let _ = l.release().await;
                     }
-                    Ok(Acquire::Held { .. }) => counts.lock().unwrap().1 += 1,
+                    Ok(Acquire::Held { .. } | Acquire::Absent { .. }) => {
+                        counts.lock().unwrap().1 += 1
+                    }
                     Err(e) if e.kind() == leasehold::ErrorKind::Conflict => {
                         counts.lock().unwrap().2 += 1
                     }

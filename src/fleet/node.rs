@@ -560,6 +560,11 @@ async fn register(
             Ok(Acquire::Held { holder, .. }) => {
                 tracing::warn!(node = %cfg.id, holder = ?holder, "node id held by another instance; waiting");
             }
+            // Node leases are created where none is (acquire_kind's node
+            // path); this answer is for standalone leases, but wait all the same.
+            Ok(Acquire::Absent { .. }) => {
+                tracing::warn!(node = %cfg.id, "node record absent; waiting");
+            }
             Err(e) if e.is_transient() || e.kind() == crate::ErrorKind::Conflict => {
                 tracing::warn!(node = %cfg.id, error = %e, "registering");
             }

@@ -46,7 +46,9 @@ pub async fn run_all(make: MakeStore<'_>) {
     store_refuses_bad_keys(make().await).await;
     probe_passes(make().await).await;
     probe_refuses_store_ignoring_conditions(make().await).await;
-    lease_acquire_fresh_is_one_round_trip(make().await).await;
+    lease_declared_acquire_is_two_round_trips(make().await).await;
+    lease_missing_record_is_watched_before_a_takeover(make().await).await;
+    lease_deleted_under_its_holder_is_never_taken_beside_it(make().await).await;
     lease_held_changes_nothing(make().await).await;
     lease_renew_is_one_round_trip(make().await).await;
     lease_release_then_next_epoch(make().await).await;
@@ -69,6 +71,12 @@ fn client(store: Arc<dyn Store>, node: &str, clock: &MockClock, seed: u64) -> Le
         .entropy(Arc::new(SeededEntropy::new(seed)))
         .build()
         .unwrap()
+}
+
+/// Declares a new lease (`LeaseClient::create`): without it a missing
+/// record is taken for a deleted one and waited out.
+async fn declare(c: &LeaseClient, n: &str) {
+    assert!(c.create(&name(n)).await.unwrap(), "{n} was new");
 }
 
 fn ttl(ms: u64) -> AcquireOptions {
@@ -319,27 +327,145 @@ async fn probe_refuses_store_ignoring_conditions(s: Arc<dyn Store>) {
     assert!(left.is_empty(), "{s}: {left:?}");
 }
 
-async fn lease_acquire_fresh_is_one_round_trip(s: Arc<dyn Store>) {
+async fn lease_declared_acquire_is_two_round_trips(s: Arc<dyn Store>) {
     let counting = Arc::new(CountingStore::new(s));
     let clock = MockClock::new();
     let c = client(counting.clone(), "n1", &clock, 10);
     let before = counting.counts();
+    declare(&c, "fresh").await;
+    assert!(!c.create(&name("fresh")).await.unwrap(), "declared once");
+    let used = counting.counts().since(&before);
+    assert_eq!((used.total(), used.put_create), (2, 2), "{used:?}");
+    let before = counting.counts();
     let Acquire::Acquired(lease) = c.acquire(&name("fresh"), &ttl(1000)).await.unwrap() else {
-        panic!("fresh key must be acquired")
+        panic!("a declared key is acquired at once")
     };
     let used = counting.counts().since(&before);
-    assert_eq!(used.total(), 1, "{used:?}");
-    assert_eq!(used.put_create, 1);
+    assert_eq!((used.total(), used.put_match), (2, 1), "{used:?}");
     assert_eq!(lease.epoch(), 1);
     assert!(lease.is_valid());
     // Validity: ttl - margin from the send time.
     assert_eq!(lease.remaining(), Duration::from_millis(900));
 }
 
+async fn lease_missing_record_is_watched_before_a_takeover(s: Arc<dyn Store>) {
+    let counting = Arc::new(CountingStore::new(s.clone()));
+    let clock = MockClock::new();
+    let c = client(counting.clone(), "n1", &clock, 12);
+    // No record: never declared, or deleted. A marker is written in its
+    // place (one create after the read) and nothing is held.
+    let before = counting.counts();
+    match c.acquire(&name("undeclared"), &ttl(1000)).await.unwrap() {
+        Acquire::Absent {
+            epoch,
+            expires_after,
+            ..
+        } => {
+            assert_eq!(epoch, 0);
+            assert_eq!(expires_after, Duration::from_millis(1100));
+        }
+        other => panic!("{other:?}"),
+    }
+    let used = counting.counts().since(&before);
+    assert_eq!((used.get, used.put_create), (1, 1), "{used:?}");
+    let (rec, _, _) = c
+        .read(Kind::Lease, &name("undeclared"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(rec.is_vanished() && rec.released, "{rec:?}");
+    // Declaring now changes nothing: the marker stands.
+    assert!(!c.create(&name("undeclared")).await.unwrap());
+    clock.advance(Duration::from_millis(1099));
+    assert!(matches!(
+        c.acquire(&name("undeclared"), &ttl(1000)).await.unwrap(),
+        Acquire::Absent { .. }
+    ));
+    // Another client that first sees the marker now starts its own watch.
+    let other = client(s.clone(), "n2", &clock, 13);
+    assert!(matches!(
+        other
+            .acquire(&name("undeclared"), &ttl(1000))
+            .await
+            .unwrap(),
+        Acquire::Absent { .. }
+    ));
+    clock.advance(Duration::from_millis(1));
+    let Acquire::Acquired(l) = c.acquire(&name("undeclared"), &ttl(1000)).await.unwrap() else {
+        panic!("the marker was watched for ttl + margin")
+    };
+    assert_eq!(l.epoch(), 1);
+    l.release().await.unwrap();
+}
+
+async fn lease_deleted_under_its_holder_is_never_taken_beside_it(s: Arc<dyn Store>) {
+    let clock_a = MockClock::new();
+    let clock_b = MockClock::new();
+    let a = client(s.clone(), "n1", &clock_a, 14);
+    let b = client(s.clone(), "n2", &clock_b, 15);
+    declare(&a, "del").await;
+    let Acquire::Acquired(first) = a.acquire(&name("del"), &ttl(1000)).await.unwrap() else {
+        panic!()
+    };
+    first.release().await.unwrap();
+    let Acquire::Acquired(mut la) = a.acquire(&name("del"), &ttl(1000)).await.unwrap() else {
+        panic!()
+    };
+    assert_eq!(la.epoch(), 2);
+    // Deleted behind the holder's back. B has never seen the lease, so its
+    // marker knows no epoch; A still believes (its validity has 900 ms left).
+    s.delete("leases/del").await.unwrap();
+    match b.acquire(&name("del"), &ttl(1000)).await.unwrap() {
+        Acquire::Absent { epoch: 0, .. } => {}
+        other => panic!("a missing record is no licence: {other:?}"),
+    }
+    assert!(la.is_valid());
+    // A's next renewal fails on the marker; A stops, and raises the marker
+    // to its epoch, which restarts B's watch.
+    clock_a.advance(Duration::from_millis(300));
+    let e = la.renew_once().await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Fenced, "{e}");
+    assert!(!la.is_valid());
+    let (rec, _, _) = b.read(Kind::Lease, &name("del")).await.unwrap().unwrap();
+    assert!(rec.is_vanished() && rec.epoch == 2, "{rec:?}");
+    clock_b.advance(Duration::from_millis(1100));
+    match b.acquire(&name("del"), &ttl(1000)).await.unwrap() {
+        Acquire::Absent {
+            epoch: 2,
+            observed_for,
+            ..
+        } => assert_eq!(observed_for, Duration::ZERO),
+        other => panic!("the raised marker is a new version to watch: {other:?}"),
+    }
+    clock_b.advance(Duration::from_millis(1100));
+    let Acquire::Acquired(lb) = b.acquire(&name("del"), &ttl(1000)).await.unwrap() else {
+        panic!("watched for ttl + margin")
+    };
+    assert_eq!(lb.epoch(), 3, "no fencing token handed out twice");
+    // A client that saw the record before its deletion carries its epoch
+    // (and ttl) into the marker, even with the holder gone.
+    a.read(Kind::Lease, &name("del")).await.unwrap().unwrap();
+    s.delete("leases/del").await.unwrap();
+    match a.acquire(&name("del"), &ttl(10)).await.unwrap() {
+        Acquire::Absent {
+            epoch: 3,
+            expires_after,
+            ..
+        } => assert_eq!(
+            expires_after,
+            Duration::from_millis(1100),
+            "the longest ttl known"
+        ),
+        other => panic!("{other:?}"),
+    }
+    drop(lb);
+}
+
 async fn lease_held_changes_nothing(s: Arc<dyn Store>) {
     let clock = MockClock::new();
     let a = client(s.clone(), "n1", &clock, 20);
     let b = client(s.clone(), "n2", &clock, 21);
+    declare(&a, "x").await;
     let Acquire::Acquired(_l) = a.acquire(&name("x"), &ttl(1000)).await.unwrap() else {
         panic!()
     };
@@ -368,6 +494,7 @@ async fn lease_renew_is_one_round_trip(s: Arc<dyn Store>) {
     let counting = Arc::new(CountingStore::new(s));
     let clock = MockClock::new();
     let c = client(counting.clone(), "n1", &clock, 30);
+    declare(&c, "r").await;
     let Acquire::Acquired(mut l) = c.acquire(&name("r"), &ttl(1000)).await.unwrap() else {
         panic!()
     };
@@ -386,6 +513,7 @@ async fn lease_release_then_next_epoch(s: Arc<dyn Store>) {
     let clock = MockClock::new();
     let a = client(s.clone(), "n1", &clock, 40);
     let b = client(s.clone(), "n2", &clock, 41);
+    declare(&a, "rel").await;
     let Acquire::Acquired(l) = a.acquire(&name("rel"), &ttl(1000)).await.unwrap() else {
         panic!()
     };
@@ -409,6 +537,7 @@ async fn lease_expiry_by_observation(s: Arc<dyn Store>) {
     let clock_b = MockClock::new().with_wall_offset_ms(3_000_000); // wall clocks are irrelevant
     let a = client(s.clone(), "n1", &clock_a, 50);
     let b = client(s.clone(), "n2", &clock_b, 51);
+    declare(&a, "exp").await;
     let Acquire::Acquired(mut la) = a.acquire(&name("exp"), &ttl(1000)).await.unwrap() else {
         panic!()
     };
@@ -457,6 +586,8 @@ async fn lease_predecessor_takeover_needs_host_lock_and_same_host(s: Arc<dyn Sto
     // A holder without the host lock (a one-shot CLI process, say): a node
     // instance with the lock cannot prove it dead, and must wait.
     let unlocked = client(s.clone(), "n1", &clock, 59);
+    declare(&unlocked, "unlocked").await;
+    declare(&unlocked, "pred").await;
     let Acquire::Acquired(_u) = unlocked
         .acquire(&name("unlocked"), &ttl(60_000))
         .await
@@ -544,6 +675,7 @@ async fn lease_corrupt_objects_are_never_overwritten(s: Arc<dyn Store>) {
 async fn lease_token_resume(s: Arc<dyn Store>) {
     let clock = MockClock::new();
     let a = client(s.clone(), "n1", &clock, 80);
+    declare(&a, "tok").await;
     let Acquire::Acquired(l) = a.acquire(&name("tok"), &ttl(1000)).await.unwrap() else {
         panic!()
     };
@@ -595,6 +727,7 @@ async fn lease_lost_after_takeover(s: Arc<dyn Store>) {
     let clock = MockClock::new();
     let a = client(s.clone(), "n1", &clock, 100);
     let b = client(s.clone(), "n2", &clock, 101);
+    declare(&a, "lost").await;
     let Acquire::Acquired(mut la) = a.acquire(&name("lost"), &ttl(1000)).await.unwrap() else {
         panic!()
     };
