@@ -1378,6 +1378,24 @@ impl Node {
         Ok(())
     }
 
+    /// A vanished marker (at `version`, `epoch`) below the highest epoch we
+    /// saw for `name`: raise it (If-Match), so that whichever node makes the
+    /// claim again, however little it saw, goes above every epoch we saw.
+    /// The new version restarts every node's watch. Nothing to do otherwise.
+    async fn raise_marker(&mut self, name: &str, version: Version, epoch: u64) -> Result<()> {
+        let key = crate::keys::session(name);
+        let seen = self.seen_claims.get(&key).copied().unwrap_or(0);
+        let is_marker = self.claims.get(&key).is_some_and(|(_, c)| c.is_vanished());
+        if !is_marker || seen <= epoch {
+            return Ok(());
+        }
+        let (put, marker) = self.put_marker(&key, seen, Cond::Match(version)).await;
+        if let Put::Committed(v) = put? {
+            self.claims.insert(key, (v, marker));
+        }
+        Ok(())
+    }
+
     /// May we make the vanished claim of `name` again now? Only once the
     /// version that stands where it was (a vanished marker, or `apply`'s
     /// placeholder over a claim we saw) has been observed unchanged for the
@@ -1618,9 +1636,11 @@ impl Node {
                 core::Gate::AbsencePending => {
                     // One key's trouble (a write refused or lost) must not
                     // stop the pass for every other session.
-                    if claim.is_none()
-                        && let Err(e) = self.mark_vanished(&name).await
-                    {
+                    let r = match &claim {
+                        None => self.mark_vanished(&name).await,
+                        Some((v, c)) => self.raise_marker(&name, v.clone(), c.epoch).await,
+                    };
+                    if let Err(e) = r {
                         tracing::warn!(session = name, error = %e, "writing a vanished marker");
                     }
                     changed = true; // keep polling briskly meanwhile
