@@ -1622,6 +1622,68 @@ async fn the_claim_endpoint_never_takes_a_missing_claim() {
     f.finish().await;
 }
 
+/// The claim endpoint's verdict is the pull loop's (`core::gate`): a
+/// cordoned node declines a session it would not take in a pass, and takes
+/// it once uncordoned; an unclaimable one is declined with its reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_claim_endpoint_declines_where_the_pull_loop_would() {
+    use leasehold::fleet::node::{ClaimAnswer, claim_channel};
+    let inner: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());
+    let f = Fleet::new(inner.clone());
+    init_marker(&inner).await;
+    leasehold::fleet::control::set(&inner, &OsEntropy::new(), "caller", false, 0)
+        .await
+        .unwrap();
+    apply(&inner, "web", &spec("sleep")).await;
+    let id = Name::new("caller").unwrap();
+    let mut cfg = NodeConfig::new(id.clone(), TTL);
+    cfg.poll = Duration::from_millis(50);
+    cfg.max_poll = Duration::from_millis(100);
+    let runner = Arc::new(RecordingRunner::new(f.clock.clone()));
+    let (handle, inbox) = claim_channel(&id);
+    let deps = NodeDeps {
+        claims: Some(inbox),
+        ..NodeDeps::new(inner.clone(), f.clock.clone(), runner.clone())
+    };
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(node::run(cfg, deps, shutdown.clone()));
+    f.clock.sleep(Duration::from_millis(500)).await;
+    let web = Name::new("web").unwrap();
+    let answer = handle.claim_now(&web).await.unwrap();
+    assert!(
+        matches!(&answer, ClaimAnswer::Declined { reason, .. } if reason.contains("cordoned")),
+        "{answer:?}"
+    );
+    assert!(runner.history().iter().all(|r| r.0 != "web"));
+    // Paused: not claimable, whoever asks.
+    let mut paused = spec("sleep");
+    paused.paused = true;
+    apply(&inner, "idle", &paused).await;
+    // Uncordoned: the node reads its control object again within a few
+    // passes.
+    leasehold::fleet::control::clear(&inner, "caller")
+        .await
+        .unwrap();
+    let claimed = async {
+        for _ in 0..100 {
+            match handle.claim_now(&web).await.unwrap() {
+                ClaimAnswer::Claimed { .. } | ClaimAnswer::AlreadyOwned { .. } => return true,
+                _ => f.clock.sleep(Duration::from_millis(50)).await,
+            }
+        }
+        false
+    };
+    assert!(claimed.await, "uncordoned, it takes web");
+    let answer = handle.claim_now(&Name::new("idle").unwrap()).await.unwrap();
+    assert!(
+        matches!(&answer, ClaimAnswer::Declined { reason, .. } if reason == "paused"),
+        "{answer:?}"
+    );
+    shutdown.cancel();
+    task.await.unwrap().unwrap();
+    f.finish().await;
+}
+
 /// One key whose vanished marker cannot be written (the store refuses
 /// writes to it) must not stop the pass: every other session is still
 /// placed. (The pass once returned the marker write's error, and every pass

@@ -1046,7 +1046,9 @@ impl Node {
     }
 
     /// Claims `name` now if the pull loop's rules allow it, after fresh reads
-    /// (the caches may be a pass old). Skips only the placement grace delay.
+    /// (the caches may be a pass old). Skips only placement's ranking and
+    /// its grace delay (the caller chose this node): the verdict is the pull
+    /// loop's own `core::gate`, so the two cannot decide differently.
     async fn claim_now(&mut self, name: &Name) -> Result<ClaimAnswer> {
         self.pass += 1;
         let node = self.me.node.clone();
@@ -1059,13 +1061,6 @@ impl Node {
                 node: node.clone(),
                 epoch: o.record.epoch,
             });
-        }
-        if self.deps.status.cordoned() || !self.control_read {
-            return Ok(declined(if self.control_read {
-                "this node is cordoned"
-            } else {
-                "this node has not read its control object yet"
-            }));
         }
         if self.load() >= self.cfg.capacity {
             return Ok(declined("no free capacity"));
@@ -1091,19 +1086,15 @@ impl Node {
                 self.claims.remove(&key);
             }
         }
+        let mut owner_corrupt = false;
         if let Some((_, c)) = &claim
             && c.owner.node != self.me.node
             && c.state != ClaimState::Released
         {
             round_trips += 1;
-            self.fetch_node(&crate::keys::node(&c.owner.node), None)
-                .await?;
-            if self
-                .corrupt_nodes
-                .contains(&crate::keys::node(&c.owner.node))
-            {
-                return Ok(declined("the owner's node record is corrupt"));
-            }
+            let owner = crate::keys::node(&c.owner.node);
+            self.fetch_node(&owner, None).await?;
+            owner_corrupt = self.corrupt_nodes.contains(&owner);
         }
         let mv = manifest_view(&m);
         if !mv
@@ -1115,31 +1106,65 @@ impl Node {
         }
         let cv = claim.as_ref().map(|(_, c)| claim_view(c));
         let views = self.node_views(&self.claim_loads());
-        if plan::claimable(&mv, cv.as_ref(), &views, &self.me).is_none() {
-            let reason = match &cv {
-                _ if mv.paused => "paused",
-                Some(c) if c.state.is_terminal() && c.digest == mv.digest => "completed",
-                Some(_) => "its owner is live",
-                None => "not claimable",
-            };
-            return Ok(declined(reason));
-        }
         let vanished = self.claim_vanished(&key, claim.as_ref().map(|(_, c)| c));
-        if vanished && claim.is_none() {
-            // Witness the absence with a version of our own (see `tick`);
-            // a missing claim is never taken, however long it was missing.
-            if let Err(e) = self.mark_vanished(name.as_str()).await {
-                tracing::warn!(session = %name, error = %e, "writing a vanished marker");
+        let candidate = core::Candidate {
+            // A corrupt claim failed the read above (an error, not a verdict).
+            claim_corrupt: false,
+            owner_corrupt,
+            claimable: plan::claimable(&mv, cv.as_ref(), &views, &self.me),
+            control_read: self.control_read,
+            cordoned: self.deps.status.cordoned(),
+            draining: self.draining,
+            absence_pending: vanished && self.absent_claim_wait(name.as_str()).is_some(),
+            // Read just now.
+            owner_stale: false,
+            claimable_for: Duration::MAX,
+            grace: self.cfg.grace,
+        };
+        match core::gate(&candidate, || Some(0)) {
+            core::Gate::Claim => {}
+            core::Gate::Skip => {
+                return Ok(declined(if owner_corrupt {
+                    "the owner's node record is corrupt"
+                } else if !self.control_read {
+                    "this node has not read its control object yet"
+                } else {
+                    "this node is cordoned"
+                }));
             }
-            return Ok(declined(
-                "its claim vanished from the bucket; marked, to be made again after the hold period",
-            ));
-        }
-        if vanished && let Some(left) = self.absent_claim_wait(name.as_str()) {
-            return Ok(declined(&format!(
-                "its claim vanished from the bucket; waiting for the absence to be observed ({} left)",
-                humantime::format_duration(Duration::from_millis(left.as_millis() as u64))
-            )));
+            core::Gate::NotClaimable => {
+                return Ok(declined(match &cv {
+                    _ if mv.paused => "paused",
+                    Some(c) if c.state.is_terminal() && c.digest == mv.digest => "completed",
+                    Some(_) => "its owner is live",
+                    None => "not claimable",
+                }));
+            }
+            core::Gate::AbsencePending if claim.is_none() => {
+                // Witness the absence with a version of our own (see
+                // `tick`); a missing claim is never taken, however long it
+                // was missing.
+                if let Err(e) = self.mark_vanished(name.as_str()).await {
+                    tracing::warn!(session = %name, error = %e, "writing a vanished marker");
+                }
+                return Ok(declined(
+                    "its claim vanished from the bucket; marked, to be made again after the hold period",
+                ));
+            }
+            core::Gate::AbsencePending => {
+                let left = self
+                    .absent_claim_wait(name.as_str())
+                    .unwrap_or(Duration::ZERO);
+                return Ok(declined(&format!(
+                    "its claim vanished from the bucket; waiting for the absence to be observed ({} left)",
+                    humantime::format_duration(Duration::from_millis(left.as_millis() as u64))
+                )));
+            }
+            // Not reachable with the owner read just now, a rank given and
+            // no grace to wait; declined rather than assumed.
+            core::Gate::RefetchOwner | core::Gate::Unranked | core::Gate::Grace => {
+                return Ok(declined("not claimable now"));
+            }
         }
         if let Some((_, c)) = &claim {
             if !self.fence_owner(c).await? {
