@@ -857,7 +857,13 @@ impl LeaseClient {
         // recognised by its nonce, never reaches here: it is committed.)
         // Above every epoch this client has seen here too: a record made
         // again after a deletion may carry less than the one deleted.
-        let epoch = (rec.epoch.max(known.epoch) + 1).max(self.inner.epoch_base + 1);
+        let Some(epoch) = rec.epoch.max(known.epoch).checked_add(1) else {
+            return Err(Error::corrupt(
+                &key,
+                "epoch at its maximum: no higher token exists".to_string(),
+            ));
+        };
+        let epoch = epoch.max(self.inner.epoch_base + 1);
         tracing::debug!(key, ?why, epoch, "taking over");
         let next = self.new_record(kind, epoch, opts);
         match self

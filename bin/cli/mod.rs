@@ -1377,8 +1377,10 @@ fn print_not_acquired(name: &Name, answer: &Acquire, json: bool) {
         Acquire::Absent {
             epoch,
             expires_after,
-            ..
+            observed_for,
         } => {
+            // A new process watches from the start: suggest the whole wait.
+            let expires_after = &(*expires_after + *observed_for);
             if json {
                 print_json(&serde_json::json!({
                     "acquired": false, "key": key, "epoch": epoch, "state": "absent",
