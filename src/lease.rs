@@ -558,6 +558,21 @@ impl LeaseClient {
         )
     }
 
+    /// Our marker (written or raised) landed at `version`: watched from the
+    /// arrival of the response that showed it (ours, which came after it
+    /// landed), and the whole wait is ahead.
+    fn marker_written(&self, key: &str, version: &Version, marker: &LeaseRecord) -> Acquire {
+        let arrived = self.inner.clock.now();
+        self.inner.observer.observe(key, version, arrived);
+        let ttl = Duration::from_millis(marker.ttl_ms);
+        tracing::debug!(key, epoch = marker.epoch, "vanished marker written");
+        Acquire::Absent {
+            epoch: marker.epoch,
+            observed_for: Duration::ZERO,
+            expires_after: ttl + default_margin(ttl),
+        }
+    }
+
     /// Declares the standalone lease `leases/<name>` (`leasehold lease
     /// create`): writes its placeholder if the key has no object, so the
     /// first acquire takes it at once. Returns whether this call created it.
@@ -750,19 +765,7 @@ impl LeaseClient {
                     {
                         Written::Committed {
                             version, record, ..
-                        } => {
-                            // Watched from the arrival of the response that
-                            // showed it: ours, which came after it landed.
-                            let arrived = self.inner.clock.now();
-                            self.inner.observer.observe(&key, &version, arrived);
-                            let ttl = Duration::from_millis(record.ttl_ms);
-                            tracing::debug!(key, epoch = record.epoch, "no record; marker written");
-                            return Ok(Acquire::Absent {
-                                epoch: record.epoch,
-                                observed_for: Duration::ZERO,
-                                expires_after: ttl + default_margin(ttl),
-                            });
-                        }
+                        } => return Ok(self.marker_written(&key, &version, &record)),
                         Written::Rejected { current } => current,
                         Written::NotLanded => {
                             return Err(not_landed("vanished marker", &key, "try again"));
@@ -804,17 +807,7 @@ impl LeaseClient {
             {
                 Written::Committed {
                     version, record, ..
-                } => {
-                    let arrived = self.inner.clock.now();
-                    self.inner.observer.observe(&key, &version, arrived);
-                    let ttl = Duration::from_millis(record.ttl_ms);
-                    tracing::debug!(key, epoch = record.epoch, "marker raised");
-                    Ok(Acquire::Absent {
-                        epoch: record.epoch,
-                        observed_for: Duration::ZERO,
-                        expires_after: ttl + default_margin(ttl),
-                    })
-                }
+                } => Ok(self.marker_written(&key, &version, &record)),
                 Written::Rejected { .. } => Err(Error::Conflict { key }),
                 Written::NotLanded => Err(not_landed("vanished marker", &key, "try again")),
             };
