@@ -893,13 +893,18 @@ impl LeaseClient {
         };
         if deleted {
             // Deleted under this token's holder: lost, and the token's epoch
-            // goes on the marker, if there is one (its ttl is the acquirers'
-            // to say: this one-shot client knows none), so that no later
-            // holder reuses it.
-            if let Some((rec, version, _)) = current {
-                let ttl = rec.ttl_ms;
-                self.keep_epoch(&key, token.epoch, ttl, Some((rec, version)))
-                    .await;
+            // goes on the marker (raised, or created where none is yet), so
+            // that no later holder reuses it. The watch is the acquirers' to
+            // lengthen (this one-shot client knows no ttl, so a marker it
+            // creates says 1 ms): the only holder of this epoch is the
+            // caller, who is told it lost before any taker can have watched.
+            match current {
+                Some((rec, version, _)) => {
+                    let ttl = rec.ttl_ms;
+                    self.keep_epoch(&key, token.epoch, ttl, Some((rec, version)))
+                        .await
+                }
+                None => self.keep_epoch(&key, token.epoch, 1, None).await,
             }
             return Err(Error::Lost {
                 key,

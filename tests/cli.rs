@@ -2471,6 +2471,25 @@ fn a_deleted_standalone_lease_is_never_taken_beside_its_holder() {
     ]);
     assert_eq!(code(&b), 0, "{}{}", stdout(&b), stderr(&b));
     assert_eq!(json(&b)["epoch"], 2, "no token handed out twice");
+    // Deleted, and no acquirer came by to write a marker: the holder's
+    // renewal writes it, at its epoch.
+    let token = json(&b)["token"].as_str().unwrap().to_string();
+    std::fs::remove_file(d.path().join("leases/job")).unwrap();
+    let r = run(&["lease", "renew", "job", "--store", &s, "--token", &token]);
+    assert_eq!(code(&r), 3, "{}", stderr(&r));
+    let show = json(&run(&["lease", "show", "job", "--store", &s, "--json"]));
+    assert_eq!(show["record"]["epoch"], 2, "{show}");
+    assert_eq!(show["record"]["holder"]["node"], "vanished", "{show}");
+    // Declaring it again changes nothing, and says what stands.
+    let c = run(&["lease", "create", "job", "--store", &s]);
+    assert_eq!(code(&c), 0, "{}", stderr(&c));
+    assert!(stdout(&c).contains("marker of a deleted record"), "{}", stdout(&c));
+    let c = run(&[
+        "lease", "acquire", "job", "--store", &s, "--ttl", "1s", "--node", "n3", "--wait", "5s",
+        "--json",
+    ]);
+    assert_eq!(code(&c), 0, "{}{}", stdout(&c), stderr(&c));
+    assert_eq!(json(&c)["epoch"], 3, "no token handed out twice");
     // An undeclared name is acquired too, after the same wait.
     let u = run(&[
         "lease", "acquire", "new", "--store", &s, "--ttl", "200ms", "--wait", "3s", "--json",

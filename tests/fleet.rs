@@ -109,6 +109,36 @@ impl Fleet {
         });
     }
 
+    /// Starts a node with a claim endpoint (the caller's node of a wake) on
+    /// `store` with `cfg`, and returns its handle. It joins `nodes`, so
+    /// `finish` checks it and shuts it down.
+    fn start_caller(&mut self, store: Arc<dyn Store>, cfg: NodeConfig) -> node::NodeHandle {
+        let runner = Arc::new(RecordingRunner::new(self.clock.clone()));
+        let journal = Arc::new(Journal::new(10_000, 1 << 20));
+        let (handle, inbox) = node::claim_channel(&cfg.id);
+        let deps = NodeDeps {
+            journal: journal.clone(),
+            claims: Some(inbox),
+            ..NodeDeps::new(store, self.clock.clone(), runner.clone())
+        };
+        let shutdown = CancellationToken::new();
+        let init_store = self.store.clone();
+        let stop = shutdown.clone();
+        let id = cfg.id.to_string();
+        let task = tokio::spawn(async move {
+            init_marker(&init_store).await;
+            node::run(cfg, deps, stop).await
+        });
+        self.nodes.push(TestNode {
+            id,
+            runner,
+            journal,
+            shutdown,
+            task,
+        });
+        handle
+    }
+
     /// Waits (bounded) until `n` node records are listed, then long enough
     /// for every node to have listed them too (a few base polls).
     async fn wait_registered(&self, n: usize) {
@@ -688,7 +718,7 @@ async fn slow_store_places_everything_and_fails_nothing() {
 /// endpoint.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn wake_claims_on_the_callers_node_within_the_rules() {
-    use leasehold::fleet::node::{ClaimAnswer, claim_channel};
+    use leasehold::fleet::node::ClaimAnswer;
     use leasehold::wake::{Owned, Resolver, WakeOutcome};
     let store: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
@@ -699,23 +729,14 @@ async fn wake_claims_on_the_callers_node_within_the_rules() {
     f.wait_for("busy on peer", |p| p.contains_key("busy")).await;
 
     // The caller's node, zone a, capacity 2, listing only every 30 s.
-    let id = Name::new("caller").unwrap();
-    let mut cfg = NodeConfig::new(id.clone(), TTL);
+    let mut cfg = NodeConfig::new(Name::new("caller").unwrap(), TTL);
     cfg.capacity = 2;
     cfg.poll = Duration::from_secs(30);
     cfg.max_poll = Duration::from_secs(30);
     cfg.labels.insert("zone".into(), "a".into());
-    let runner = Arc::new(RecordingRunner::new(clock.clone()));
-    let (handle, inbox) = claim_channel(&id);
-    let journal = Arc::new(Journal::new(1000, 1 << 20));
-    let deps = NodeDeps {
-        journal: journal.clone(),
-        claims: Some(inbox),
-        ..NodeDeps::new(store.clone(), clock.clone(), runner.clone())
-    };
-    init_marker(&store).await;
-    let shutdown = CancellationToken::new();
-    let task = tokio::spawn(node::run(cfg, deps, shutdown.clone()));
+    let handle = f.start_caller(store.clone(), cfg);
+    let runner = f.nodes[1].runner.clone();
+    let journal = f.nodes[1].journal.clone();
     // Registered (and its first pass done) once its journal says so.
     for _ in 0..200 {
         if journal.totals().contains_key("registered") {
@@ -910,8 +931,9 @@ async fn wake_claims_on_the_callers_node_within_the_rules() {
     assert_eq!(v["claim"], "declined");
     stop_http.cancel();
 
-    shutdown.cancel();
-    task.await.unwrap().unwrap();
+    let caller = f.nodes.pop().unwrap();
+    caller.shutdown.cancel();
+    caller.task.await.unwrap().unwrap();
     // After the node stopped, the handle declines instead of hanging.
     assert!(matches!(
         handle.claim_now(&Name::new("web").unwrap()).await.unwrap(),
@@ -1553,7 +1575,7 @@ async fn a_peer_blind_to_a_claim_never_makes_it_again_beside_its_holder() {
 /// claim is declined outright and the stale cache entry dropped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_claim_endpoint_never_takes_a_missing_claim() {
-    use leasehold::fleet::node::{ClaimAnswer, claim_channel};
+    use leasehold::fleet::node::ClaimAnswer;
     use std::sync::atomic::{AtomicBool, Ordering};
     let inner: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());
     let mut f = Fleet::new(inner.clone());
@@ -1588,18 +1610,11 @@ async fn the_claim_endpoint_never_takes_a_missing_claim() {
         deny: flag(),
         clock: f.clock.clone(),
     });
-    let id = Name::new("caller").unwrap();
-    let mut cfg = NodeConfig::new(id.clone(), TTL);
+    let mut cfg = NodeConfig::new(Name::new("caller").unwrap(), TTL);
     cfg.poll = Duration::from_millis(50);
     cfg.max_poll = Duration::from_millis(100);
-    let runner = Arc::new(RecordingRunner::new(f.clock.clone()));
-    let (handle, inbox) = claim_channel(&id);
-    let deps = NodeDeps {
-        claims: Some(inbox),
-        ..NodeDeps::new(caller_store, f.clock.clone(), runner.clone())
-    };
-    let shutdown = CancellationToken::new();
-    let task = tokio::spawn(node::run(cfg, deps, shutdown.clone()));
+    let handle = f.start_caller(caller_store, cfg);
+    let runner = f.nodes[1].runner.clone();
     // Long enough for the caller to have watched the owner's claim for
     // more than its hold + margin (1.2 s + 60 ms).
     f.clock.sleep(Duration::from_millis(2000)).await;
@@ -1617,8 +1632,6 @@ async fn the_claim_endpoint_never_takes_a_missing_claim() {
         "the caller ran web: {runs:?}"
     );
     owner_stall.store(false, Ordering::SeqCst);
-    shutdown.cancel();
-    task.await.unwrap().unwrap();
     f.finish().await;
 }
 
@@ -1627,26 +1640,19 @@ async fn the_claim_endpoint_never_takes_a_missing_claim() {
 /// it once uncordoned; an unclaimable one is declined with its reason.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_claim_endpoint_declines_where_the_pull_loop_would() {
-    use leasehold::fleet::node::{ClaimAnswer, claim_channel};
+    use leasehold::fleet::node::ClaimAnswer;
     let inner: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());
-    let f = Fleet::new(inner.clone());
+    let mut f = Fleet::new(inner.clone());
     init_marker(&inner).await;
     leasehold::fleet::control::set(&inner, &OsEntropy::new(), "caller", false, 0)
         .await
         .unwrap();
     apply(&inner, "web", &spec("sleep")).await;
-    let id = Name::new("caller").unwrap();
-    let mut cfg = NodeConfig::new(id.clone(), TTL);
+    let mut cfg = NodeConfig::new(Name::new("caller").unwrap(), TTL);
     cfg.poll = Duration::from_millis(50);
     cfg.max_poll = Duration::from_millis(100);
-    let runner = Arc::new(RecordingRunner::new(f.clock.clone()));
-    let (handle, inbox) = claim_channel(&id);
-    let deps = NodeDeps {
-        claims: Some(inbox),
-        ..NodeDeps::new(inner.clone(), f.clock.clone(), runner.clone())
-    };
-    let shutdown = CancellationToken::new();
-    let task = tokio::spawn(node::run(cfg, deps, shutdown.clone()));
+    let handle = f.start_caller(inner.clone(), cfg);
+    let runner = f.nodes[0].runner.clone();
     f.clock.sleep(Duration::from_millis(500)).await;
     let web = Name::new("web").unwrap();
     let answer = handle.claim_now(&web).await.unwrap();
@@ -1679,8 +1685,6 @@ async fn the_claim_endpoint_declines_where_the_pull_loop_would() {
         matches!(&answer, ClaimAnswer::Declined { reason, .. } if reason == "paused"),
         "{answer:?}"
     );
-    shutdown.cancel();
-    task.await.unwrap().unwrap();
     f.finish().await;
 }
 

@@ -1238,10 +1238,23 @@ async fn lease(op: LeaseOp, max_skew: Duration) -> Result<(), Failure> {
                 .build()?;
             let created = client.create(&name).await?;
             let key = leasehold::keys::lease(&name);
+            // Not created: say whether what stands is a lease or the marker
+            // of a deleted one (which the next acquire must wait out).
+            let vanished = !created
+                && client
+                    .read(Kind::Lease, &name)
+                    .await?
+                    .is_some_and(|(rec, _, _)| rec.is_vanished());
             if json {
-                print_json(&serde_json::json!({"key": key, "created": created}));
+                print_json(
+                    &serde_json::json!({"key": key, "created": created, "vanished": vanished}),
+                );
             } else if created {
                 println!("created {key}");
+            } else if vanished {
+                println!(
+                    "exists {key} (unchanged): the marker of a deleted record; the next acquire waits its ttl + margin"
+                );
             } else {
                 println!("exists {key} (unchanged)");
             }
