@@ -2483,7 +2483,11 @@ fn a_deleted_standalone_lease_is_never_taken_beside_its_holder() {
     // Declaring it again changes nothing, and says what stands.
     let c = run(&["lease", "create", "job", "--store", &s]);
     assert_eq!(code(&c), 0, "{}", stderr(&c));
-    assert!(stdout(&c).contains("marker of a deleted record"), "{}", stdout(&c));
+    assert!(
+        stdout(&c).contains("marker of a deleted record"),
+        "{}",
+        stdout(&c)
+    );
     let c = run(&[
         "lease", "acquire", "job", "--store", &s, "--ttl", "1s", "--node", "n3", "--wait", "5s",
         "--json",

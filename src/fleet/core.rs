@@ -10,12 +10,17 @@
 //!
 //! Built so far (issue #13): what a session's exit leads to, what an owned
 //! session's claim and manifest require, whether a claimable session may be
-//! claimed this pass, and the pass's pacing. Still in the shell: the fence
-//! before a takeover, registration and renewal, the claim endpoint.
+//! claimed this pass (used by the pull loop and the claim endpoint alike),
+//! the pass's pacing, the absence rules of a vanished claim (the hold, the
+//! wait, markers) and each step of the fence before a takeover. Still in
+//! the shell: the order of the I/O (one async method per step, not one
+//! `step(state, input) -> actions` machine), registration and renewal.
 
-use super::claim::ClaimState;
+use super::claim::{ClaimRecord, ClaimState};
 use super::manifest::RestartPolicy;
 use super::plan::Claimable;
+use crate::lease::default_margin;
+use crate::liveness::Liveness;
 use std::time::Duration;
 
 /// A run shorter than this counts as a quick exit (a crash loop).
@@ -324,6 +329,188 @@ pub fn idle_after(idle_passes: u32, changed: bool) -> u32 {
     }
 }
 
+// ------------------------------------------------------------- absence --
+
+/// A claim's hold: how long after the request that last showed a claim ours
+/// its holder may go on believing in it (less the margin), and how long a
+/// peer watches the version that stands where a vanished claim was before
+/// making it again (plus the margin). Both sides use this one function, so
+/// the wait cannot fall short of the belief by an edit to one of them.
+/// Passes come at least every `max_poll`, and the first that no longer
+/// shows a holder its claim stops the session; the extra ttl covers a
+/// pass that overruns.
+pub fn claim_hold(ttl: Duration, max_poll: Duration) -> Duration {
+    max_poll.max(ttl).saturating_add(ttl)
+}
+
+/// How long a holder believes in its claims after their confirmation:
+/// `claim_hold − margin` of its own settings.
+pub fn claim_belief(ttl: Duration, max_poll: Duration) -> Duration {
+    claim_hold(ttl, max_poll).saturating_sub(default_margin(ttl))
+}
+
+/// The settings a node knows of: its own, and the longest any node record
+/// it ever decoded published (`ttl`, `max_poll`), gone or not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Holds {
+    pub own_ttl: Duration,
+    pub own_max_poll: Duration,
+    pub longest_ttl: Duration,
+    pub longest_max_poll: Duration,
+}
+
+/// May a vanished claim be made again? `unchanged_for` is how long the
+/// version standing where it was (its vanished marker, or `apply`'s
+/// placeholder over a claim we saw) has been observed unchanged, from the
+/// arrival of the first listing that showed it; `None` if no such version
+/// was seen yet (a missing claim is never enough: its marker is written
+/// first). The owner may hold on for the hold of its own settings, which a
+/// restarted peer may not know: so the longest any node publishes, never
+/// less than ours. Every holder was confirmed before the deletion, which
+/// was before the marker landed, which was before we first saw it. Returns
+/// how long is left, or `None` when it may.
+pub fn vanished_claim_wait(h: Holds, unchanged_for: Option<Duration>) -> Option<Duration> {
+    let ttl = h.own_ttl.max(h.longest_ttl);
+    let need =
+        claim_hold(ttl, h.own_max_poll.max(h.longest_max_poll)).saturating_add(default_margin(ttl));
+    match unchanged_for {
+        None => Some(need),
+        Some(seen) => (seen < need).then(|| need - seen),
+    }
+}
+
+/// Is a claim gone in the absence rules' sense: missing, a vanished marker,
+/// or `apply`'s placeholder where we saw a real claim (at `seen_epoch` > 0:
+/// it was written over a deleted one)?
+pub fn claim_gone(claim: Option<&ClaimRecord>, seen_epoch: u64) -> bool {
+    match claim {
+        None => true,
+        Some(c) => c.is_vanished() || (c.is_placeholder() && seen_epoch > 0),
+    }
+}
+
+/// A vanished marker standing below the highest epoch this node saw for
+/// its claim is raised to that epoch (If-Match), so whoever makes the claim
+/// again goes above every epoch anyone saw. Returns the epoch to raise it
+/// to, if any.
+pub fn marker_raise(claim: Option<&ClaimRecord>, seen_epoch: u64) -> Option<u64> {
+    claim.filter(|c| c.is_vanished() && c.epoch < seen_epoch)?;
+    Some(seen_epoch)
+}
+
+/// Has a claim's owner's node record, observed absent (neither listed nor
+/// readable) for `absent_for`, been gone long enough to take over? Judged
+/// as an unchanged version (DESIGN: a missing record is an observation, not
+/// a death), with the longer of its last ttl and ours.
+pub fn owner_absent_long_enough(
+    absent_for: Duration,
+    its_ttl: Duration,
+    own_ttl: Duration,
+) -> bool {
+    let ttl = its_ttl.max(own_ttl);
+    crate::liveness::absent_long_enough(absent_for, ttl, default_margin(ttl))
+}
+
+// --------------------------------------------------------------- fence --
+
+/// What this node has of a claim's owner's node record, before a takeover.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OwnerRecord {
+    /// Not in the node's view (neither listed nor read).
+    Unknown,
+    /// In the view: its judgement for the claim's instance, and whether the
+    /// cached bytes are of the version the listing showed.
+    Known { judged: Liveness, at_listed: bool },
+}
+
+/// The first step of the fence before a takeover (the gate said `Claim`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fence {
+    /// Nothing to fence: take over.
+    Go,
+    /// Read the owner's record (not in the view), then ask
+    /// `after_owner_read`.
+    ReadOwner,
+    /// Read the owner's record again (the cache is not of the watched
+    /// version), then ask `after_fresh_read`.
+    ReadAtListed,
+    /// Write the tombstone over the watched version, from the cached record.
+    Tombstone,
+}
+
+/// The fence: a released claim, or one of our own node (a predecessor of
+/// this instance, which the host lock proves gone), needs none; an owner
+/// superseded, or released or fenced at the watched version, is final
+/// already; else the owner's lease is released in its name (If-Match on
+/// the version watched unchanged) before its sessions are taken.
+pub fn fence(claim_released: bool, owner_is_me: bool, owner: OwnerRecord) -> Fence {
+    if claim_released || owner_is_me {
+        return Fence::Go;
+    }
+    match owner {
+        OwnerRecord::Unknown => Fence::ReadOwner,
+        OwnerRecord::Known { judged, at_listed } => {
+            if judged == Liveness::Superseded || (judged.is_final() && at_listed) {
+                Fence::Go
+            } else if at_listed {
+                Fence::Tombstone
+            } else {
+                Fence::ReadAtListed
+            }
+        }
+    }
+}
+
+/// What a read of an owner that was not in the view allows. Present (just
+/// written or just listed): not watched for a ttl, so not yet. Unreadable:
+/// never. Absent: only once observed absent long enough.
+pub fn after_owner_read(present: bool, corrupt: bool, absent_long_enough: bool) -> bool {
+    !present && !corrupt && absent_long_enough
+}
+
+/// What the fresh read of the owner's record shows, against the version
+/// the listing showed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FreshRead {
+    /// Vanished since the listing: an absence to observe (the owner may
+    /// have renewed just before), not a death. Not yet.
+    Absent,
+    /// Another version: renewed after all. Not yet (refresh the view).
+    Changed,
+    /// Released, fenced or superseded at that version: go.
+    Final,
+    /// Still the watched version, still held: write the tombstone over it.
+    Tombstone,
+}
+
+/// A fresh read of the owner's record, against the version the listing
+/// showed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OwnerRead {
+    Missing,
+    /// Another version than the listed one.
+    Other,
+    /// The listed version, judged for the claim's instance.
+    AtListed(Liveness),
+}
+
+/// Classifies the fresh read.
+pub fn after_fresh_read(read: OwnerRead) -> FreshRead {
+    match read {
+        OwnerRead::Missing => FreshRead::Absent,
+        OwnerRead::Other => FreshRead::Changed,
+        OwnerRead::AtListed(judged) if judged.is_final() => FreshRead::Final,
+        OwnerRead::AtListed(_) => FreshRead::Tombstone,
+    }
+}
+
+/// A tombstone rejected: the owner renewed (no takeover), or another node
+/// fenced it a moment ago, which is final all the same. Judged on the record
+/// read after the rejection.
+pub fn after_tombstone_rejected(judged: Option<Liveness>) -> bool {
+    matches!(judged, Some(Liveness::Released | Liveness::Fenced))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -468,6 +655,201 @@ mod tests {
         );
         assert_eq!(idle_after(5, true), 0);
         assert_eq!(idle_after(u32::MAX, false), u32::MAX);
+    }
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    /// The safety relation between the two sides of a vanished claim: for
+    /// any holder's settings that the waiter knows of (its own, or the
+    /// longest it read), the waiter's wait outlasts the holder's belief,
+    /// by at least the margin; and it is exactly the hold + margin of the
+    /// longest settings, no more.
+    #[test]
+    fn the_vanished_wait_outlasts_every_known_holders_belief() {
+        let settings = [
+            ms(100),
+            ms(600),
+            ms(1_000),
+            ms(10_000),
+            ms(30_000),
+            ms(120_000),
+        ];
+        for ttl in settings {
+            for max_poll in settings {
+                let belief = claim_belief(ttl, max_poll);
+                assert!(belief < claim_hold(ttl, max_poll));
+                for (own_ttl, own_poll) in [(ms(100), ms(100)), (ms(10_000), ms(10_000))] {
+                    // The holder's settings are known as the longest read,
+                    // or are the waiter's own.
+                    for h in [
+                        Holds {
+                            own_ttl,
+                            own_max_poll: own_poll,
+                            longest_ttl: ttl,
+                            longest_max_poll: max_poll,
+                        },
+                        Holds {
+                            own_ttl: ttl,
+                            own_max_poll: max_poll,
+                            longest_ttl: Duration::ZERO,
+                            longest_max_poll: Duration::ZERO,
+                        },
+                    ] {
+                        let need = vanished_claim_wait(h, None).unwrap();
+                        assert!(
+                            need > belief + default_margin(ttl),
+                            "{h:?}: wait {need:?} vs belief {belief:?}"
+                        );
+                        assert_eq!(
+                            vanished_claim_wait(h, Some(belief)),
+                            Some(need - belief),
+                            "{h:?}"
+                        );
+                        // Observed the whole wait: go; a moment less: not.
+                        assert_eq!(vanished_claim_wait(h, Some(need)), None);
+                        assert_eq!(vanished_claim_wait(h, Some(need - ms(1))), Some(ms(1)));
+                    }
+                }
+            }
+        }
+        // The figures: ttl 600 ms, max_poll 100 ms: hold 1.2 s, belief
+        // 1.14 s, wait 1.26 s (tests/fleet.rs waits on these).
+        assert_eq!(claim_hold(ms(600), ms(100)), ms(1_200));
+        assert_eq!(claim_belief(ms(600), ms(100)), ms(1_140));
+        let h = Holds {
+            own_ttl: ms(600),
+            own_max_poll: ms(100),
+            longest_ttl: ms(600),
+            longest_max_poll: ms(100),
+        };
+        assert_eq!(vanished_claim_wait(h, None), Some(ms(1_260)));
+        // A peer that publishes a longer max_poll lengthens every wait.
+        let h = Holds {
+            longest_max_poll: ms(5_000),
+            ..h
+        };
+        assert_eq!(vanished_claim_wait(h, None), Some(ms(5_660)));
+        // Saturates, never panics.
+        assert_eq!(claim_hold(Duration::MAX, Duration::MAX), Duration::MAX);
+        assert_eq!(
+            claim_belief(Duration::MAX, Duration::ZERO),
+            Duration::MAX - default_margin(Duration::MAX)
+        );
+    }
+
+    #[test]
+    fn what_counts_as_a_gone_claim_and_which_markers_are_raised() {
+        let claim = ClaimRecord {
+            epoch: 4,
+            owner: crate::fleet::claim::Owner {
+                node: "n1".into(),
+                instance: "i1".into(),
+            },
+            state: Running,
+            ..ClaimRecord::placeholder("n".into(), 0)
+        };
+        let placeholder = ClaimRecord::placeholder("n".into(), 0);
+        let marker = ClaimRecord::vanished(3, "n".into(), 0);
+        // (claim, highest epoch seen, gone?, raise to)
+        let table: [(Option<&ClaimRecord>, u64, bool, Option<u64>); 9] = [
+            (None, 0, true, None),
+            (None, 7, true, None),
+            (Some(&marker), 0, true, None),
+            (Some(&marker), 3, true, None),
+            (Some(&marker), 5, true, Some(5)),
+            // A placeholder is a new session, unless it stands where we
+            // saw a real claim (apply over a deleted one).
+            (Some(&placeholder), 0, false, None),
+            (Some(&placeholder), 2, true, None),
+            (Some(&claim), 0, false, None),
+            (Some(&claim), 9, false, None),
+        ];
+        for (c, seen, gone, raise) in table {
+            assert_eq!(claim_gone(c, seen), gone, "{c:?} seen {seen}");
+            assert_eq!(marker_raise(c, seen), raise, "{c:?} seen {seen}");
+        }
+    }
+
+    #[test]
+    fn an_absent_owner_is_waited_out_with_the_longer_ttl() {
+        // (absent for, its ttl, our ttl, long enough?)
+        let table = [
+            (ms(0), ms(600), ms(600), false),
+            (ms(659), ms(600), ms(600), false),
+            (ms(660), ms(600), ms(600), true),
+            // Its ttl longer than ours: its own.
+            (ms(660), ms(10_000), ms(600), false),
+            (ms(11_000), ms(10_000), ms(600), true),
+            // Ours longer (its record said less, or nothing): ours.
+            (ms(660), ms(0), ms(1_000), false),
+            (ms(1_100), ms(0), ms(1_000), true),
+        ];
+        for (absent_for, its, own, go) in table {
+            assert_eq!(
+                owner_absent_long_enough(absent_for, its, own),
+                go,
+                "{absent_for:?} {its:?} {own:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn each_step_of_the_fence() {
+        use Liveness::*;
+        let known = |judged, at_listed| OwnerRecord::Known { judged, at_listed };
+        // (claim released, owner is me, owner record, step)
+        let table = [
+            (true, false, OwnerRecord::Unknown, Fence::Go),
+            (false, true, known(Live, false), Fence::Go),
+            (false, false, OwnerRecord::Unknown, Fence::ReadOwner),
+            (false, false, known(Superseded, false), Fence::Go),
+            (false, false, known(Released, true), Fence::Go),
+            (false, false, known(Fenced, true), Fence::Go),
+            // Final in a cache of another version: read it again first.
+            (false, false, known(Released, false), Fence::ReadAtListed),
+            (false, false, known(Live, true), Fence::Tombstone),
+            (false, false, known(Expired, true), Fence::Tombstone),
+            (false, false, known(Expired, false), Fence::ReadAtListed),
+        ];
+        for (released, me, owner, step) in table {
+            assert_eq!(
+                fence(released, me, owner),
+                step,
+                "{released} {me} {owner:?}"
+            );
+        }
+        // A read of an owner not in the view.
+        assert!(!after_owner_read(true, false, true));
+        assert!(!after_owner_read(false, true, true));
+        assert!(!after_owner_read(false, false, false));
+        assert!(after_owner_read(false, false, true));
+        // The fresh read at the watched version.
+        let table = [
+            (OwnerRead::Missing, FreshRead::Absent),
+            (OwnerRead::Other, FreshRead::Changed),
+            (OwnerRead::AtListed(Released), FreshRead::Final),
+            (OwnerRead::AtListed(Fenced), FreshRead::Final),
+            (OwnerRead::AtListed(Superseded), FreshRead::Final),
+            (OwnerRead::AtListed(Live), FreshRead::Tombstone),
+            (OwnerRead::AtListed(Expired), FreshRead::Tombstone),
+        ];
+        for (read, step) in table {
+            assert_eq!(after_fresh_read(read), step, "{read:?}");
+        }
+        // A rejected tombstone: another node's fence is as good as ours;
+        // a renewal, or nothing readable, is not.
+        for (judged, go) in [
+            (Some(Released), true),
+            (Some(Fenced), true),
+            (Some(Live), false),
+            (Some(Expired), false),
+            (Some(Superseded), false),
+            (None, false),
+        ] {
+            assert_eq!(after_tombstone_rejected(judged), go, "{judged:?}");
+        }
     }
 
     /// The core stays pure: no runtime, store, clock or randomness in its

@@ -934,30 +934,38 @@ impl Node {
     /// One write per dead node (the first node to take any of its sessions),
     /// not per session. Returns whether the takeover may proceed.
     async fn fence_owner(&mut self, c: &ClaimRecord) -> Result<bool> {
-        if c.state == ClaimState::Released || c.owner.node == self.me.node {
-            return Ok(true); // released by its owner; or our predecessor (host lock)
-        }
         let key = crate::keys::node(&c.owner.node);
-        if !self.nodes.contains_key(&key) {
-            // Not in our view: read it. Present, it was just written or just
-            // listed, and has not been watched for a TTL. Absent, it is
-            // judged like an unchanged version: the owner may still be
-            // acting on the validity of its last renewal (its next one fails
-            // on the missing record and it stops), so only an absence
-            // observed for ttl + margin lets us take over.
-            self.fetch_node(&key, None).await?;
-            if self.nodes.contains_key(&key) || self.corrupt_nodes.contains(&key) {
-                return Ok(false);
-            }
-            return Ok(self.node_absent_long_enough(&key));
-        }
-        let Some(n) = self.nodes.get(&key).cloned() else {
-            return Ok(false);
+        let cached = self.nodes.get(&key).cloned();
+        let view = match &cached {
+            None => core::OwnerRecord::Unknown,
+            Some(n) => core::OwnerRecord::Known {
+                judged: owner_liveness(&n.record, &c.owner.instance),
+                at_listed: n.fetched == n.listed,
+            },
         };
-        let judged = owner_liveness(&n.record, &c.owner.instance);
-        if judged == Liveness::Superseded || (judged.is_final() && n.listed == n.fetched) {
-            return Ok(true); // superseded, released or fenced: already final
-        }
+        let n = match core::fence(
+            c.state == ClaimState::Released,
+            c.owner.node == self.me.node,
+            view,
+        ) {
+            core::Fence::Go => return Ok(true),
+            core::Fence::ReadOwner => {
+                // Not in our view: read it (see `core::after_owner_read`).
+                // Absent, the owner may still be acting on the validity of
+                // its last renewal (its next one fails on the missing record
+                // and it stops).
+                self.fetch_node(&key, None).await?;
+                return Ok(core::after_owner_read(
+                    self.nodes.contains_key(&key),
+                    self.corrupt_nodes.contains(&key),
+                    self.node_absent_long_enough(&key),
+                ));
+            }
+            core::Fence::Tombstone | core::Fence::ReadAtListed => cached,
+        };
+        let Some(n) = n else {
+            return Ok(false); // (only a known owner is fenced)
+        };
         // Build the tombstone from the record at the watched version: the
         // cached one if we read that very version (claim_now just did),
         // else read it now.
@@ -970,26 +978,38 @@ impl Node {
                 .get(&key)
                 .await
                 .map_err(|e| Error::from_store("get", &key, e))?;
-            let Some(o) = current else {
-                // Vanished since the listing: an absence to observe, not a
-                // death (the owner may have renewed just before).
-                let now = self.deps.clock.now();
-                let ttl = Duration::from_millis(n.record.ttl_ms);
-                self.nodes.remove(&key);
-                self.absent_nodes.entry(key).or_insert((now, ttl));
-                return Ok(false);
+            let mut read = None;
+            let seen = match &current {
+                None => core::OwnerRead::Missing,
+                Some(o) if o.version != n.listed => core::OwnerRead::Other,
+                Some(o) => {
+                    let record = LeaseRecord::decode(&key, &o.bytes, Kind::Node)?;
+                    let judged = owner_liveness(&record, &c.owner.instance);
+                    read = Some(record);
+                    core::OwnerRead::AtListed(judged)
+                }
             };
-            if o.version != n.listed {
-                // It changed since the listing: not expired after all.
-                self.fetch_node(&key, None).await?;
-                return Ok(false);
+            match core::after_fresh_read(seen) {
+                core::FreshRead::Absent => {
+                    let now = self.deps.clock.now();
+                    let ttl = Duration::from_millis(n.record.ttl_ms);
+                    self.nodes.remove(&key);
+                    self.absent_nodes.entry(key).or_insert((now, ttl));
+                    return Ok(false);
+                }
+                core::FreshRead::Changed => {
+                    self.fetch_node(&key, None).await?;
+                    return Ok(false);
+                }
+                core::FreshRead::Final => {
+                    self.fetch_node(&key, None).await?;
+                    return Ok(true);
+                }
+                core::FreshRead::Tombstone => match read {
+                    Some(record) => record,
+                    None => return Ok(false), // (judged only at the listed version)
+                },
             }
-            let record = LeaseRecord::decode(&key, &o.bytes, Kind::Node)?;
-            if owner_liveness(&record, &c.owner.instance).is_final() {
-                self.fetch_node(&key, None).await?;
-                return Ok(true);
-            }
-            record
         };
         self.ensure_marker().await?;
         let mut tomb = record;
@@ -1032,15 +1052,12 @@ impl Node {
                 Ok(true)
             }
             Put::Rejected(_) => {
-                // Renewed (no takeover), or fenced by another node a moment
-                // ago (then it is final all the same).
                 self.fetch_node(&key, None).await?;
-                Ok(self.nodes.get(&key).is_some_and(|n| {
-                    matches!(
-                        owner_liveness(&n.record, &c.owner.instance),
-                        Liveness::Released | Liveness::Fenced
-                    )
-                }))
+                Ok(core::after_tombstone_rejected(
+                    self.nodes
+                        .get(&key)
+                        .map(|n| owner_liveness(&n.record, &c.owner.instance)),
+                ))
             }
         }
     }
@@ -1313,9 +1330,8 @@ impl Node {
 
     /// Our belief in the claims we hold, each as of the last request that
     /// showed it ours (`Owned::confirmed`): until that *send* time + `hold` −
-    /// margin (the earliest of them bounds every session: the deadline is
-    /// the node's),
-    /// `hold` being max(max_poll, ttl) + ttl. A claim deleted from the bucket
+    /// margin (`core::claim_belief`; the earliest of them bounds every
+    /// session: the deadline is the node's). A claim deleted from the bucket
     /// does not fence our node lease, so this is what bounds us: a peer makes
     /// a vanished claim again only by taking over the marker written where
     /// it was, after observing that marker's version unchanged for `hold` +
@@ -1327,12 +1343,12 @@ impl Node {
     /// shows our claim stops the session at once; a stalled pass lets the
     /// sessions' deadlines lapse (they restart at the next pass).
     fn confirmed_until(&self) -> Option<MonoTime> {
-        let hold = self.cfg.max_poll.max(self.cfg.ttl) + self.cfg.ttl;
+        let belief = core::claim_belief(self.cfg.ttl, self.cfg.max_poll);
         self.owned
             .values()
             .map(|o| o.confirmed)
             .min()
-            .map(|t| t + hold - default_margin(self.cfg.ttl))
+            .map(|t| t + belief)
     }
 
     /// Keeps `seen_claims` (the highest epoch seen per claim of a listed
@@ -1407,79 +1423,56 @@ impl Node {
     /// saw for `name`: raise it (If-Match), so that whichever node makes the
     /// claim again, however little it saw, goes above every epoch we saw.
     /// The new version restarts every node's watch. Nothing to do otherwise.
-    async fn raise_marker(&mut self, name: &str, version: Version, epoch: u64) -> Result<()> {
+    async fn raise_marker(&mut self, name: &str, version: Version, c: &ClaimRecord) -> Result<()> {
         let key = crate::keys::session(name);
         let seen = self.seen_claims.get(&key).copied().unwrap_or(0);
-        let is_marker = self.claims.get(&key).is_some_and(|(_, c)| c.is_vanished());
-        if !is_marker || seen <= epoch {
+        let Some(epoch) = core::marker_raise(Some(c), seen) else {
             return Ok(());
-        }
-        let (put, marker) = self.put_marker(&key, seen, Cond::Match(version)).await;
+        };
+        let (put, marker) = self.put_marker(&key, epoch, Cond::Match(version)).await;
         if let Put::Committed(v) = put? {
             self.claims.insert(key, (v, marker));
         }
         Ok(())
     }
 
-    /// May we make the vanished claim of `name` again now? Only once the
-    /// version that stands where it was (a vanished marker, or `apply`'s
-    /// placeholder over a claim we saw) has been observed unchanged for the
-    /// hold period + margin (see `confirmed_until`). A missing claim is
-    /// never enough, however long listings showed nothing: its marker must
-    /// be written first. Every holder of it was confirmed before the
-    /// deletion, which was before the marker landed, which was before we
-    /// first saw the marker: so its deadline has passed when this says go.
-    /// Returns how long is left otherwise.
+    /// How long before the vanished claim of `name` may be made again
+    /// (`core::vanished_claim_wait`, on the version standing where it was as
+    /// this node's listings observed it); `None`: it may now.
     fn absent_claim_wait(&self, name: &str) -> Option<Duration> {
         let ckey = crate::keys::session(name);
-        // The owner may hold on for its max(max_poll, ttl) + ttl (as it
-        // published them), never less than ours: take the longest hold any
-        // node we know publishes (a restarted node may not know who the
-        // owner was).
-        // (`longest` keeps every record we ever read, gone or not.)
-        let ttl = self.cfg.ttl.max(self.longest.0);
-        let max_poll = self.cfg.max_poll.max(self.longest.1);
-        let need = max_poll.max(ttl) + ttl + default_margin(ttl);
+        let holds = core::Holds {
+            own_ttl: self.cfg.ttl,
+            own_max_poll: self.cfg.max_poll,
+            // `longest` keeps every record we ever read, gone or not.
+            longest_ttl: self.longest.0,
+            longest_max_poll: self.longest.1,
+        };
         // Missing (no marker yet), or its version not seen in a listing:
-        // the whole wait is ahead.
-        let Some((v, _)) = self.claims.get(&ckey) else {
-            return Some(need);
-        };
-        let Some(seen_for) = self
-            .client
-            .observer()
-            .unchanged_for(&ckey, v, self.deps.clock.now())
-        else {
-            return Some(need);
-        };
-        (seen_for < need).then(|| need - seen_for)
+        // no observation.
+        let unchanged_for = self.claims.get(&ckey).and_then(|(v, _)| {
+            self.client
+                .observer()
+                .unchanged_for(&ckey, v, self.deps.clock.now())
+        });
+        core::vanished_claim_wait(holds, unchanged_for)
     }
 
-    /// Is the claim at `key` (as last read) gone in the absence rules' sense:
-    /// missing, or a placeholder where we saw a real claim (`apply` wrote it
-    /// over a deleted one)?
+    /// Is the claim at `key` (as last read) gone (`core::claim_gone`)?
     fn claim_vanished(&self, key: &str, claim: Option<&ClaimRecord>) -> bool {
-        match claim {
-            None => true,
-            Some(c) => {
-                c.is_vanished()
-                    || (c.is_placeholder() && self.seen_claims.get(key).is_some_and(|e| *e > 0))
-            }
-        }
+        core::claim_gone(claim, self.seen_claims.get(key).copied().unwrap_or(0))
     }
 
-    /// Has node record `key`, a claim's owner, been observed absent for its
-    /// TTL + margin? (Absent: neither listed nor readable.)
+    /// Has node record `key`, a claim's owner, been observed absent long
+    /// enough (`core::owner_absent_long_enough`)?
     fn node_absent_long_enough(&self, key: &str) -> bool {
-        let Some((since, ttl)) = self.absent_nodes.get(key) else {
-            return false;
-        };
-        let ttl = (*ttl).max(self.cfg.ttl);
-        crate::liveness::absent_long_enough(
-            self.deps.clock.now().saturating_since(*since),
-            ttl,
-            default_margin(ttl),
-        )
+        self.absent_nodes.get(key).is_some_and(|(since, ttl)| {
+            core::owner_absent_long_enough(
+                self.deps.clock.now().saturating_since(*since),
+                *ttl,
+                self.cfg.ttl,
+            )
+        })
     }
 
     #[tracing::instrument(level = "debug", name = "node pass", skip_all)]
@@ -1663,7 +1656,7 @@ impl Node {
                     // stop the pass for every other session.
                     let r = match &claim {
                         None => self.mark_vanished(&name).await,
-                        Some((v, c)) => self.raise_marker(&name, v.clone(), c.epoch).await,
+                        Some((v, c)) => self.raise_marker(&name, v.clone(), c).await,
                     };
                     if let Err(e) = r {
                         tracing::warn!(session = name, error = %e, "writing a vanished marker");
