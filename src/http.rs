@@ -340,7 +340,16 @@ async fn metrics(State(s): State<HttpState>) -> Response {
     let mut out = String::new();
     out.push_str("# HELP leasehold_events_total Journal events recorded, by kind (claimed, conflict, lost, ...).\n");
     out.push_str("# TYPE leasehold_events_total counter\n");
-    for (k, v) in s.journal.totals() {
+    // Every kind, recorded or not, so that a rate over a kind that has not
+    // happened yet is 0 rather than no series.
+    let totals = s.journal.totals();
+    let kinds = crate::fleet::journal::EventKind::ALL.iter().chain(
+        totals
+            .keys()
+            .filter(|k| !crate::fleet::journal::EventKind::ALL.contains(k)),
+    );
+    for k in kinds {
+        let v = totals.get(k).copied().unwrap_or(0);
         out.push_str(&format!("leasehold_events_total{{kind=\"{k}\"}} {v}\n"));
     }
     if let Some(c) = &s.requests {

@@ -8,7 +8,7 @@ mod common;
 
 use leasehold::clock::{Clock, OsEntropy, SystemClock};
 use leasehold::fleet::claim::{ClaimRecord, ClaimState};
-use leasehold::fleet::journal::Journal;
+use leasehold::fleet::journal::{EventKind, Journal};
 use leasehold::fleet::manifest::{self, Applied, RestartPolicy, Spec};
 use leasehold::fleet::node::{self, NodeConfig, NodeDeps};
 use leasehold::fleet::runner::RecordingRunner;
@@ -331,7 +331,7 @@ async fn scenario(store: Arc<dyn Store>) {
                 .unwrap()
                 .events
                 .iter()
-                .any(|e| e.kind == "released")
+                .any(|e| e.kind == EventKind::Released)
         );
         let was: Vec<String> = p
             .iter()
@@ -432,20 +432,20 @@ async fn a_crash_loop_backs_off_and_counts_its_restarts() {
     f.wait_for("running", |p| p.contains_key("svc")).await;
     let runner = f.nodes[0].runner.clone();
     let journal = f.nodes[0].journal.clone();
-    let count = |k: &str| journal.totals().get(k).copied().unwrap_or(0);
+    let count = |k: EventKind| journal.totals().get(&k).copied().unwrap_or(0);
     for i in 1..=4 {
         runner.exit("svc", 7);
         for _ in 0..400 {
-            if count("exited") >= i {
+            if count(EventKind::Exited) >= i {
                 break;
             }
             f.clock.sleep(Duration::from_millis(10)).await;
         }
-        assert!(count("exited") >= i, "exit {i} never seen");
+        assert!(count(EventKind::Exited) >= i, "exit {i} never seen");
         f.wait_for("restarted", |p| p.contains_key("svc")).await;
     }
     assert!(
-        count("backoff") >= 3,
+        count(EventKind::Backoff) >= 3,
         "three waits after four quick exits: {:?}",
         journal.totals()
     );
@@ -739,7 +739,7 @@ async fn wake_claims_on_the_callers_node_within_the_rules() {
     let journal = f.nodes[1].journal.clone();
     // Registered (and its first pass done) once its journal says so.
     for _ in 0..200 {
-        if journal.totals().contains_key("registered") {
+        if journal.totals().contains_key(&EventKind::Registered) {
             break;
         }
         clock.sleep(Duration::from_millis(10)).await;
@@ -1153,7 +1153,7 @@ async fn takeover_fences_the_owners_lease_first_even_against_a_late_renewal() {
     let c = f.claim("orphan").await;
     assert_eq!((c.owner.node.as_str(), c.epoch), ("taker", 2));
     let totals = f.nodes[0].journal.totals();
-    assert_eq!(totals.get("fenced"), Some(&1), "{totals:?}");
+    assert_eq!(totals.get(&EventKind::Fenced), Some(&1), "{totals:?}");
     // The owner's lease is released (by the taker); the owner, waking past
     // its deadline, does not even try to renew.
     let o = inner.get("nodes/owner").await.unwrap().unwrap();
@@ -1453,7 +1453,7 @@ async fn the_audit_refuses_a_store_that_reports_a_takeover_it_did_not_make() {
     let e = r.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Unsupported, "{e}");
     assert!(e.to_string().contains("audit"), "{e}");
-    assert!(b.journal.totals().contains_key("store-violation"));
+    assert!(b.journal.totals().contains_key(&EventKind::StoreViolation));
     assert!(leasehold::fleet::runner::Runner::running(b.runner.as_ref()).is_empty());
     let c = f.claim("web").await;
     assert_eq!((c.owner.node.as_str(), c.epoch), ("a", 1));

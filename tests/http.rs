@@ -2,7 +2,7 @@
 //! pages, gaps, beyond-latest, malformed requests, SSE resume, live follow,
 //! and a slow subscriber meeting a gap instead of growing memory.
 
-use leasehold::fleet::journal::Journal;
+use leasehold::fleet::journal::{EventKind, Journal};
 use leasehold::fleet::node::{NodeStatus, StatusSnapshot};
 use leasehold::http::{HttpState, serve};
 use std::io::{Read, Write};
@@ -194,11 +194,24 @@ async fn health_ready_and_auth() {
     s.status.record_renew(Duration::from_millis(40));
     s.status.record_renew(Duration::from_secs(9));
     s.status.record_renew_failure();
+    s.journal
+        .record(0, EventKind::Claimed, Some("web"), Some(1), "");
+    s.journal
+        .record(0, EventKind::Claimed, Some("api"), Some(1), "");
     let (c, _, b) = tokio::task::spawn_blocking(move || get(addr, "/metrics", &[]))
         .await
         .unwrap();
     assert_eq!(c, 200);
     assert!(b.contains("leasehold_ready 1"), "{b}");
+    // Every kind has a series, recorded or not.
+    assert!(
+        b.contains("leasehold_events_total{kind=\"claimed\"} 2"),
+        "{b}"
+    );
+    assert!(
+        b.contains("leasehold_events_total{kind=\"lease-lost\"} 0"),
+        "{b}"
+    );
     // Cumulative buckets: 3 ms in le=0.005, 40 ms by le=0.05, 9 s only in +Inf.
     assert!(
         b.contains("leasehold_renew_seconds_bucket{le=\"0.005\"} 1"),
@@ -226,7 +239,7 @@ async fn pages_gaps_and_typed_errors() {
     let addr = s.addr;
     for i in 0..8 {
         s.journal
-            .record(0, "claimed", Some(&format!("s{i}")), Some(1), "");
+            .record(0, EventKind::Claimed, Some(&format!("s{i}")), Some(1), "");
     }
     // Retention is 5: events 1..=3 are gone, and a reader from 0 is told.
     let (c, _, b) = tokio::task::spawn_blocking(move || authed(addr, "/v1/events?after=0&limit=2"))
@@ -376,14 +389,14 @@ async fn sse_resumes_follows_and_reports_gaps() {
     let addr = s.addr;
     for i in 0..3 {
         s.journal
-            .record(0, "claimed", Some(&format!("s{i}")), Some(1), "");
+            .record(0, EventKind::Claimed, Some(&format!("s{i}")), Some(1), "");
     }
     let journal = s.journal.clone();
     let frames = tokio::task::spawn_blocking(move || {
         let mut st = open_sse(addr, Some(1));
         let first = sse_frames(&mut st, 2);
         // Live: an event appended now arrives on the open stream.
-        journal.record(0, "started", Some("s9"), Some(1), "");
+        journal.record(0, EventKind::Started, Some("s9"), Some(1), "");
         let live = sse_frames(&mut st, 1);
         (first, live)
     })
@@ -403,7 +416,8 @@ async fn sse_resumes_follows_and_reports_gaps() {
 async fn slow_subscriber_meets_a_gap_not_unbounded_memory() {
     let s = server(50).await;
     let addr = s.addr;
-    s.journal.record(0, "claimed", Some("first"), Some(1), "");
+    s.journal
+        .record(0, EventKind::Claimed, Some("first"), Some(1), "");
     let journal = s.journal.clone();
     let frames = tokio::task::spawn_blocking(move || {
         let mut st = open_sse(addr, Some(0));
@@ -414,7 +428,7 @@ async fn slow_subscriber_meets_a_gap_not_unbounded_memory() {
         for i in 0..20_000 {
             journal.record(
                 0,
-                "claimed",
+                EventKind::Claimed,
                 Some(&format!("s{i}")),
                 Some(1),
                 "x".repeat(100),

@@ -11,6 +11,7 @@ use super::{Failure, StoreArgs, open};
 use futures::StreamExt;
 use leasehold::clock::{Clock, SystemClock};
 use leasehold::error::Error;
+use leasehold::fleet::journal::Event;
 use leasehold::record::{Kind, LeaseRecord};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -19,10 +20,17 @@ use tokio::sync::mpsc;
 
 /// What followers send to the printer.
 #[derive(Debug)]
+/// The data of an SSE `gap` frame.
+#[derive(serde::Deserialize)]
+struct Gap {
+    from: u64,
+    to: u64,
+}
+
 enum Msg {
     Event {
         node: String,
-        event: serde_json::Value,
+        event: Event,
     },
     Gap {
         node: String,
@@ -152,14 +160,14 @@ fn print(m: &Msg, json: bool) {
         Msg::Event { node, event } => println!(
             "{:<12} #{:<5} {:<12} {:<20} {}{}",
             node,
-            event["seq"].to_string(),
-            event["kind"].as_str().unwrap_or(""),
-            event["session"].as_str().unwrap_or("-"),
+            event.seq,
+            event.kind.as_str(),
+            event.session.as_deref().unwrap_or("-"),
             event
-                .get("epoch")
+                .epoch
                 .map(|e| format!("epoch {e} "))
                 .unwrap_or_default(),
-            event["detail"].as_str().unwrap_or("")
+            event.detail
         ),
         Msg::Gap { node, from, to } => {
             println!("{node:<12} GAP: events {from}..={to} were evicted before they could be read")
@@ -307,21 +315,30 @@ async fn follow(
                             if let Some(id) = id {
                                 cursor = Some(id);
                             }
-                            let Ok(v) = serde_json::from_str::<serde_json::Value>(&data) else {
-                                continue;
-                            };
+                            if data.is_empty() {
+                                continue; // a keep-alive comment
+                            }
                             let msg = if ev == "gap" {
-                                Msg::Gap {
+                                serde_json::from_str::<Gap>(&data).map(|g| Msg::Gap {
                                     node: node.clone(),
-                                    from: v["from"].as_u64().unwrap_or(0),
-                                    to: v["to"].as_u64().unwrap_or(0),
-                                }
+                                    from: g.from,
+                                    to: g.to,
+                                })
                             } else {
-                                Msg::Event {
+                                serde_json::from_str::<Event>(&data).map(|event| Msg::Event {
                                     node: node.clone(),
-                                    event: v,
-                                }
+                                    event,
+                                })
                             };
+                            // A frame we cannot read is said, not dropped
+                            // unseen (the cursor moves past it all the same).
+                            let msg = msg.unwrap_or_else(|e| Msg::Status {
+                                node: node.clone(),
+                                text: format!(
+                                    "skipped a malformed {} frame: {e}",
+                                    if ev.is_empty() { "event" } else { &ev }
+                                ),
+                            });
                             if tx.send(msg).await.is_err() {
                                 return;
                             }

@@ -2,7 +2,7 @@
 
 use leasehold::clock::{Clock, Entropy, ManualClock, OsEntropy, SystemClock};
 use leasehold::fleet::claim::{ClaimRecord, ClaimState};
-use leasehold::fleet::journal::Journal;
+use leasehold::fleet::journal::{EventKind, Journal};
 use leasehold::fleet::manifest::{self, RestartPolicy, Spec};
 use leasehold::fleet::node::{self, NodeConfig, NodeDeps};
 use leasehold::fleet::runner::RecordingRunner;
@@ -280,8 +280,8 @@ pub async fn placement(
         clock.sleep(Duration::from_millis(5)).await;
     }
     eprintln!("\rplaced {m}/{m}     ");
-    let claims: usize = nodes.iter().map(|n| count(&n.journal, "claimed")).sum();
-    let conflicts: usize = nodes.iter().map(|n| count(&n.journal, "conflict")).sum();
+    let claims: usize = nodes.iter().map(|n| count(&n.journal, EventKind::Claimed)).sum();
+    let conflicts: usize = nodes.iter().map(|n| count(&n.journal, EventKind::Conflict)).sum();
     let spread: BTreeMap<String, usize> =
         owners(&store)
             .await?
@@ -326,10 +326,10 @@ pub async fn placement(
     let used = counting.counts();
     // Every journal event kind, summed over the nodes still in the fleet: a
     // run where nodes lost their leases (an overloaded store) shows it here.
-    let mut events: BTreeMap<&'static str, u64> = BTreeMap::new();
+    let mut events: BTreeMap<String, u64> = BTreeMap::new();
     for node in &nodes {
         for (k, v) in node.journal.totals() {
-            *events.entry(k).or_default() += v;
+            *events.entry(k.to_string()).or_default() += v;
         }
     }
     for n in nodes.drain(..) {
@@ -393,7 +393,7 @@ fn started_since(nodes: &[SpikeNode], marks: &[u64]) -> std::collections::BTreeS
             out.extend(
                 p.events
                     .into_iter()
-                    .filter(|e| e.kind == "started")
+                    .filter(|e| e.kind == EventKind::Started)
                     .filter_map(|e| e.session),
             );
         }
@@ -401,7 +401,7 @@ fn started_since(nodes: &[SpikeNode], marks: &[u64]) -> std::collections::BTreeS
     out
 }
 
-fn count(j: &Journal, kind: &str) -> usize {
+fn count(j: &Journal, kind: EventKind) -> usize {
     j.after(0, usize::MAX)
         .map(|p| p.events.iter().filter(|e| e.kind == kind).count())
         .unwrap_or(0)

@@ -3,28 +3,128 @@
 //! Eviction is never silent: a reader whose cursor is older than retention is
 //! told so (`Page::gap`). The HTTP surface over it is issue #4's.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 use std::sync::Mutex;
 
+macro_rules! event_kinds {
+    ($($(#[$doc:meta])* $v:ident = $s:literal,)*) => {
+        /// What happened: the vocabulary of the journal, its SSE stream,
+        /// `watch` and the `leasehold_events_total` metric. On the wire, the
+        /// kebab-case word. A reader keeps a word it does not know (from a
+        /// newer node) as [`EventKind::Unknown`] rather than failing.
+        #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        #[non_exhaustive]
+        pub enum EventKind {
+            $($(#[$doc])* $v,)*
+            /// A kind this build does not know (read from a newer node).
+            Unknown(String),
+        }
+
+        impl EventKind {
+            /// Every kind this build records, in declaration order.
+            pub const ALL: &[EventKind] = &[$(EventKind::$v,)*];
+
+            /// The word on the wire and in tables.
+            pub fn as_str(&self) -> &str {
+                match self {
+                    $(EventKind::$v => $s,)*
+                    EventKind::Unknown(s) => s,
+                }
+            }
+
+            /// The kind a word names (`Unknown` for any other word).
+            pub fn parse(s: &str) -> EventKind {
+                match s {
+                    $($s => EventKind::$v,)*
+                    other => EventKind::Unknown(other.to_string()),
+                }
+            }
+        }
+    };
+}
+
+event_kinds! {
+    /// The node's lease was acquired (at start, or again after a loss).
+    Registered = "registered",
+    /// The node's lease was lost; it registers again.
+    ReRegistering = "re-registering",
+    /// The renew task lost the node lease.
+    LeaseLost = "lease-lost",
+    /// The bucket's fleet marker is gone or another: every session stopped.
+    BucketWiped = "bucket-wiped",
+    /// An audit found the store broke its conditional-write contract.
+    StoreViolation = "store-violation",
+    /// This node released a dead peer's node lease before taking over.
+    Fenced = "fenced",
+    /// A claim vanished from the bucket and its marker was written.
+    Vanished = "vanished",
+    /// This node claimed a session.
+    Claimed = "claimed",
+    /// This node lost a claim race.
+    Conflict = "conflict",
+    /// A session process started.
+    Started = "started",
+    /// A session's claim state was written: running, paused, succeeded,
+    /// failed (also: a process that could not start), released.
+    Running = "running",
+    Paused = "paused",
+    Succeeded = "succeeded",
+    Failed = "failed",
+    Released = "released",
+    /// A session process exited.
+    Exited = "exited",
+    /// A crash-looping session waits before its restart.
+    Backoff = "backoff",
+    /// A session (or, with no session, every session) was stopped.
+    Stopped = "stopped",
+    /// A claim was lost to another writer or a deletion.
+    Lost = "lost",
+    /// The node's control object changed.
+    Cordoned = "cordoned",
+    Uncordoned = "uncordoned",
+    Draining = "draining",
+}
+
+impl std::fmt::Display for EventKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for EventKind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for EventKind {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = std::borrow::Cow::<'de, str>::deserialize(d)?;
+        Ok(EventKind::parse(&s))
+    }
+}
+
 /// One event.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Event {
     pub seq: u64,
     /// Wall clock, for humans.
     pub at_ms: u64,
-    pub kind: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kind: EventKind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub epoch: Option<u64>,
-    #[serde(skip_serializing_if = "String::is_empty")]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub detail: String,
 }
 
 impl Event {
     fn size(&self) -> usize {
-        64 + self.kind.len() + self.session.as_ref().map_or(0, |s| s.len()) + self.detail.len()
+        64 + self.kind.as_str().len()
+            + self.session.as_ref().map_or(0, |s| s.len())
+            + self.detail.len()
     }
 }
 
@@ -53,7 +153,7 @@ struct Inner {
     next: u64,
     bytes: usize,
     /// Events recorded so far by kind, never evicted (for metrics).
-    totals: std::collections::BTreeMap<&'static str, u64>,
+    totals: std::collections::BTreeMap<EventKind, u64>,
 }
 
 /// A bounded, sequenced journal.
@@ -83,7 +183,7 @@ impl Journal {
     pub fn record(
         &self,
         at_ms: u64,
-        kind: &'static str,
+        kind: EventKind,
         session: Option<&str>,
         epoch: Option<u64>,
         detail: impl Into<String>,
@@ -99,11 +199,11 @@ impl Journal {
         };
         i.next += 1;
         i.bytes += e.size();
-        *i.totals.entry(kind).or_default() += 1;
+        *i.totals.entry(e.kind.clone()).or_default() += 1;
         // Absent fields print as "-", not as Rust's `None` / `Some("web")`.
         let session = e.session.as_deref().unwrap_or("-");
         let epoch = e.epoch.map_or_else(|| "-".to_string(), |x| x.to_string());
-        tracing::info!(seq = e.seq, kind, session, epoch = %epoch, detail = %e.detail, "event");
+        tracing::info!(seq = e.seq, kind = e.kind.as_str(), session, epoch = %epoch, detail = %e.detail, "event");
         i.events.push_back(e);
         while i.events.len() > self.max_events || (i.bytes > self.max_bytes && i.events.len() > 1) {
             let old = i.events.pop_front().expect("non-empty");
@@ -122,7 +222,7 @@ impl Journal {
     }
 
     /// How many events of each kind were ever recorded.
-    pub fn totals(&self) -> std::collections::BTreeMap<&'static str, u64> {
+    pub fn totals(&self) -> std::collections::BTreeMap<EventKind, u64> {
         self.inner.lock().unwrap().totals.clone()
     }
 
@@ -163,7 +263,10 @@ mod tests {
     fn bounded_with_explicit_gap_and_typed_beyond_latest() {
         let j = Journal::new(3, 1 << 20);
         for n in 0..5 {
-            assert_eq!(j.record(0, "claimed", Some("s"), Some(n), ""), n + 1);
+            assert_eq!(
+                j.record(0, EventKind::Claimed, Some("s"), Some(n), ""),
+                n + 1
+            );
         }
         let p = j.after(0, 10).unwrap();
         assert_eq!(p.gap, Some((1, 2)), "evicted 1..=2, said so");
@@ -184,8 +287,34 @@ mod tests {
         // Byte bound.
         let j = Journal::new(1000, 300);
         for _ in 0..10 {
-            j.record(0, "x", None, None, "y".repeat(100));
+            j.record(0, EventKind::Stopped, None, None, "y".repeat(100));
         }
         assert!(j.after(0, 100).unwrap().events.len() <= 2);
+    }
+
+    /// Every kind is one word on the wire, read back as itself; a word
+    /// from a newer node is kept, not refused.
+    #[test]
+    fn event_kinds_round_trip_and_unknown_words_survive() {
+        let mut words = std::collections::HashSet::new();
+        for k in EventKind::ALL {
+            assert!(words.insert(k.as_str()), "{k:?} repeats a word");
+            assert_eq!(&EventKind::parse(k.as_str()), k);
+            let json = serde_json::to_string(k).unwrap();
+            assert_eq!(&serde_json::from_str::<EventKind>(&json).unwrap(), k);
+        }
+        assert_eq!(EventKind::ALL.len(), 22);
+        let e: Event =
+            serde_json::from_str(r#"{"seq":3,"at_ms":1,"kind":"teleported","detail":"x"}"#)
+                .unwrap();
+        assert_eq!(e.kind, EventKind::Unknown("teleported".into()));
+        assert_eq!(e.kind.to_string(), "teleported");
+        assert_eq!((e.session, e.epoch), (None, None));
+        let j = Journal::new(10, 1 << 20);
+        j.record(7, EventKind::ReRegistering, Some("web"), Some(2), "why");
+        let page = serde_json::to_value(j.after(0, 10).unwrap()).unwrap();
+        assert_eq!(page["events"][0]["kind"], "re-registering");
+        let back: Event = serde_json::from_value(page["events"][0].clone()).unwrap();
+        assert_eq!(back, j.after(0, 10).unwrap().events[0]);
     }
 }

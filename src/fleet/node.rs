@@ -16,7 +16,7 @@
 
 use super::claim::{ClaimRecord, ClaimState, Owner};
 use super::core::{self, OwnClaim, OwnManifest, OwnedAction};
-use super::journal::Journal;
+use super::journal::{EventKind, Journal};
 use super::manifest::ManifestRecord;
 use super::plan::{self, ManifestView, NodeView};
 use super::runner::{Runner, SessionStart};
@@ -491,7 +491,7 @@ pub async fn run(cfg: NodeConfig, deps: NodeDeps, shutdown: CancellationToken) -
                     {
                         deps.journal.record(
                             deps.clock.wall_ms(),
-                            "bucket-wiped",
+                            EventKind::BucketWiped,
                             None,
                             None,
                             e.to_string(),
@@ -502,7 +502,7 @@ pub async fn run(cfg: NodeConfig, deps: NodeDeps, shutdown: CancellationToken) -
                 }
                 deps.journal.record(
                     deps.clock.wall_ms(),
-                    "re-registering",
+                    EventKind::ReRegistering,
                     None,
                     None,
                     "node lease lost",
@@ -550,7 +550,7 @@ async fn register(
             Ok(Acquire::Acquired(l)) => {
                 deps.journal.record(
                     deps.clock.wall_ms(),
-                    "registered",
+                    EventKind::Registered,
                     None,
                     Some(l.epoch()),
                     format!("instance {}", client.holder().instance),
@@ -734,7 +734,7 @@ impl Node {
 
     fn event(
         &self,
-        kind: &'static str,
+        kind: EventKind,
         session: Option<&str>,
         epoch: Option<u64>,
         detail: impl Into<String>,
@@ -772,7 +772,7 @@ impl Node {
         match audit(&self.deps.store, key, nonce, epoch).await {
             Err(e) if e.kind() == crate::ErrorKind::Unsupported => {
                 tracing::error!(error = %e, "store violation: stopping");
-                self.event("store-violation", None, Some(epoch), e.to_string());
+                self.event(EventKind::StoreViolation, None, Some(epoch), e.to_string());
                 *self.violation.lock().unwrap() = Some(match e {
                     Error::Unsupported { detail, .. } => detail,
                     other => other.to_string(),
@@ -848,7 +848,7 @@ impl Node {
                 Ok(changed) => changed,
                 Err(e) if matches!(&e, Error::Corrupt { key, .. } if key == super::marker::KEY) => {
                     tracing::error!(error = %e, "stopping every session");
-                    self.event("bucket-wiped", None, None, e.to_string());
+                    self.event(EventKind::BucketWiped, None, None, e.to_string());
                     self.stop_all("the bucket was wiped or replaced").await;
                     self.owned.clear();
                     break Ended::Fatal(e);
@@ -910,7 +910,7 @@ impl Node {
             if let Some(l) = lease {
                 let epoch = l.epoch();
                 match l.release().await {
-                    Ok(()) => self.event("released", None, Some(epoch), "node lease"),
+                    Ok(()) => self.event(EventKind::Released, None, Some(epoch), "node lease"),
                     Err(e) => tracing::warn!(error = %e, "releasing the node lease"),
                 }
             }
@@ -1030,7 +1030,7 @@ impl Node {
             Put::Committed(version) => {
                 self.audit(&key, &tomb.nonce, tomb.epoch).await;
                 self.event(
-                    "fenced",
+                    EventKind::Fenced,
                     None,
                     Some(tomb.epoch),
                     format!(
@@ -1233,7 +1233,7 @@ impl Node {
                 o.running = false;
                 self.deps.journal.record(
                     self.deps.clock.wall_ms(),
-                    "stopped",
+                    EventKind::Stopped,
                     Some(name),
                     Some(o.record.epoch),
                     why.to_string(),
@@ -1264,7 +1264,11 @@ impl Node {
         let mut changed = false;
         if was != cordon {
             self.event(
-                if cordon { "cordoned" } else { "uncordoned" },
+                if cordon {
+                    EventKind::Cordoned
+                } else {
+                    EventKind::Uncordoned
+                },
                 None,
                 None,
                 if cordon {
@@ -1278,7 +1282,7 @@ impl Node {
         self.draining = drain;
         if drain && !self.owned.is_empty() {
             self.event(
-                "draining",
+                EventKind::Draining,
                 None,
                 None,
                 format!("handing {} sessions over", self.owned.len()),
@@ -1409,7 +1413,7 @@ impl Node {
         let (put, marker) = self.put_marker(&key, epoch, Cond::Create).await;
         if let Put::Committed(v) = put? {
             self.event(
-                "vanished",
+                EventKind::Vanished,
                 Some(name),
                 Some(epoch),
                 "its claim vanished from the bucket; marked, to be made again after the hold period",
@@ -1991,7 +1995,7 @@ impl Node {
                 }
                 self.first_claimable.remove(name);
                 self.event(
-                    "claimed",
+                    EventKind::Claimed,
                     Some(name),
                     Some(epoch),
                     match &existing {
@@ -2027,7 +2031,12 @@ impl Node {
             }
             Put::Rejected(_) => {
                 // Another node claimed first: placement should make this rare.
-                self.event("conflict", Some(name), Some(epoch), "lost the claim race");
+                self.event(
+                    EventKind::Conflict,
+                    Some(name),
+                    Some(epoch),
+                    "lost the claim race",
+                );
                 Ok(true)
             }
         }
@@ -2060,14 +2069,14 @@ impl Node {
                     o.started_at = now;
                     o.restart_at = None;
                 }
-                self.event("started", Some(name), Some(epoch), "");
+                self.event(EventKind::Started, Some(name), Some(epoch), "");
             }
             Err(e) if e.kind() == crate::ErrorKind::Fenced => {
                 tracing::warn!(session = name, error = %e, "not started: the node's deadline passed");
             }
             Err(e) => {
                 self.event(
-                    "failed",
+                    EventKind::Failed,
                     Some(name),
                     Some(epoch),
                     format!("could not start: {e}"),
@@ -2098,12 +2107,12 @@ impl Node {
         next.state = state;
         next.exit_code = exit_code;
         self.write_claim(name, &o, next.clone()).await?;
-        let kind: &'static str = match state {
-            ClaimState::Running => "running",
-            ClaimState::Paused => "paused",
-            ClaimState::Succeeded => "succeeded",
-            ClaimState::Failed => "failed",
-            ClaimState::Released => "released",
+        let kind = match state {
+            ClaimState::Running => EventKind::Running,
+            ClaimState::Paused => EventKind::Paused,
+            ClaimState::Succeeded => EventKind::Succeeded,
+            ClaimState::Failed => EventKind::Failed,
+            ClaimState::Released => EventKind::Released,
         };
         self.event(
             kind,
@@ -2163,7 +2172,12 @@ impl Node {
             if o.running {
                 self.deps.runner.stop(name).await;
             }
-            self.event("lost", Some(name), Some(o.record.epoch), why.to_string());
+            self.event(
+                EventKind::Lost,
+                Some(name),
+                Some(o.record.epoch),
+                why.to_string(),
+            );
         }
     }
 
@@ -2180,7 +2194,7 @@ impl Node {
             }
             o.running = false;
             self.event(
-                "exited",
+                EventKind::Exited,
                 Some(&x.name),
                 Some(x.epoch),
                 format!(
@@ -2232,7 +2246,7 @@ impl Node {
                         // The pass that finds the wait over starts it
                         // (`reconcile_owned`).
                         self.event(
-                            "backoff",
+                            EventKind::Backoff,
                             Some(&x.name),
                             Some(x.epoch),
                             format!("crash loop: restarting in {delay:?}"),
@@ -2332,7 +2346,12 @@ impl Node {
                             x.running = false;
                         }
                         if let Some(detail) = detail {
-                            self.event("stopped", Some(&name), Some(o.record.epoch), detail);
+                            self.event(
+                                EventKind::Stopped,
+                                Some(&name),
+                                Some(o.record.epoch),
+                                detail,
+                            );
                         }
                     }
                     OwnedAction::AdoptDigest => {
@@ -2548,7 +2567,7 @@ async fn renew_task(
                     {
                         deps.journal.record(
                             deps.clock.wall_ms(),
-                            "store-violation",
+                            EventKind::StoreViolation,
                             None,
                             Some(lease.epoch()),
                             e.to_string(),
@@ -2583,7 +2602,7 @@ async fn renew_task(
                 deps.status.set_valid_until(&deps.clock, None);
                 deps.journal.record(
                     deps.clock.wall_ms(),
-                    "lease-lost",
+                    EventKind::LeaseLost,
                     None,
                     Some(lease.epoch()),
                     e.to_string(),
