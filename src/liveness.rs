@@ -84,7 +84,7 @@ pub fn judge(record: Option<&LeaseRecord>, instance: Option<&str>, evidence: Evi
         return Liveness::Superseded;
     }
     if r.released {
-        return if r.attrs.contains_key("released_by") {
+        return if r.attrs.contains_key(crate::fleet::attrs::RELEASED_BY) {
             Liveness::Fenced
         } else {
             Liveness::Released

@@ -773,6 +773,51 @@ fn inventory_scenario(s: &str, dir: &std::path::Path) {
     assert_eq!(code(&run(&["inspect", "../etc/passwd", "--store", s])), 2);
     let left = rt().block_on(store.get("sessions/zzz")).unwrap().unwrap();
     assert_eq!(&left.bytes[..], b"garbage", "left untouched");
+    // The same for a node record and a manifest: a named CORRUPT row in
+    // the table and in JSON, beside the readable rows (typed, as before).
+    for key in ["nodes/zzz", "manifests/zzz"] {
+        rt().block_on(store.put(
+            key,
+            bytes::Bytes::from_static(b"garbage"),
+            leasehold::store::Cond::Create,
+        ))
+        .unwrap();
+    }
+    let nodes = json(&run(&["ls", "nodes", "--store", s, "--json"]));
+    let rows = nodes.as_array().unwrap();
+    assert!(
+        rows.iter()
+            .any(|r| r["node"] == "zzz" && r["corrupt"].as_str().is_some()),
+        "{nodes}"
+    );
+    let n1 = rows.iter().find(|r| r["node"] == "n1").unwrap();
+    assert!(
+        n1["capacity"].as_u64().is_some() && n1["labels"].is_object(),
+        "{n1}"
+    );
+    assert_eq!(n1["state"], "live", "{n1}");
+    let table = stdout(&run(&["ls", "nodes", "--store", s]));
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("zzz") && l.contains("CORRUPT:")),
+        "{table}"
+    );
+    let m = json(&run(&["ls", "manifests", "--store", s, "--json"]));
+    assert!(
+        m.as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["name"] == "zzz" && r["corrupt"].as_str().is_some()),
+        "{m}"
+    );
+    let table = stdout(&run(&["ls", "manifests", "--store", s]));
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("zzz") && l.contains("CORRUPT:")),
+        "{table}"
+    );
 }
 
 #[test]

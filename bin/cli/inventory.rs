@@ -11,6 +11,7 @@ use futures::StreamExt;
 use leasehold::Name;
 use leasehold::clock::{Clock, SystemClock};
 use leasehold::error::Error;
+use leasehold::fleet::attrs::NodeAttrs;
 use leasehold::fleet::claim::ClaimRecord;
 use leasehold::fleet::explain::{NodeFacts, explain};
 use leasehold::fleet::manifest::ManifestRecord;
@@ -183,17 +184,9 @@ fn decode_row<T>(
     }
 }
 
-/// Prints a CORRUPT line for a row that has one, naming it by `field`.
-fn printed_corrupt(r: &serde_json::Value, field: &str, width: usize) -> bool {
-    let Some(c) = r.get("corrupt") else {
-        return false;
-    };
-    println!(
-        "{:<width$} CORRUPT: {}",
-        r[field].as_str().unwrap_or(""),
-        c.as_str().unwrap_or("")
-    );
-    true
+/// Prints the CORRUPT line of a row that could not be read.
+fn print_corrupt(name: &str, corrupt: &str, width: usize) {
+    println!("{name:<width$} CORRUPT: {corrupt}");
 }
 
 /// A wall-clock age in milliseconds, for humans.
@@ -208,15 +201,11 @@ fn ago(ms: u64) -> String {
 }
 
 /// `k=v,k2=v2` from a JSON object of strings (labels, a selector).
-fn kv_list(m: &serde_json::Value) -> String {
-    m.as_object()
-        .map(|m| {
-            m.iter()
-                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
-                .collect::<Vec<_>>()
-                .join(",")
-        })
-        .unwrap_or_default()
+fn kv_list(m: &BTreeMap<String, String>) -> String {
+    m.iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// One-shot readers judge by wall clock, and say so.
@@ -254,29 +243,21 @@ pub async fn ls(
                 else {
                     continue;
                 };
-                let row = match decoded {
-                    Ok(r) => serde_json::json!({
-                        "node": r.holder.node, "instance": r.holder.instance, "host": r.holder.host,
-                        "epoch": r.epoch, "released": r.released, "address": r.address,
-                        "capacity": r.attrs.get("capacity"), "load": r.attrs.get("load"),
-                        "labels": r.attrs.get("labels"), "renewed_ms_ago_wall": now.saturating_sub(r.renewed_at_ms),
-                        // One vocabulary (leasehold::liveness): live, expired
-                        // (by wall clock, within the skew bound), released,
-                        // fenced (released by a peer that took over).
-                        "state": leasehold::liveness::judge(Some(&r), None, leasehold::liveness::Evidence::WallClock { now_ms: now, max_skew }).as_str(),
-                        "released_by": r.attrs.get("released_by"),
-                        "cordoned": r.attrs.get("cordoned").and_then(|v| v.as_bool()).unwrap_or(false),
-                    }),
-                    Err(err) => {
-                        serde_json::json!({"node": leasehold::keys::tail(leasehold::keys::NODES, &e.key), "corrupt": err})
-                    }
-                };
-                rows.push(row);
+                rows.push(match decoded {
+                    Ok(r) => NodeLine::Node(NodeRow::of(r, now, max_skew)),
+                    Err(corrupt) => NodeLine::Corrupt {
+                        node: leasehold::keys::tail(leasehold::keys::NODES, &e.key).to_string(),
+                        corrupt,
+                    },
+                });
             }
             // -l: a corrupt row has no labels to match, so a selector hides it.
-            rows.retain(|r| view.matches(&r["labels"]));
+            rows.retain(|r| match r {
+                NodeLine::Node(n) => view.matches(&n.labels),
+                NodeLine::Corrupt { .. } => view.selector.is_empty(),
+            });
             if json {
-                print_json(&serde_json::Value::Array(rows));
+                print_json(&serde_json::to_value(&rows).expect("rows serialise"));
             } else {
                 println!(
                     "{:<16} {:<17} {:<6} {:<9} {:<10} {:<22} {:<14}{}",
@@ -294,38 +275,31 @@ pub async fn ls(
                     }
                 );
                 for r in rows {
-                    if printed_corrupt(&r, "node", 16) {
-                        continue;
-                    }
+                    let r = match r {
+                        NodeLine::Node(r) => r,
+                        NodeLine::Corrupt { node, corrupt } => {
+                            print_corrupt(&node, &corrupt, 16);
+                            continue;
+                        }
+                    };
                     let extra = if wide {
-                        format!(
-                            " {:<20} {}",
-                            r["host"].as_str().unwrap_or(""),
-                            kv_list(&r["labels"])
-                        )
+                        format!(" {:<20} {}", r.host, kv_list(&r.labels))
                     } else {
                         String::new()
                     };
                     println!(
                         "{:<16} {:<17} {:<6} {:<9} {:<10} {:<22} {:<14}{extra}",
-                        r["node"].as_str().unwrap_or(""),
-                        r["instance"].as_str().unwrap_or(""),
-                        r["epoch"].to_string(),
-                        format!("{}/{}", r["load"], r["capacity"]),
+                        r.node,
+                        r.instance,
+                        r.epoch,
+                        format!("{}/{}", r.load, r.capacity),
                         format!(
                             "{}{}",
-                            r["state"].as_str().unwrap_or(""),
-                            if r["cordoned"] == true {
-                                ",cordoned"
-                            } else {
-                                ""
-                            }
+                            r.state.as_str(),
+                            if r.cordoned { ",cordoned" } else { "" }
                         ),
-                        r["address"].as_str().unwrap_or("-"),
-                        format!(
-                            "{} ago",
-                            ago(r["renewed_ms_ago_wall"].as_u64().unwrap_or(0))
-                        ),
+                        r.address.as_deref().unwrap_or("-"),
+                        format!("{} ago", ago(r.renewed_ms_ago_wall)),
                     );
                 }
             }
@@ -337,19 +311,27 @@ pub async fn ls(
                     continue;
                 };
                 rows.push(match decoded {
-                    Ok(m) => serde_json::json!({
-                        "name": m.name, "digest": m.digest, "command": m.spec.command,
-                        "args": m.spec.args, "restart": m.spec.restart, "paused": m.spec.paused,
-                        "selector": m.spec.selector,
+                    Ok(m) => ManifestLine::Manifest(ManifestRow {
+                        name: m.name,
+                        digest: m.digest,
+                        command: m.spec.command,
+                        args: m.spec.args,
+                        restart: m.spec.restart,
+                        paused: m.spec.paused,
+                        selector: m.spec.selector,
                     }),
-                    Err(err) => {
-                        serde_json::json!({"name": leasehold::keys::tail(leasehold::keys::MANIFESTS, &e.key), "corrupt": err})
-                    }
+                    Err(corrupt) => ManifestLine::Corrupt {
+                        name: leasehold::keys::tail(leasehold::keys::MANIFESTS, &e.key).to_string(),
+                        corrupt,
+                    },
                 });
             }
-            rows.retain(|r| view.matches(&r["selector"]));
+            rows.retain(|r| match r {
+                ManifestLine::Manifest(m) => view.matches(&m.selector),
+                ManifestLine::Corrupt { .. } => view.selector.is_empty(),
+            });
             if json {
-                print_json(&serde_json::Value::Array(rows));
+                print_json(&serde_json::to_value(&rows).expect("rows serialise"));
             } else {
                 println!(
                     "{:<24} {:<13} {:<11} {:<7} {}COMMAND",
@@ -360,31 +342,27 @@ pub async fn ls(
                     if wide { "SELECTOR             " } else { "" }
                 );
                 for r in rows {
-                    if printed_corrupt(&r, "name", 24) {
-                        continue;
-                    }
+                    let r = match r {
+                        ManifestLine::Manifest(r) => r,
+                        ManifestLine::Corrupt { name, corrupt } => {
+                            print_corrupt(&name, &corrupt, 24);
+                            continue;
+                        }
+                    };
                     let selector = if wide {
-                        let s = kv_list(&r["selector"]);
+                        let s = kv_list(&r.selector);
                         format!("{:<20} ", if s.is_empty() { "-" } else { &s })
                     } else {
                         String::new()
                     };
                     println!(
                         "{:<24} {:<13} {:<11} {:<7} {selector}{} {}",
-                        r["name"].as_str().unwrap_or(""),
-                        &r["digest"].as_str().unwrap_or("")
-                            [..12.min(r["digest"].as_str().unwrap_or("").len())],
-                        r["restart"].as_str().unwrap_or(""),
-                        r["paused"].to_string(),
-                        r["command"].as_str().unwrap_or(""),
-                        r["args"]
-                            .as_array()
-                            .map(|a| a
-                                .iter()
-                                .filter_map(|x| x.as_str())
-                                .collect::<Vec<_>>()
-                                .join(" "))
-                            .unwrap_or_default(),
+                        r.name,
+                        r.digest.get(..12).unwrap_or(&r.digest),
+                        word(&r.restart),
+                        r.paused,
+                        r.command,
+                        r.args.join(" "),
                     );
                 }
             }
@@ -406,7 +384,7 @@ pub async fn ls(
                     );
                 }
             }
-            let mut rows: BTreeMap<String, serde_json::Value> = BTreeMap::new();
+            let mut rows: BTreeMap<String, SessionLine> = BTreeMap::new();
             let mut decoded_manifests: BTreeMap<String, ManifestRecord> = BTreeMap::new();
             let mut decoded_claims: BTreeMap<String, ClaimRecord> = BTreeMap::new();
             for (e, b) in &manifests {
@@ -416,10 +394,14 @@ pub async fn ls(
                     Some(Ok(m)) => {
                         decoded_manifests.insert(name, m);
                     }
-                    Some(Err(err)) => {
+                    Some(Err(corrupt)) => {
                         rows.insert(
                             name.clone(),
-                            serde_json::json!({"name": name, "manifest": true, "corrupt": err}),
+                            SessionLine::Corrupt {
+                                name,
+                                manifest: Some(true),
+                                corrupt,
+                            },
                         );
                     }
                 }
@@ -431,10 +413,14 @@ pub async fn ls(
                     Some(Ok(c)) => {
                         decoded_claims.insert(name, c);
                     }
-                    Some(Err(err)) => {
+                    Some(Err(corrupt)) => {
                         rows.insert(
                             name.clone(),
-                            serde_json::json!({"name": name, "corrupt": err}),
+                            SessionLine::Corrupt {
+                                name,
+                                manifest: None,
+                                corrupt,
+                            },
                         );
                     }
                 }
@@ -449,35 +435,35 @@ pub async fn ls(
                 }
                 let m = decoded_manifests.get(name);
                 let c = decoded_claims.get(name);
-                if !view.selector.is_empty()
-                    && !m.is_some_and(|m| {
-                        view.selector
-                            .iter()
-                            .all(|(k, v)| m.spec.selector.get(k) == Some(v))
-                    })
-                {
+                if !view.selector.is_empty() && !m.is_some_and(|m| view.matches(&m.spec.selector)) {
                     continue;
                 }
                 let Some(x) = explain(m, c, &facts, now, max_skew) else {
                     continue; // a tombstone of a deleted session: gc's
                 };
-                let mut row = serde_json::json!({
-                    "name": name, "status": x.status, "reason": x.reason,
-                    "manifest": m.is_some(),
+                let claim = c.filter(|c| !c.is_placeholder()).map(|c| ClaimCols {
+                    owner: c.owner.node.clone(),
+                    instance: c.owner.instance.clone(),
+                    epoch: c.epoch,
+                    address: c.address.clone(),
+                    restarts: c.restarts,
+                    exit_code: c.exit_code,
+                    updated_ms_ago_wall: now.saturating_sub(c.updated_at_ms),
                 });
-                if let Some(c) = c.filter(|c| !c.is_placeholder()) {
-                    row["owner"] = c.owner.node.clone().into();
-                    row["instance"] = c.owner.instance.clone().into();
-                    row["epoch"] = c.epoch.into();
-                    row["address"] = c.address.clone().into();
-                    row["restarts"] = c.restarts.into();
-                    row["exit_code"] = c.exit_code.into();
-                    row["updated_ms_ago_wall"] = now.saturating_sub(c.updated_at_ms).into();
-                }
-                rows.insert(name.clone(), row);
+                rows.insert(
+                    name.clone(),
+                    SessionLine::Session(SessionRow {
+                        name: name.clone(),
+                        status: x.status,
+                        reason: x.reason,
+                        manifest: m.is_some(),
+                        claim,
+                    }),
+                );
             }
             if json {
-                print_json(&serde_json::Value::Array(rows.into_values().collect()));
+                let rows: Vec<&SessionLine> = rows.values().collect();
+                print_json(&serde_json::to_value(&rows).expect("rows serialise"));
             } else {
                 println!(
                     "{:<24} {:<12} {:<16} {:<6} {:<9} {}REASON",
@@ -492,44 +478,170 @@ pub async fn ls(
                         ""
                     }
                 );
-                for r in rows.values() {
-                    if printed_corrupt(r, "name", 24) {
-                        continue;
-                    }
-                    let status = r["status"].as_str().unwrap_or("");
+                for r in rows.into_values() {
+                    let r = match r {
+                        SessionLine::Session(r) => r,
+                        SessionLine::Corrupt { name, corrupt, .. } => {
+                            print_corrupt(&name, &corrupt, 24);
+                            continue;
+                        }
+                    };
+                    let c = r.claim.as_ref();
+                    let dash = || "-".to_string();
                     let extra = if wide {
                         format!(
                             "{:<17} {:<8} {:<4} {:<22} ",
-                            r["instance"].as_str().unwrap_or("-"),
-                            r.get("restarts")
-                                .map(|x| x.to_string())
-                                .unwrap_or("-".into()),
-                            r.get("exit_code")
-                                .filter(|x| !x.is_null())
-                                .map(|x| x.to_string())
-                                .unwrap_or("-".into()),
-                            r["address"].as_str().unwrap_or("-"),
+                            c.map_or("-", |c| c.instance.as_str()),
+                            c.map_or_else(dash, |c| c.restarts.to_string()),
+                            c.and_then(|c| c.exit_code)
+                                .map_or_else(dash, |x| x.to_string()),
+                            c.and_then(|c| c.address.as_deref()).unwrap_or("-"),
                         )
                     } else {
                         String::new()
                     };
                     println!(
                         "{:<24} {:<12} {:<16} {:<6} {:<9} {extra}{}",
-                        r["name"].as_str().unwrap_or(""),
-                        status,
-                        r["owner"].as_str().unwrap_or("-"),
-                        r.get("epoch").map(|e| e.to_string()).unwrap_or("-".into()),
-                        r.get("updated_ms_ago_wall")
-                            .and_then(|v| v.as_u64())
-                            .map(ago)
-                            .unwrap_or("-".into()),
-                        r["reason"].as_str().unwrap_or(""),
+                        r.name,
+                        word(&r.status),
+                        c.map_or("-", |c| c.owner.as_str()),
+                        c.map_or_else(dash, |c| c.epoch.to_string()),
+                        c.map_or_else(dash, |c| ago(c.updated_ms_ago_wall)),
+                        r.reason,
                     );
                 }
             }
         }
     }
     Ok(())
+}
+
+// ------------------------------------------------------------------ rows --
+//
+// One type per row of `ls`, serialised as the JSON output and printed as the
+// table from the same fields. A record that cannot be read is a row of its
+// own, named, with the reason.
+
+/// A row of `ls nodes`.
+#[derive(Debug, serde::Serialize)]
+struct NodeRow {
+    node: String,
+    instance: String,
+    host: String,
+    epoch: u64,
+    released: bool,
+    address: Option<String>,
+    capacity: u32,
+    load: u32,
+    labels: BTreeMap<String, String>,
+    renewed_ms_ago_wall: u64,
+    /// One vocabulary (leasehold::liveness): live, expired (by wall clock,
+    /// within the skew bound), released, fenced (released by a peer that
+    /// took over).
+    state: leasehold::liveness::Liveness,
+    released_by: Option<String>,
+    cordoned: bool,
+}
+
+impl NodeRow {
+    fn of(r: LeaseRecord, now: u64, max_skew: Duration) -> NodeRow {
+        let a = NodeAttrs::of(&r);
+        let state = leasehold::liveness::judge(
+            Some(&r),
+            None,
+            leasehold::liveness::Evidence::WallClock {
+                now_ms: now,
+                max_skew,
+            },
+        );
+        NodeRow {
+            renewed_ms_ago_wall: now.saturating_sub(r.renewed_at_ms),
+            node: r.holder.node,
+            instance: r.holder.instance,
+            host: r.holder.host,
+            epoch: r.epoch,
+            released: r.released,
+            address: r.address,
+            capacity: a.capacity,
+            load: a.load,
+            labels: a.labels,
+            state,
+            released_by: a.released_by,
+            cordoned: a.cordoned,
+        }
+    }
+}
+
+#[derive(Debug, serde::Serialize)]
+#[serde(untagged)]
+enum NodeLine {
+    Node(NodeRow),
+    Corrupt { node: String, corrupt: String },
+}
+
+/// A row of `ls manifests`.
+#[derive(Debug, serde::Serialize)]
+struct ManifestRow {
+    name: String,
+    digest: String,
+    command: String,
+    args: Vec<String>,
+    restart: leasehold::fleet::manifest::RestartPolicy,
+    paused: bool,
+    selector: BTreeMap<String, String>,
+}
+
+#[derive(Debug, serde::Serialize)]
+#[serde(untagged)]
+enum ManifestLine {
+    Manifest(ManifestRow),
+    Corrupt { name: String, corrupt: String },
+}
+
+/// A row of `ls` (sessions).
+#[derive(Debug, serde::Serialize)]
+struct SessionRow {
+    name: String,
+    status: leasehold::fleet::claim::Status,
+    reason: String,
+    /// Has a manifest (a claim without one is being stopped).
+    manifest: bool,
+    /// The claim's columns, once a node has claimed it.
+    #[serde(flatten)]
+    claim: Option<ClaimCols>,
+}
+
+#[derive(Debug, serde::Serialize)]
+struct ClaimCols {
+    owner: String,
+    instance: String,
+    epoch: u64,
+    address: Option<String>,
+    restarts: u32,
+    exit_code: Option<i32>,
+    updated_ms_ago_wall: u64,
+}
+
+#[derive(Debug, serde::Serialize)]
+#[serde(untagged)]
+enum SessionLine {
+    Session(SessionRow),
+    Corrupt {
+        name: String,
+        /// Set when it is the manifest that cannot be read.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        manifest: Option<bool>,
+        corrupt: String,
+    },
+}
+
+/// The word a unit enum serialises as (its JSON string).
+fn word(v: &impl serde::Serialize) -> String {
+    match serde_json::to_value(v) {
+        Ok(serde_json::Value::String(s)) => s,
+        Ok(other) => other.to_string(),
+        Err(_) => String::new(),
+    }
 }
 
 pub async fn inspect(key: &str, store: &StoreArgs, json: bool) -> Result<(), Failure> {

@@ -296,11 +296,9 @@ impl ListView {
     pub fn wide(&self) -> bool {
         self.output == Some(Output::Wide)
     }
-    /// Does `labels` (a JSON object of strings) include every k=v asked?
-    pub fn matches(&self, labels: &serde_json::Value) -> bool {
-        self.selector
-            .iter()
-            .all(|(k, v)| labels.get(k).and_then(|x| x.as_str()) == Some(v.as_str()))
+    /// Does `labels` include every k=v asked?
+    pub fn matches(&self, labels: &std::collections::BTreeMap<String, String>) -> bool {
+        self.selector.iter().all(|(k, v)| labels.get(k) == Some(v))
     }
 }
 

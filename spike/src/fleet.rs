@@ -280,8 +280,14 @@ pub async fn placement(
         clock.sleep(Duration::from_millis(5)).await;
     }
     eprintln!("\rplaced {m}/{m}     ");
-    let claims: usize = nodes.iter().map(|n| count(&n.journal, EventKind::Claimed)).sum();
-    let conflicts: usize = nodes.iter().map(|n| count(&n.journal, EventKind::Conflict)).sum();
+    let claims: usize = nodes
+        .iter()
+        .map(|n| count(&n.journal, EventKind::Claimed))
+        .sum();
+    let conflicts: usize = nodes
+        .iter()
+        .map(|n| count(&n.journal, EventKind::Conflict))
+        .sum();
     let spread: BTreeMap<String, usize> =
         owners(&store)
             .await?

@@ -33,22 +33,12 @@ impl NodeFacts {
             None,
             Evidence::WallClock { now_ms, max_skew },
         );
-        let num = |k: &str| record.attrs.get(k).and_then(|v| v.as_u64()).unwrap_or(0) as u32;
-        let labels = record
-            .attrs
-            .get("labels")
-            .and_then(|l| serde_json::from_value(l.clone()).ok())
-            .unwrap_or_default();
-        let cordoned = record
-            .attrs
-            .get("cordoned")
-            .and_then(|v| v.as_bool())
-            .unwrap_or(false);
+        let a = super::attrs::NodeAttrs::of(&record);
         NodeFacts {
-            capacity: num("capacity"),
-            load: num("load"),
-            labels,
-            cordoned,
+            capacity: a.capacity,
+            load: a.load,
+            labels: a.labels,
+            cordoned: a.cordoned,
             liveness,
             record,
         }

@@ -131,7 +131,7 @@ pub fn plan(
         if r.released && old(r.renewed_at_ms) {
             out.push(Removal {
                 key: crate::keys::node(id),
-                reason: if r.attrs.contains_key("released_by") {
+                reason: if r.attrs.contains_key(super::attrs::RELEASED_BY) {
                     "node record fenced by a peer".into()
                 } else {
                     "node record released at shutdown".into()

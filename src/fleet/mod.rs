@@ -10,6 +10,7 @@
 //!   tests, and the exec runner under a dead-man switch);
 //! - [`node`]: the pull loop, `run(..., shutdown)`.
 
+pub mod attrs;
 pub mod claim;
 pub mod contain;
 pub mod control;

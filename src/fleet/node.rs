@@ -14,6 +14,7 @@
 //!   unchanged for ttl + margin, or released, or superseded by a newer
 //!   instance: by then the owner's validity has ended.
 
+use super::attrs::NodeAttrs;
 use super::claim::{ClaimRecord, ClaimState, Owner};
 use super::core::{self, OwnClaim, OwnManifest, OwnedAction};
 use super::journal::{EventKind, Journal};
@@ -517,21 +518,15 @@ fn node_attrs(
     load: u32,
     cordoned: bool,
 ) -> serde_json::Map<String, serde_json::Value> {
-    let mut m = serde_json::Map::new();
-    m.insert("capacity".into(), cfg.capacity.into());
-    if cordoned {
-        m.insert("cordoned".into(), true.into());
+    NodeAttrs {
+        capacity: cfg.capacity,
+        load,
+        max_poll_ms: u64::try_from(cfg.max_poll.as_millis()).unwrap_or(u64::MAX),
+        cordoned,
+        labels: cfg.labels.clone(),
+        released_by: None,
     }
-    m.insert(
-        "max_poll_ms".into(),
-        (cfg.max_poll.as_millis() as u64).into(),
-    );
-    m.insert("load".into(), load.into());
-    m.insert(
-        "labels".into(),
-        serde_json::to_value(&cfg.labels).expect("labels serialise"),
-    );
-    m
+    .to_map()
 }
 
 /// Acquires `nodes/<id>`. Without the host lock, a live earlier instance
@@ -1015,8 +1010,11 @@ impl Node {
         let mut tomb = record;
         tomb.released = true;
         tomb.nonce = self.deps.entropy.hex_id();
-        tomb.attrs
-            .insert("released_by".into(), self.me.node.clone().into());
+        tomb.attrs = NodeAttrs {
+            released_by: Some(self.me.node.clone()),
+            ..NodeAttrs::of(&tomb)
+        }
+        .to_map();
         let put = put_checked(
             &self.deps.store,
             &key,
@@ -1779,18 +1777,13 @@ impl Node {
                     margin: default_margin(ttl),
                 },
             );
-            let get = |k: &str| rec.attrs.get(k).and_then(|v| v.as_u64()).unwrap_or(0) as u32;
-            let cordoned = rec.attrs.get("cordoned").and_then(|v| v.as_bool()) == Some(true);
+            let attrs = NodeAttrs::of(rec);
             out.push(NodeView {
                 id: rec.holder.node.clone(),
                 instance: rec.holder.instance.clone(),
-                capacity: if cordoned { 0 } else { get("capacity") },
+                capacity: if attrs.cordoned { 0 } else { attrs.capacity },
                 load: load_of(&rec.holder.node, &rec.holder.instance),
-                labels: rec
-                    .attrs
-                    .get("labels")
-                    .and_then(|l| serde_json::from_value(l.clone()).ok())
-                    .unwrap_or_default(),
+                labels: attrs.labels,
                 live: liveness == crate::liveness::Liveness::Live,
             });
         }
@@ -1808,10 +1801,10 @@ impl Node {
                 Ok(record) => {
                     self.corrupt_nodes.remove(key);
                     self.absent_nodes.remove(key);
-                    let mp = record.attrs.get("max_poll_ms").and_then(|v| v.as_u64());
+                    let mp = NodeAttrs::of(&record).max_poll_ms;
                     self.longest = (
                         self.longest.0.max(Duration::from_millis(record.ttl_ms)),
-                        self.longest.1.max(Duration::from_millis(mp.unwrap_or(0))),
+                        self.longest.1.max(Duration::from_millis(mp)),
                     );
                     let listed = listed
                         .or_else(|| self.nodes.get(key).map(|n| n.listed.clone()))
