@@ -774,6 +774,48 @@ fn one_seed_replays_identically() {
     );
 }
 
+/// A seed replays exactly in another process too: the trace hash (every
+/// step's action and answer) of a few schedules, here and in a child
+/// process of this test binary.
+#[test]
+fn a_seed_replays_across_processes() {
+    let digest = || {
+        let cfg = Config {
+            naive: false,
+            steps: 300,
+            vandal: true,
+        };
+        [42u64, 7, 1234]
+            .map(|seed| {
+                let o = run_schedule(seed, cfg);
+                format!("{seed}:{:x}:{}:{}", o.trace_hash, o.acquisitions, o.commits)
+            })
+            .join(" ")
+    };
+    if std::env::var_os("LEASEHOLD_SIM_REPLAY_CHILD").is_some() {
+        println!("replay-digest: {}", digest());
+        return;
+    }
+    let here = digest();
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "a_seed_replays_across_processes", "--nocapture"])
+        .env("LEASEHOLD_SIM_REPLAY_CHILD", "1")
+        .env_remove("LEASEHOLD_SIM_SEED")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let child = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("replay-digest: "))
+        .unwrap_or_else(|| panic!("no digest from the child: {stdout}"));
+    assert_eq!(child, here, "the child process replayed differently");
+}
+
 /// The checker is not vacuous: a contender that judges expiry by comparing
 /// the record's wall-clock field with its own wall clock (the naive design)
 /// is caught double-believing under ±3 s clock offsets.
