@@ -1812,3 +1812,69 @@ mod tampered {
     }
 }
 use tampered::{KEY, Tampered};
+
+/// A node takes back what it released itself: drained (its claims released
+/// in its own name) and uncordoned with no peer to take them, it runs its
+/// sessions again. (It once never did: its own released claim read as "ours
+/// already", so nobody ran them until the node restarted.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_drained_node_takes_its_released_sessions_back_when_uncordoned() {
+    let store: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());
+    let mut f = Fleet::new(store.clone());
+    f.start("solo", 8, &[]);
+    apply(&store, "web", &spec("sleep")).await;
+    f.wait_for("web on solo", |p| p.contains_key("web")).await;
+    leasehold::fleet::control::set(&store, &OsEntropy::new(), "solo", true, 0)
+        .await
+        .unwrap();
+    f.wait_for("web stopped", |p| !p.contains_key("web")).await;
+    let released = f.claim("web").await;
+    assert_eq!(released.state, ClaimState::Released, "{released:?}");
+    assert_eq!(released.owner.node, "solo");
+    leasehold::fleet::control::clear(&store, "solo")
+        .await
+        .unwrap();
+    f.wait_for("web running again", |p| p.contains_key("web"))
+        .await;
+    let again = f.claim("web").await;
+    assert_eq!(again.owner.node, "solo");
+    assert!(again.epoch > released.epoch, "{again:?} after {released:?}");
+    f.finish().await;
+}
+
+/// A claim in a node's own name that the node no longer holds (here: our
+/// record rewritten with another nonce, as a late-landing write of ours
+/// would leave it) is taken back at the next epoch, not left looking owned
+/// by a live node that does not run it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_claim_in_our_name_that_we_lost_track_of_is_taken_back() {
+    let store: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());
+    let mut f = Fleet::new(store.clone());
+    f.start("solo", 8, &[]);
+    apply(&store, "web", &spec("sleep")).await;
+    f.wait_for("web on solo", |p| p.contains_key("web")).await;
+    let o = store.get("sessions/web").await.unwrap().unwrap();
+    let mut twin = ClaimRecord::decode("sessions/web", &o.bytes).unwrap();
+    let epoch = twin.epoch;
+    twin.nonce = "a-write-of-ours-that-landed-late".into();
+    store
+        .put(
+            "sessions/web",
+            bytes::Bytes::from(twin.encode()),
+            leasehold::store::Cond::Match(o.version),
+        )
+        .await
+        .unwrap();
+    let mut taken_back = None;
+    for _ in 0..400 {
+        let c = f.claim("web").await;
+        if c.epoch > epoch && f.placement().get("web").is_some_and(|r| r[0].1 == c.epoch) {
+            taken_back = Some(c);
+            break;
+        }
+        f.clock.sleep(Duration::from_millis(25)).await;
+    }
+    let c = taken_back.unwrap_or_else(|| panic!("never taken back: {:?}", f.placement()));
+    assert_eq!(c.owner.node, "solo");
+    f.finish().await;
+}

@@ -86,6 +86,14 @@ pub fn owner_live(owner: &Owner, nodes: &[NodeView]) -> bool {
 }
 
 /// Whether `me` may claim the session of `manifest`, given its claim.
+/// Asked only about sessions `me` does not hold (the pull loop and the
+/// claim endpoint skip those): a claim in `me`'s own name is then one it
+/// released itself (a drain), which it takes back like any released claim
+/// once it is uncordoned, or one it lost track of (a write whose outcome it
+/// could not tell, read back as another writer's), which nobody else would
+/// take while it lives: reclaimed at once, as a predecessor's. Both by a
+/// conditional write at epoch + 1, so a stale view costs a conflict, never
+/// a second run.
 pub fn claimable(
     manifest: &ManifestView,
     claim: Option<&ClaimView>,
@@ -98,16 +106,16 @@ pub fn claimable(
     let Some(c) = claim else {
         return Some(Claimable::Fresh);
     };
-    if c.owner == *me {
-        return None;
-    }
     if c.state == ClaimState::Released {
         return Some(Claimable::Orphaned);
     }
-    let live = owner_live(&c.owner, nodes);
     if c.state.is_terminal() && c.digest == manifest.digest {
         return None; // done; runs again only if the manifest changes
     }
+    if c.owner == *me {
+        return Some(Claimable::Predecessor);
+    }
+    let live = owner_live(&c.owner, nodes);
     if live {
         return None;
     }
@@ -403,8 +411,25 @@ mod tests {
         let mut paused = m.clone();
         paused.paused = true;
         assert_eq!(claimable(&paused, None, &nodes, &me), None);
-        // Our own claim is not "claimable".
+        // A claim in our own name that we do not hold (callers skip the
+        // ones we hold): lost track of, reclaimed at once; released by us
+        // (a drain), taken back like any released claim; done with this
+        // spec, done.
         let mine = claim("n2", "i2", ClaimState::Running);
-        assert_eq!(claimable(&m, Some(&mine), &nodes, &me), None);
+        assert_eq!(
+            claimable(&m, Some(&mine), &nodes, &me),
+            Some(Claimable::Predecessor)
+        );
+        let mine_released = claim("n2", "i2", ClaimState::Released);
+        assert_eq!(
+            claimable(&m, Some(&mine_released), &nodes, &me),
+            Some(Claimable::Orphaned)
+        );
+        let mine_done = claim("n2", "i2", ClaimState::Succeeded);
+        assert_eq!(claimable(&m, Some(&mine_done), &nodes, &me), None);
+        assert_eq!(
+            claimable(&changed, Some(&mine_done), &nodes, &me),
+            Some(Claimable::Predecessor)
+        );
     }
 }
