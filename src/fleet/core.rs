@@ -8,13 +8,16 @@
 //! runtime; `tests::the_core_reads_no_clock_and_does_no_io` checks its
 //! source for the ambient ones.
 //!
-//! Built so far (issue #13): what a session's exit leads to, what an owned
-//! session's claim and manifest require, whether a claimable session may be
-//! claimed this pass (used by the pull loop and the claim endpoint alike),
-//! the pass's pacing, the absence rules of a vanished claim (the hold, the
-//! wait, markers) and each step of the fence before a takeover. Still in
-//! the shell: the order of the I/O (one async method per step, not one
-//! `step(state, input) -> actions` machine), registration and renewal.
+//! What it decides (issue #13; docs/fleet.md has the table): registration,
+//! renewal and the sessions' deadline, the loop between passes (a store
+//! violation, a lost or lapsed lease, shutdown; never re-registering into a
+//! wiped bucket), each pass's schedules and pacing, what a session's exit
+//! leads to, what an owned session's claim and manifest require, whether a
+//! claimable session may be claimed this pass (the pull loop and the claim
+//! endpoint alike), the absence rules of a vanished claim (the hold, the
+//! wait, markers) and each step of the fence before a takeover. The order of
+//! the I/O stays in the shell: one async method per step, not one
+//! `step(state, input) -> actions` machine (docs/fleet.md says why).
 
 use super::claim::{ClaimRecord, ClaimState};
 use super::manifest::RestartPolicy;
@@ -511,6 +514,218 @@ pub fn after_tombstone_rejected(judged: Option<Liveness>) -> bool {
     matches!(judged, Some(Liveness::Released | Liveness::Fenced))
 }
 
+// ------------------------------------------------------ registration --
+
+/// What one attempt to register (acquire `nodes/<id>`) answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Registration {
+    Acquired,
+    /// Another instance holds the node id (an earlier one not yet expired,
+    /// or a second process misconfigured with the same id elsewhere).
+    Held,
+    /// No record where one was expected (a standalone-lease answer; node
+    /// leases are created where none is, but the rule stays total).
+    Absent,
+    /// The store could not be reached, or answered 5xx.
+    Transient,
+    /// Lost the final conditional write to another registrant.
+    Conflict,
+    /// Anything else: refused credentials, a corrupt record, a store that
+    /// broke its conditions.
+    Failed,
+}
+
+/// What the node does after an attempt to register.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterRegister {
+    /// Serve with the lease.
+    Serve,
+    /// Try again after one poll. Never a takeover: a held id is waited out
+    /// by observation (two hosts with one id never steal from each other),
+    /// and a lost race is the winner's.
+    Wait,
+    /// Give up: the error is the node's.
+    Fail,
+}
+
+pub fn after_register(r: Registration) -> AfterRegister {
+    match r {
+        Registration::Acquired => AfterRegister::Serve,
+        Registration::Held
+        | Registration::Absent
+        | Registration::Transient
+        | Registration::Conflict => AfterRegister::Wait,
+        Registration::Failed => AfterRegister::Fail,
+    }
+}
+
+// ----------------------------------------------------------- renewal --
+
+/// A node renews its lease every ttl/3 (DESIGN's default): two renewals may
+/// fail in a row before the validity (`ttl − margin` from the last send) is
+/// in danger.
+pub fn renew_period(ttl: Duration) -> Duration {
+    ttl / 3
+}
+
+/// What a renewal's write answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RenewOutcome {
+    Committed,
+    /// Unreachable or 5xx, after the write's own retries.
+    Transient,
+    /// Rejected (another writer won), deleted, or anything else final.
+    Lost,
+}
+
+/// What follows a renewal's write. `with_attrs`: the write carried the
+/// node's attributes (its load, cordon), which is how every renewal starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterRenew {
+    /// Renewed: announce the new deadline; `audit`: read this one back.
+    Renewed { audit: bool },
+    /// The attributes write did not get through: renew plainly at once (a
+    /// renewal is worth more than fresh attributes; the plain renew retries
+    /// with back-off up to the validity deadline itself).
+    RenewPlainly,
+    /// The lease is lost: stop every session, re-register.
+    Lost,
+}
+
+/// One in `audit_sample` renewals is read back (`renewals` counts the
+/// successful ones, this one included).
+pub fn after_renew(
+    outcome: RenewOutcome,
+    with_attrs: bool,
+    renewals: u64,
+    audit_sample: u64,
+) -> AfterRenew {
+    match outcome {
+        RenewOutcome::Committed => AfterRenew::Renewed {
+            audit: audit_sample > 0 && renewals.is_multiple_of(audit_sample),
+        },
+        RenewOutcome::Transient if with_attrs => AfterRenew::RenewPlainly,
+        RenewOutcome::Transient | RenewOutcome::Lost => AfterRenew::Lost,
+    }
+}
+
+/// The deadline every session of this node runs under (announced to the
+/// dead-man switches, and the loop's own stop): the node lease's validity,
+/// never past the confirmation of its claims (`claim_belief` after the
+/// oldest confirming request), and nothing at all once the lease is lost.
+/// `None`: no deadline, stop now. Generic over the time type so that the
+/// core names no clock.
+pub fn session_deadline<T: Ord + Copy>(lease: Option<T>, claims: Option<T>) -> Option<T> {
+    match (lease, claims) {
+        (None, _) => None,
+        (Some(l), None) => Some(l),
+        (Some(l), Some(c)) => Some(l.min(c)),
+    }
+}
+
+// ---------------------------------------------------------- the loop --
+
+/// What the serving loop knows between passes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Between {
+    /// An audit caught the store breaking its conditional writes.
+    pub violation: bool,
+    /// The renewal said the lease is lost.
+    pub lease_lost: bool,
+    /// The lease's validity has passed by the node's own clock (a renewal
+    /// that has not come back in time counts as lost: past it, nothing is
+    /// acted on).
+    pub lease_expired: bool,
+    pub shutdown: bool,
+}
+
+/// The serving loop's verdict before each pass, in this order: a store that
+/// broke its conditions is refused (never re-registered with), then a lost
+/// or lapsed lease stops everything, then a shutdown releases gracefully.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoopVerdict {
+    Refuse,
+    LeaseLost,
+    Shutdown,
+    Pass,
+}
+
+pub fn between_passes(b: Between) -> LoopVerdict {
+    if b.violation {
+        LoopVerdict::Refuse
+    } else if b.lease_lost || b.lease_expired {
+        LoopVerdict::LeaseLost
+    } else if b.shutdown {
+        LoopVerdict::Shutdown
+    } else {
+        LoopVerdict::Pass
+    }
+}
+
+/// A pass that failed. `wiped`: the fleet marker vanished or changed (the
+/// bucket was wiped or replaced). Returns whether the node stops serving
+/// for good; any other failure is retried next pass, at the brisk pace.
+pub fn after_pass_error(wiped: bool) -> bool {
+    wiped
+}
+
+/// After the lease is lost: a lost lease may be a wiped bucket, so the
+/// marker is checked first, and a node never registers into a wiped or
+/// replaced bucket. An unreadable marker is not a wipe (the next
+/// registration's read checks again).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MarkerSeen {
+    Same,
+    WipedOrReplaced,
+    Unreadable,
+}
+
+pub fn reregister_after_loss(marker: MarkerSeen) -> bool {
+    marker != MarkerSeen::WipedOrReplaced
+}
+
+/// Is the fleet marker due for a re-read this pass? Before the first pass,
+/// and `every` ttls after the last confirmation (every claim and fence
+/// write checks it too, and a wiped bucket fails renewals within ttl/3).
+pub fn marker_due(since_checked: Option<Duration>, ttl: Duration, every: u32) -> bool {
+    since_checked.is_none_or(|d| d >= ttl.saturating_mul(every))
+}
+
+/// Is the operator's control object (`control/<id>`) due for a read this
+/// pass? When nudged, until a read has succeeded (a cordoned node
+/// restarting must not claim in the meantime), every pass while a drain
+/// has sessions left, and one pass in `every` otherwise (`pass` counts
+/// from 1).
+pub fn control_due(
+    nudged: bool,
+    read_once: bool,
+    draining_with_sessions: bool,
+    pass: u64,
+    every: u64,
+) -> bool {
+    nudged || !read_once || draining_with_sessions || (every > 0 && pass % every == 1 % every)
+}
+
+/// Keep the brisk pace while a peer's lease is about to expire (its listed
+/// version unchanged for over half its ttl): detecting the expiry then
+/// costs one base poll, not one backed-off poll.
+pub fn peer_expiring(released: bool, unchanged_for: Option<Duration>, ttl: Duration) -> bool {
+    !released && unchanged_for.is_some_and(|d| d > ttl / 2)
+}
+
+/// The pause after a nudge arrives during `pause`: brought forward to
+/// `min_gap` at most once per pass, so a flood of nudges costs no more
+/// than a pass every `min_gap`.
+pub fn nudged_pause(pause: Duration, min_gap: Duration) -> Option<Duration> {
+    (pause > min_gap).then_some(min_gap)
+}
+
+/// How long a pass may take before readiness reports the loop stalled:
+/// two of the longest pauses plus a ttl.
+pub fn pass_bound(poll: Duration, max_poll: Duration, ttl: Duration) -> Duration {
+    max_poll.max(poll).saturating_mul(2).saturating_add(ttl)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -850,6 +1065,116 @@ mod tests {
         ] {
             assert_eq!(after_tombstone_rejected(judged), go, "{judged:?}");
         }
+    }
+
+    #[test]
+    fn registration_waits_out_a_holder_and_fails_only_on_final_errors() {
+        use AfterRegister::*;
+        use Registration as R;
+        for (r, want) in [
+            (R::Acquired, Serve),
+            // Never a takeover from here: a live holder of our id (another
+            // host misconfigured, or our predecessor without the host lock)
+            // is waited out by observation inside acquire.
+            (R::Held, Wait),
+            (R::Absent, Wait),
+            (R::Transient, Wait),
+            (R::Conflict, Wait),
+            (R::Failed, Fail),
+        ] {
+            assert_eq!(after_register(r), want, "{r:?}");
+        }
+    }
+
+    #[rustfmt::skip]
+    #[test]
+    fn renewal_retries_plainly_once_then_is_lost_and_audits_a_sample() {
+        use AfterRenew::*;
+        use RenewOutcome as O;
+        let rows: &[(O, bool, u64, AfterRenew)] = &[
+            (O::Committed, true, 1, Renewed { audit: false }),
+            (O::Committed, false, 15, Renewed { audit: false }),
+            (O::Committed, true, 16, Renewed { audit: true }),
+            (O::Committed, false, 32, Renewed { audit: true }),
+            // Fresh attributes are worth less than the lease: drop them.
+            (O::Transient, true, 3, RenewPlainly),
+            // The plain renew has retried up to the deadline already.
+            (O::Transient, false, 3, Lost),
+            (O::Lost, true, 3, Lost),
+            (O::Lost, false, 3, Lost),
+        ];
+        for (i, &(o, attrs, n, want)) in rows.iter().enumerate() {
+            assert_eq!(after_renew(o, attrs, n, 16), want, "row {i}");
+        }
+        assert_eq!(after_renew(O::Committed, true, 16, 0), Renewed { audit: false });
+        assert_eq!(renew_period(S * 9), S * 3);
+    }
+
+    #[test]
+    fn sessions_never_outlive_the_lease_or_the_claims_confirmation() {
+        assert_eq!(session_deadline::<u32>(None, None), None);
+        assert_eq!(
+            session_deadline(None, Some(5)),
+            None,
+            "a lost lease ends all"
+        );
+        assert_eq!(
+            session_deadline(Some(9), None),
+            Some(9),
+            "no claims: the lease's"
+        );
+        assert_eq!(session_deadline(Some(9), Some(5)), Some(5));
+        assert_eq!(session_deadline(Some(5), Some(9)), Some(5));
+    }
+
+    #[rustfmt::skip]
+    #[test]
+    fn between_passes_a_violation_outranks_a_lost_lease_which_outranks_shutdown() {
+        use LoopVerdict::*;
+        let b = Between { violation: false, lease_lost: false, lease_expired: false, shutdown: false };
+        let rows: &[(&str, Between, LoopVerdict)] = &[
+            ("serving", b, Pass),
+            ("shutdown", Between { shutdown: true, ..b }, Shutdown),
+            ("renewal lost", Between { lease_lost: true, shutdown: true, ..b }, LeaseLost),
+            // A renewal still in flight past the deadline: not acted on.
+            ("lapsed", Between { lease_expired: true, ..b }, LeaseLost),
+            ("violation", Between { violation: true, lease_lost: true, shutdown: true, ..b }, Refuse),
+        ];
+        for (what, b, want) in rows {
+            assert_eq!(between_passes(*b), *want, "{what}");
+        }
+        assert!(after_pass_error(true));
+        assert!(!after_pass_error(false));
+        assert!(reregister_after_loss(MarkerSeen::Same));
+        assert!(reregister_after_loss(MarkerSeen::Unreadable));
+        assert!(!reregister_after_loss(MarkerSeen::WipedOrReplaced));
+    }
+
+    #[test]
+    fn pass_schedules() {
+        // The marker: before the first pass, then every `every` ttls.
+        assert!(marker_due(None, S, 10));
+        assert!(!marker_due(Some(S * 9), S, 10));
+        assert!(marker_due(Some(S * 10), S, 10));
+        // The control object.
+        assert!(control_due(false, true, false, 1, 5), "first pass");
+        assert!(!control_due(false, true, false, 2, 5));
+        assert!(control_due(false, true, false, 6, 5));
+        assert!(control_due(true, true, false, 2, 5), "nudged");
+        assert!(control_due(false, false, false, 2, 5), "never read yet");
+        assert!(control_due(false, true, true, 2, 5), "draining");
+        assert!(control_due(false, true, false, 2, 1), "every pass");
+        // A peer about to expire keeps the brisk pace; a released one or a
+        // fresh version does not.
+        assert!(peer_expiring(false, Some(S * 6), S * 10));
+        assert!(!peer_expiring(false, Some(S * 5), S * 10));
+        assert!(!peer_expiring(true, Some(S * 9), S * 10));
+        assert!(!peer_expiring(false, None, S * 10));
+        // A nudge shortens a long pause, never lengthens a short one.
+        let gap = Duration::from_millis(200);
+        assert_eq!(nudged_pause(S * 5, gap), Some(gap));
+        assert_eq!(nudged_pause(Duration::from_millis(100), gap), None);
+        assert_eq!(pass_bound(S, S * 4, S * 10), S * 18);
     }
 
     /// The core stays pure: no runtime, store, clock or randomness in its

@@ -487,19 +487,23 @@ pub async fn run(cfg: NodeConfig, deps: NodeDeps, shutdown: CancellationToken) -
             Ended::Fatal(e) => return Err(e),
             Ended::LeaseLost => {
                 // A lost lease may be a wiped bucket: never register into one.
-                match super::marker::check(&deps.store, &marker.0, &marker.1).await {
-                    Err(e) if matches!(&e, Error::Corrupt { key, .. } if key == super::marker::KEY) =>
-                    {
-                        deps.journal.record(
-                            deps.clock.wall_ms(),
-                            EventKind::BucketWiped,
-                            None,
-                            None,
-                            e.to_string(),
-                        );
-                        return Err(e);
-                    }
-                    _ => {}
+                let checked = super::marker::check(&deps.store, &marker.0, &marker.1).await;
+                let seen = match &checked {
+                    Ok(()) => core::MarkerSeen::Same,
+                    Err(e) if marker_gone(e) => core::MarkerSeen::WipedOrReplaced,
+                    Err(_) => core::MarkerSeen::Unreadable,
+                };
+                if !core::reregister_after_loss(seen)
+                    && let Err(e) = checked
+                {
+                    deps.journal.record(
+                        deps.clock.wall_ms(),
+                        EventKind::BucketWiped,
+                        None,
+                        None,
+                        e.to_string(),
+                    );
+                    return Err(e);
                 }
                 deps.journal.record(
                     deps.clock.wall_ms(),
@@ -511,6 +515,11 @@ pub async fn run(cfg: NodeConfig, deps: NodeDeps, shutdown: CancellationToken) -
             }
         }
     }
+}
+
+/// The fleet marker vanished or changed: the bucket was wiped or replaced.
+fn marker_gone(e: &Error) -> bool {
+    matches!(e, Error::Corrupt { key, .. } if key == super::marker::KEY)
 }
 
 fn node_attrs(
@@ -541,8 +550,25 @@ async fn register(
     opts.address = cfg.address.clone();
     opts.attrs = node_attrs(cfg, 0, deps.status.cordoned());
     loop {
-        match client.acquire_kind(Kind::Node, &cfg.id, &opts).await {
-            Ok(Acquire::Acquired(l)) => {
+        let answer = client.acquire_kind(Kind::Node, &cfg.id, &opts).await;
+        let seen = match &answer {
+            Ok(Acquire::Acquired(_)) => core::Registration::Acquired,
+            Ok(Acquire::Held { holder, .. }) => {
+                tracing::warn!(node = %cfg.id, holder = ?holder, "node id held by another instance; waiting");
+                core::Registration::Held
+            }
+            // Node leases are created where none is (acquire_kind's node
+            // path); this answer is for standalone leases.
+            Ok(Acquire::Absent { .. }) => {
+                tracing::warn!(node = %cfg.id, "node record absent; waiting");
+                core::Registration::Absent
+            }
+            Err(e) if e.is_transient() => core::Registration::Transient,
+            Err(e) if e.kind() == crate::ErrorKind::Conflict => core::Registration::Conflict,
+            Err(_) => core::Registration::Failed,
+        };
+        match (core::after_register(seen), answer) {
+            (core::AfterRegister::Serve, Ok(Acquire::Acquired(l))) => {
                 deps.journal.record(
                     deps.clock.wall_ms(),
                     EventKind::Registered,
@@ -552,18 +578,9 @@ async fn register(
                 );
                 return Ok(Some(l));
             }
-            Ok(Acquire::Held { holder, .. }) => {
-                tracing::warn!(node = %cfg.id, holder = ?holder, "node id held by another instance; waiting");
-            }
-            // Node leases are created where none is (acquire_kind's node
-            // path); this answer is for standalone leases, but wait all the same.
-            Ok(Acquire::Absent { .. }) => {
-                tracing::warn!(node = %cfg.id, "node record absent; waiting");
-            }
-            Err(e) if e.is_transient() || e.kind() == crate::ErrorKind::Conflict => {
-                tracing::warn!(node = %cfg.id, error = %e, "registering");
-            }
-            Err(e) => return Err(e),
+            (core::AfterRegister::Fail, Err(e)) => return Err(e),
+            (_, Err(e)) => tracing::warn!(node = %cfg.id, error = %e, "registering"),
+            _ => {}
         }
         tokio::select! {
             _ = deps.clock.sleep(cfg.poll) => {}
@@ -811,29 +828,33 @@ impl Node {
         };
         let mut request: Option<ClaimRequest> = None;
         let ended = loop {
-            // First: a store caught breaking its conditions is refused, not
-            // re-registered with.
             let violation = self.violation.lock().unwrap().clone();
-            if let Some(detail) = violation {
-                self.stop_all("the store broke its conditional writes")
-                    .await;
-                self.owned.clear();
-                break Ended::Fatal(Error::Unsupported {
-                    store: self.deps.store.to_string(),
-                    step: "audit".into(),
-                    detail,
-                });
-            }
             // Marks the value seen, so `changed()` below waits for the next one.
             let v = *valid_rx.borrow_and_update();
-            if v.lost || self.deps.clock.now() >= v.until {
-                self.stop_all("node lease lost").await;
-                // Our claims died with the lease: nothing left to release.
-                self.owned.clear();
-                break Ended::LeaseLost;
-            }
-            if shutdown.is_cancelled() {
-                break Ended::Shutdown;
+            match core::between_passes(core::Between {
+                violation: violation.is_some(),
+                lease_lost: v.lost,
+                lease_expired: self.deps.clock.now() >= v.until,
+                shutdown: shutdown.is_cancelled(),
+            }) {
+                core::LoopVerdict::Refuse => {
+                    self.stop_all("the store broke its conditional writes")
+                        .await;
+                    self.owned.clear();
+                    break Ended::Fatal(Error::Unsupported {
+                        store: self.deps.store.to_string(),
+                        step: "audit".into(),
+                        detail: violation.unwrap_or_default(),
+                    });
+                }
+                core::LoopVerdict::LeaseLost => {
+                    self.stop_all("node lease lost").await;
+                    // Our claims died with the lease: nothing left to release.
+                    self.owned.clear();
+                    break Ended::LeaseLost;
+                }
+                core::LoopVerdict::Shutdown => break Ended::Shutdown,
+                core::LoopVerdict::Pass => {}
             }
             if let Some(req) = request.take() {
                 let answer = self.claim_now(&req.name).await;
@@ -841,7 +862,7 @@ impl Node {
             }
             let changed = match self.tick().await {
                 Ok(changed) => changed,
-                Err(e) if matches!(&e, Error::Corrupt { key, .. } if key == super::marker::KEY) => {
+                Err(e) if core::after_pass_error(marker_gone(&e)) => {
                     tracing::error!(error = %e, "stopping every session");
                     self.event(EventKind::BucketWiped, None, None, e.to_string());
                     self.stop_all("the bucket was wiped or replaced").await;
@@ -857,7 +878,7 @@ impl Node {
             self.publish_status(self.deps.clock.now() < valid_rx.borrow().until);
             self.deps.status.pass_completed(
                 self.deps.clock.now(),
-                self.cfg.max_poll.max(self.cfg.poll) * 2 + self.cfg.ttl,
+                core::pass_bound(self.cfg.poll, self.cfg.max_poll, self.cfg.ttl),
             );
             self.idle_ticks = core::idle_after(self.idle_ticks, changed);
             let pause = core::pace(self.cfg.poll, self.cfg.max_poll, self.idle_ticks);
@@ -875,8 +896,8 @@ impl Node {
                     // no more than a pass every NUDGE_MIN_GAP.
                     _ = nudge.notified(), if !shortened => {
                         shortened = true;
-                        if pause > NUDGE_MIN_GAP {
-                            sleep.set(self.deps.clock.sleep(NUDGE_MIN_GAP));
+                        if let Some(gap) = core::nudged_pause(pause, NUDGE_MIN_GAP) {
+                            sleep.set(self.deps.clock.sleep(gap));
                         }
                         self.idle_ticks = 0;
                     }
@@ -1317,17 +1338,13 @@ impl Node {
     /// Until when we may act on our sessions: the node lease's validity,
     /// and no later than `confirmed_until`.
     fn valid_until(&self) -> MonoTime {
-        let lease = match &self.validity {
-            Some(rx) => {
-                let v = *rx.borrow();
-                if v.lost { MonoTime::ZERO } else { v.until }
-            }
-            None => MonoTime::ZERO,
-        };
-        match self.confirmed_until() {
-            Some(c) => lease.min(c),
-            None => lease,
-        }
+        let lease = self
+            .validity
+            .as_ref()
+            .map(|rx| *rx.borrow())
+            .filter(|v| !v.lost)
+            .map(|v| v.until);
+        core::session_deadline(lease, self.confirmed_until()).unwrap_or(MonoTime::ZERO)
     }
 
     /// Our belief in the claims we hold, each as of the last request that
@@ -1486,9 +1503,12 @@ impl Node {
         // at least every MARKER_EVERY ttls when nothing is written: a wiped
         // bucket also fails our renewals within ttl/3, which stops
         // everything, and the next registration checks it again.
-        if self.marker_checked.is_none_or(|(_, t)| {
-            self.deps.clock.now().saturating_since(t) >= self.cfg.ttl * MARKER_EVERY
-        }) {
+        if core::marker_due(
+            self.marker_checked
+                .map(|(_, t)| self.deps.clock.now().saturating_since(t)),
+            self.cfg.ttl,
+            MARKER_EVERY,
+        ) {
             self.ensure_marker().await?;
         }
         // Operator control (`control/<id>`): at the first pass, every
@@ -1500,11 +1520,13 @@ impl Node {
             .swap(false, std::sync::atomic::Ordering::SeqCst);
         // Until a read succeeds (a cordoned node restarting must not claim
         // in the meantime), and while a drain has sessions left, every pass.
-        if nudged
-            || !self.control_read
-            || (self.draining && !self.owned.is_empty())
-            || self.pass % super::control::CONTROL_EVERY == 1
-        {
+        if core::control_due(
+            nudged,
+            self.control_read,
+            self.draining && !self.owned.is_empty(),
+            self.pass,
+            super::control::CONTROL_EVERY,
+        ) {
             changed |= self.apply_control().await;
         }
         let listed_at = self.deps.clock.now();
@@ -1567,13 +1589,11 @@ impl Node {
         // listed version unchanged for over half its TTL): detecting the
         // expiry then costs one base poll, not one backed-off poll.
         changed |= self.nodes.iter().any(|(key, n)| {
-            let ttl = Duration::from_millis(n.record.ttl_ms);
-            !n.record.released
-                && self
-                    .client
-                    .observer()
-                    .unchanged_for(key, &n.listed, now)
-                    .is_some_and(|d| d > ttl / 2)
+            core::peer_expiring(
+                n.record.released,
+                self.client.observer().unchanged_for(key, &n.listed, now),
+                Duration::from_millis(n.record.ttl_ms),
+            )
         });
         // Loads as of this pass's listing, for every node alike (our own
         // claims from this pass are not counted until the next): see
@@ -2522,7 +2542,7 @@ async fn renew_task(
         violation,
         stop,
     } = links;
-    let period = cfg.ttl / 3;
+    let period = core::renew_period(cfg.ttl);
     let mut renewals: u64 = 0;
     loop {
         tokio::select! {
@@ -2531,23 +2551,36 @@ async fn renew_task(
         }
         let attrs = node_attrs(&cfg, *load.borrow(), deps.status.cordoned());
         let t0 = deps.clock.now();
-        let r = match lease.set_attrs(attrs).await {
-            Err(e) if e.is_transient() => {
-                deps.status.record_renew_failure();
-                lease.renew().await
+        let mut with_attrs = true;
+        let mut r = lease.set_attrs(attrs).await;
+        let step = loop {
+            let outcome = match &r {
+                Ok(()) => core::RenewOutcome::Committed,
+                Err(e) if e.is_transient() => core::RenewOutcome::Transient,
+                Err(_) => core::RenewOutcome::Lost,
+            };
+            match &r {
+                Ok(()) => deps
+                    .status
+                    .record_renew(deps.clock.now().saturating_since(t0)),
+                Err(_) => deps.status.record_renew_failure(),
             }
-            other => other,
+            let step = core::after_renew(
+                outcome,
+                with_attrs,
+                renewals.saturating_add(1),
+                AUDIT_SAMPLE,
+            );
+            if step != core::AfterRenew::RenewPlainly {
+                break step;
+            }
+            with_attrs = false;
+            r = lease.renew().await;
         };
-        match &r {
-            Ok(()) => deps
-                .status
-                .record_renew(deps.clock.now().saturating_since(t0)),
-            Err(_) => deps.status.record_renew_failure(),
-        }
-        match r {
-            Ok(()) => {
+        match (step, r) {
+            (core::AfterRenew::Renewed { audit: due }, Ok(())) => {
                 renewals += 1;
-                if renewals.is_multiple_of(AUDIT_SAMPLE) {
+                if due {
                     let r = audit(
                         &deps.store,
                         lease.key(),
@@ -2578,11 +2611,11 @@ async fn renew_task(
                 }
                 // Never past the pull loop's confirmation of our claims.
                 let c = *confirmed.borrow();
-                let until = if c == MonoTime::ZERO {
-                    lease.valid_until()
-                } else {
-                    lease.valid_until().min(c)
-                };
+                let until = core::session_deadline(
+                    Some(lease.valid_until()),
+                    (c != MonoTime::ZERO).then_some(c),
+                )
+                .unwrap_or(MonoTime::ZERO);
                 deps.runner.announce(until);
                 deps.status
                     .set_valid_until(&deps.clock, Some(lease.valid_until()));
@@ -2591,14 +2624,18 @@ async fn renew_task(
                     lost: false,
                 });
             }
-            Err(e) => {
+            (_, r) => {
+                let why = match r {
+                    Err(e) => e.to_string(),
+                    Ok(()) => "renewal".to_string(),
+                };
                 deps.status.set_valid_until(&deps.clock, None);
                 deps.journal.record(
                     deps.clock.wall_ms(),
                     EventKind::LeaseLost,
                     None,
                     Some(lease.epoch()),
-                    e.to_string(),
+                    why,
                 );
                 let _ = valid.send(Validity {
                     until: lease.valid_until(),
