@@ -188,6 +188,11 @@ impl Observer {
         }
     }
 
+    /// The version of `key` seen last (by any response), if any.
+    pub fn version(&self, key: &str) -> Option<Version> {
+        self.seen.lock().unwrap().get(key).map(|(v, _)| v.clone())
+    }
+
     pub fn forget(&self, key: &str) {
         self.seen.lock().unwrap().remove(key);
     }

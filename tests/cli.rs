@@ -571,6 +571,32 @@ fn node_run_refuses_bad_http_flags_before_starting() {
             vec!["node", "run", "--store", &s, "--id", "n1", "--ttl", "1ms"],
             "at least 100ms",
         ),
+        (
+            vec![
+                "node",
+                "run",
+                "--store",
+                &s,
+                "--id",
+                "n1",
+                "--max-poll",
+                "1s",
+            ],
+            "between ttl/3 (3333ms) and 1h",
+        ),
+        (
+            vec![
+                "node",
+                "run",
+                "--store",
+                &s,
+                "--id",
+                "n1",
+                "--max-poll",
+                "2h",
+            ],
+            "between ttl/3",
+        ),
     ] {
         let o = run(&args);
         assert_eq!(code(&o), 2, "{args:?}: {}", stderr(&o));

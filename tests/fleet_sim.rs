@@ -15,7 +15,7 @@ use leasehold::clock::{Clock, Entropy, ManualClock, MonoTime, SeededEntropy};
 use leasehold::fleet::journal::Journal;
 use leasehold::fleet::manifest::{self, Spec};
 use leasehold::fleet::node::{self, NodeConfig, NodeDeps};
-use leasehold::fleet::runner::RecordingRunner;
+use leasehold::fleet::runner::{RecordingRunner, Runner};
 use leasehold::store::{FaultPlan, FaultStore, ObjectStoreBackend, Store};
 use std::sync::Arc;
 use std::time::Duration;
@@ -552,4 +552,108 @@ fn a_seed_replays_across_processes() {
             );
         }
     }
+}
+
+/// Issue #14: an idle node backs off to `max_poll` between passes, and
+/// noticing a dead peer by listings alone takes two listings ttl + margin
+/// apart: up to two long pauses (measured 104 s at ttl 10 s, max_poll 60 s).
+/// Its ring successors' watchers read their records every ttl/2 between
+/// passes and run a pass as soon as one has stood still past ttl + margin.
+/// Here: ttl 600 ms, idle pauses of 12.8 s; the busiest node is aborted (as kill -9)
+/// on an idle fleet, and its sessions must run elsewhere within ttl + margin
+/// + ttl/2 + a few polls and graces, never at the end of a 12.8 s pause. It
+/// fails with the watch disabled (`watching = false` in `serve`: moved after 16.6 s).
+#[tokio::test(flavor = "current_thread")]
+async fn a_dead_peer_is_noticed_by_its_watchers_not_at_the_end_of_an_idle_pause() {
+    let clock = ManualClock::new();
+    let dyn_clock: Arc<dyn Clock> = Arc::new(clock.clone());
+    let store: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());
+    let entropy = SeededEntropy::new(7);
+    leasehold::fleet::marker::init(&store, &entropy, 0, 1)
+        .await
+        .unwrap();
+    for i in 0..6 {
+        manifest::apply(
+            &store,
+            &entropy,
+            &Name::new(format!("s{i}")).unwrap(),
+            &Spec::new("sleep", &[]),
+            None,
+        )
+        .await
+        .unwrap();
+    }
+    let mut nodes = Vec::new();
+    for n in 0..3u64 {
+        let mut cfg = NodeConfig::new(Name::new(format!("n{n}")).unwrap(), TTL);
+        cfg.capacity = 6;
+        cfg.probe = false;
+        // Backs off up to 64 polls (12.8 s) when idle, under max_poll.
+        cfg.poll = Duration::from_millis(200);
+        cfg.max_poll = Duration::from_secs(20);
+        cfg.grace = Duration::from_millis(100);
+        let runner = Arc::new(RecordingRunner::new(dyn_clock.clone()));
+        let deps = NodeDeps {
+            entropy: Arc::new(SeededEntropy::new(n)),
+            ..NodeDeps::new(store.clone(), dyn_clock.clone(), runner.clone())
+        };
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(node::run(cfg, deps, shutdown.clone()));
+        nodes.push((format!("n{n}"), runner, shutdown, task));
+    }
+    let step = async |n: u64| {
+        for _ in 0..n {
+            clock.advance(STEP);
+            for _ in 0..20 {
+                tokio::task::yield_now().await;
+            }
+        }
+    };
+    // Placed, then idle long enough for every node to back off to 20 s.
+    step(60_000 / STEP.as_millis() as u64).await;
+    let running = |runner: &RecordingRunner| {
+        let mut r: Vec<String> = runner.running().into_iter().map(|(n, _)| n).collect();
+        r.sort();
+        r
+    };
+    let total: usize = nodes.iter().map(|(_, r, _, _)| running(r).len()).sum();
+    assert_eq!(total, 6, "placed before the kill");
+    let victim = (0..3).max_by_key(|&i| running(&nodes[i].1).len()).unwrap();
+    let theirs = running(&nodes[victim].1);
+    assert!(!theirs.is_empty());
+    let (victim_id, victim_runner, _, task) = nodes.remove(victim);
+    task.abort();
+    let t0 = clock.now();
+    let mut moved_after = None;
+    for _ in 0..(45_000 / STEP.as_millis() as u64) {
+        step(1).await;
+        let elsewhere: Vec<String> = nodes.iter().flat_map(|(_, r, _, _)| running(r)).collect();
+        if theirs.iter().all(|s| elsewhere.contains(s)) {
+            moved_after = Some(clock.now().saturating_since(t0));
+            break;
+        }
+    }
+    let moved_after = moved_after.expect("the dead node's sessions never moved in 45 s");
+    let bound = TTL + TTL / 10 + TTL / 2 + Duration::from_millis(1500);
+    assert!(
+        moved_after <= bound,
+        "moved after {moved_after:?}, over {bound:?}: noticed at an idle pass, not by a watcher"
+    );
+    // The hurry never made a session run twice: the victim's runs ended at
+    // its deadline before any survivor's began.
+    let mut runs: Vec<Run> = Vec::new();
+    for (id, runner) in nodes
+        .iter()
+        .map(|(id, r, _, _)| (id, r))
+        .chain([(&victim_id, &victim_runner)])
+    {
+        for (s, e, a, b) in runner.history() {
+            runs.push((s, e, id.clone(), a, b));
+        }
+    }
+    common::assert_never_twice("watch: ", &runs);
+    for (_, _, shutdown, _) in &nodes {
+        shutdown.cancel();
+    }
+    step(200).await;
 }

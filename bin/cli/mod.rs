@@ -363,6 +363,13 @@ enum NodeOp {
         /// this node dies.
         #[arg(long, default_value = "10s", value_parser = parse_duration, allow_hyphen_values = true)]
         ttl: Duration,
+        /// Longest pause between passes of an idle node (default: the ttl).
+        /// Longer is cheaper while idle (fewer list requests) and slower to
+        /// notice an un-nudged change or a dead peer; a vanished claim is
+        /// also waited out this much longer. `spike cost --sweep` measures
+        /// the trade (docs/evidence.md).
+        #[arg(long, value_parser = parse_duration, allow_hyphen_values = true)]
+        max_poll: Option<Duration>,
         /// A launcher prefixed to every session command, split on spaces
         /// (e.g. 'nice -n 10'). Default: run the spec's command directly.
         #[arg(long)]
@@ -1742,6 +1749,7 @@ async fn node(op: NodeOp) -> Result<(), Failure> {
         labels,
         address,
         ttl,
+        max_poll,
         exec,
         stop_grace,
         listen,
@@ -1782,6 +1790,15 @@ async fn node(op: NodeOp) -> Result<(), Failure> {
     let address = address.or_else(|| http.as_ref().map(|(_, _, a)| format!("http://{a}")));
     if ttl < Duration::from_millis(100) {
         return Err(Error::invalid("ttl", "at least 100ms for a node").into());
+    }
+    if let Some(m) = max_poll
+        && !(ttl / 3..=Duration::from_secs(3600)).contains(&m)
+    {
+        return Err(Error::invalid(
+            "--max-poll",
+            format!("between ttl/3 ({}ms) and 1h", (ttl / 3).as_millis()),
+        )
+        .into());
     }
     let store = open_creating(&store).await?;
     let counting = Arc::new(leasehold::store::CountingStore::new(store));
@@ -1829,6 +1846,9 @@ async fn node(op: NodeOp) -> Result<(), Failure> {
     cfg.capacity = capacity;
     cfg.labels = labels;
     cfg.address = address;
+    if let Some(m) = max_poll {
+        cfg.max_poll = m;
+    }
     let journal = Arc::new(Journal::new(10_000, 4 << 20));
     let status: Arc<fleet_node::NodeStatus> = Default::default();
     let (claim_handle, claim_inbox) = fleet_node::claim_channel(&cfg.id);

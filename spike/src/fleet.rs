@@ -56,12 +56,17 @@ fn start(
 ) -> SpikeNode {
     let mut cfg = NodeConfig::new(Name::new(id).unwrap(), ttl);
     cfg.capacity = capacity;
-    cfg.probe = false;
     if let Some(p) = poll {
         cfg.poll = p;
         cfg.grace = p * 2;
         cfg.max_poll = p * 4;
     }
+    start_cfg(cfg, store, clock)
+}
+
+fn start_cfg(mut cfg: NodeConfig, store: &Arc<dyn Store>, clock: &Arc<dyn Clock>) -> SpikeNode {
+    cfg.probe = false;
+    let id = cfg.id.to_string();
     let journal = Arc::new(Journal::new(1_000_000, 256 << 20));
     let deps = NodeDeps {
         journal: journal.clone(),
@@ -82,7 +87,7 @@ fn start(
         node::run(cfg, deps, stop).await
     });
     SpikeNode {
-        id: id.into(),
+        id,
         journal,
         status,
         shutdown,
@@ -413,8 +418,28 @@ fn count(j: &Journal, kind: EventKind) -> usize {
         .unwrap_or(0)
 }
 
-/// One virtual hour of steady state with `n` nodes and `s` sessions.
-async fn virtual_hour(n: usize, s: usize, ttl: Duration) -> Result<(RequestCounts, usize)> {
+/// The settings a user chooses for a node (`node run --ttl`, `--max-poll`).
+#[derive(Debug, Clone, Copy)]
+pub struct Settings {
+    pub ttl: Duration,
+    /// `None`: the default (= ttl).
+    pub max_poll: Option<Duration>,
+}
+
+/// What one virtual hour measured.
+struct Hour {
+    used: RequestCounts,
+    placed: usize,
+    /// Abort of the busiest node → every one of its sessions running on a
+    /// survivor, in virtual time (`None` if not asked, or never).
+    failover: Option<Duration>,
+}
+
+/// One virtual hour of steady state with `n` nodes and `s` sessions; then,
+/// if asked, the busiest node aborted (as kill -9: no release) and the time
+/// until its sessions run elsewhere.
+async fn virtual_hour(n: usize, s: usize, set: Settings, failover: bool) -> Result<Hour> {
+    let ttl = set.ttl;
     let clock = ManualClock::new();
     let dyn_clock: Arc<dyn Clock> = Arc::new(clock.clone());
     let counting = Arc::new(CountingStore::new(Arc::new(ObjectStoreBackend::memory())));
@@ -422,14 +447,12 @@ async fn virtual_hour(n: usize, s: usize, ttl: Duration) -> Result<(RequestCount
     apply_sleepers(&store, s).await?;
     let nodes: Vec<SpikeNode> = (0..n)
         .map(|i| {
-            start(
-                &format!("n{i:02}"),
-                &store,
-                &dyn_clock,
-                ttl,
-                s.max(1) as u32,
-                None,
-            )
+            let mut cfg = NodeConfig::new(Name::new(format!("n{i:02}")).unwrap(), ttl);
+            cfg.capacity = s.max(1) as u32;
+            if let Some(m) = set.max_poll {
+                cfg.max_poll = m;
+            }
+            start_cfg(cfg, &store, &dyn_clock)
         })
         .collect();
     let step = Duration::from_millis(100);
@@ -441,61 +464,114 @@ async fn virtual_hour(n: usize, s: usize, ttl: Duration) -> Result<(RequestCount
             }
         }
     };
-    advance(ttl.as_millis() as u64 * 10 / 100).await; // settle: ten TTLs
+    // Settle: ten of the longer of ttl and max_poll.
+    let settle = ttl.max(set.max_poll.unwrap_or(ttl)) * 10;
+    advance(settle.as_millis() as u64 / 100).await;
     let placed = owners(&store).await?.len();
     let before = counting.counts();
     advance(36_000).await;
     let used = counting.counts().since(&before);
+    let mut failover_time = None;
+    let mut nodes = nodes;
+    if failover && s > 0 {
+        let placement = owners(&store).await?;
+        let mut per_node: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (name, (node, _)) in &placement {
+            per_node.entry(node.clone()).or_default().push(name.clone());
+        }
+        if let Some((victim, theirs)) = per_node.into_iter().max_by_key(|(_, v)| v.len()) {
+            let i = nodes.iter().position(|nd| nd.id == victim).unwrap();
+            let nd = nodes.remove(i);
+            nd.task.abort();
+            let _ = nd.task.await;
+            let t0 = clock.now();
+            // Checked once per virtual second, for at most 20 ttls.
+            let limit = (ttl * 20).as_secs().max(60);
+            for _ in 0..limit {
+                advance(10).await;
+                let now = owners(&store).await?;
+                if theirs
+                    .iter()
+                    .all(|x| now.get(x).is_some_and(|(node, _)| *node != victim))
+                {
+                    failover_time = Some(clock.now().saturating_since(t0));
+                    break;
+                }
+            }
+        }
+    }
     for nd in nodes {
         nd.shutdown.cancel();
         clock.advance(step);
         tokio::task::yield_now().await;
         nd.task.abort();
     }
-    Ok((used, placed))
+    Ok(Hour {
+        used,
+        placed,
+        failover: failover_time,
+    })
 }
 
 /// Runs a virtual hour on a current-thread runtime of its own: there, each
 /// `yield_now` hands every ready node task its turn, so the manual clock never
 /// outruns the nodes (on a multi-threaded runtime it would).
-fn virtual_hour_blocking(n: usize, s: usize, ttl: Duration) -> Result<(RequestCounts, usize)> {
+fn virtual_hour_blocking(n: usize, s: usize, set: Settings, failover: bool) -> Result<Hour> {
     std::thread::spawn(move || {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .expect("runtime")
-            .block_on(virtual_hour(n, s, ttl))
+            .block_on(virtual_hour(n, s, set, failover))
     })
     .join()
     .expect("virtual hour thread")
 }
 
-pub async fn cost(n: usize, s: usize, ttl: Duration, json: bool) -> Result<()> {
-    let (idle, _) = virtual_hour_blocking(n, 0, ttl)?;
-    let (busy, placed) = virtual_hour_blocking(n, s, ttl)?;
+/// List prices (USD): S3 Standard PUT/LIST $0.005 per 1,000, GET $0.0004
+/// per 1,000; R2 class A (PUT, LIST) $4.50 per million, class B (GET)
+/// $0.36 per million. DELETE is free on both.
+fn dollars(c: &RequestCounts, a: f64, b: f64) -> f64 {
+    (c.put_create + c.put_match + c.list_pages) as f64 * a + (c.get + c.get_if_changed) as f64 * b
+}
+fn s3(c: &RequestCounts) -> f64 {
+    dollars(c, 0.005 / 1000.0, 0.0004 / 1000.0)
+}
+fn r2(c: &RequestCounts) -> f64 {
+    dollars(c, 4.5 / 1e6, 0.36 / 1e6)
+}
+/// Hours in a month, as cloud price sheets count them.
+const MONTH_H: f64 = 730.0;
+
+pub async fn cost(n: usize, s: usize, set: Settings, failover: bool, json: bool) -> Result<()> {
+    let ttl = set.ttl;
+    let idle = virtual_hour_blocking(n, 0, set, false)?.used;
+    let busy = virtual_hour_blocking(n, s, set, failover)?;
+    let placed = busy.placed;
     if placed != s {
         return Err(leasehold::Error::Internal(format!(
             "only {placed} of {s} sessions placed before measuring"
         )));
     }
-    let per_node = idle.total() as f64 / n as f64;
-    let per_session = (busy.total() as f64 - idle.total() as f64) / s.max(1) as f64;
-    // List prices (USD): S3 Standard PUT/LIST $0.005 per 1,000, GET $0.0004
-    // per 1,000; R2 class A (PUT, LIST) $4.50 per million, class B (GET)
-    // $0.36 per million.
-    let dollars = |c: &RequestCounts, a: f64, b: f64| {
-        (c.put_create + c.put_match + c.list_pages) as f64 * a
-            + (c.get + c.get_if_changed) as f64 * b
-    };
-    let s3 = |c: &RequestCounts| dollars(c, 0.005 / 1000.0, 0.0004 / 1000.0);
-    let r2 = |c: &RequestCounts| dollars(c, 4.5 / 1e6, 0.36 / 1e6);
+    let busy_used = busy.used;
+    // The headline counts every request of the busy fleet (renewals, every
+    // list page, every read, every write), per node. The idle figure and the
+    // per-session difference are beside it, not instead of it.
+    let per_node = busy_used.total() as f64 / n as f64;
+    let idle_per_node = idle.total() as f64 / n as f64;
+    let per_session = (busy_used.total() as f64 - idle.total() as f64) / s.max(1) as f64;
     // The alternative design: one object per session renewed every ttl/3.
     let per_session_alt = 3600.0 / (ttl.as_secs_f64() / 3.0);
     let row = serde_json::json!({
         "nodes": n, "sessions": s, "placed": placed, "ttl_ms": ttl.as_millis() as u64,
-        "idle_fleet_hour": idle, "busy_fleet_hour": busy,
-        "requests_per_node_hour": per_node, "requests_per_session_hour": per_session,
-        "usd_per_node_hour_s3": s3(&idle) / n as f64, "usd_per_node_hour_r2": r2(&idle) / n as f64,
+        "max_poll_ms": set.max_poll.unwrap_or(ttl).as_millis() as u64,
+        "idle_fleet_hour": idle, "busy_fleet_hour": busy_used,
+        "requests_per_node_hour": per_node,
+        "idle_requests_per_node_hour": idle_per_node,
+        "requests_per_session_hour": per_session,
+        "usd_per_node_month_s3": s3(&busy_used) / n as f64 * MONTH_H,
+        "usd_per_node_month_r2": r2(&busy_used) / n as f64 * MONTH_H,
+        "failover_ms": busy.failover.map(|d| d.as_millis() as u64),
         "one_object_per_session_requests_per_session_hour": per_session_alt,
     });
     if json {
@@ -503,13 +579,14 @@ pub async fn cost(n: usize, s: usize, ttl: Duration, json: bool) -> Result<()> {
         return Ok(());
     }
     println!(
-        "one virtual hour at steady state, ttl {}ms, {n} nodes, {s} sessions ({placed} placed)",
-        ttl.as_millis()
+        "one virtual hour at steady state, ttl {}ms, max_poll {}ms, {n} nodes, {s} sessions ({placed} placed)",
+        ttl.as_millis(),
+        set.max_poll.unwrap_or(ttl).as_millis()
     );
     println!();
     println!("| fleet | renew PUTs | list pages | GETs | creates | total |");
     println!("|---|---|---|---|---|---|");
-    for (label, c) in [("idle", &idle), ("busy", &busy)] {
+    for (label, c) in [("idle", &idle), ("busy", &busy_used)] {
         println!(
             "| {label} | {} | {} | {} | {} | {} |",
             c.put_match,
@@ -522,17 +599,87 @@ pub async fn cost(n: usize, s: usize, ttl: Duration, json: bool) -> Result<()> {
     println!();
     println!("| figure | leasehold | one object per session, renewed every ttl/3 |");
     println!("|---|---|---|");
-    println!("| requests per node-hour | {per_node:.0} | {per_node:.0} + sessions' renewals |");
+    println!(
+        "| requests per node-hour (every request of the busy fleet) | {per_node:.0} | {per_node:.0} + sessions' renewals |"
+    );
+    println!("| of which an idle fleet's | {idle_per_node:.0} | |");
     println!("| requests per session-hour | {per_session:.1} | {per_session_alt:.0} |");
     println!(
-        "| USD per node-hour, S3 Standard | {:.5} | |",
-        s3(&idle) / n as f64
+        "| USD per node-month, S3 Standard | {:.2} | |",
+        s3(&busy_used) / n as f64 * MONTH_H
     );
-    println!("| USD per node-hour, R2 | {:.5} | |", r2(&idle) / n as f64);
+    println!(
+        "| USD per node-month, R2 | {:.2} | |",
+        r2(&busy_used) / n as f64 * MONTH_H
+    );
     println!(
         "| USD per session-hour, S3 Standard | {:.6} | {:.6} |",
         per_session * 0.005 / 1000.0,
         per_session_alt * 0.005 / 1000.0
     );
+    if let Some(f) = busy.failover {
+        println!(
+            "| failover after an abort (virtual) | {} ms | |",
+            f.as_millis()
+        );
+    }
+    Ok(())
+}
+
+/// Cost against failover time for the settings a user can choose: one row
+/// per (ttl, max_poll), each a virtual hour of `n` nodes and `s` sessions
+/// followed by the abort of the busiest node.
+pub async fn cost_sweep(n: usize, s: usize, json: bool) -> Result<()> {
+    let sec = Duration::from_secs;
+    let rows = [
+        (sec(5), None),
+        (sec(10), None),
+        (sec(10), Some(sec(30))),
+        (sec(10), Some(sec(60))),
+        (sec(20), None),
+        (sec(30), None),
+        (sec(60), None),
+    ];
+    let mut out = Vec::new();
+    if !json {
+        println!("{n} nodes, {s} sessions; one virtual hour each, then the busiest node aborted");
+        println!();
+        println!(
+            "| ttl | max_poll | requests per node-hour | USD per node-month S3 | USD per node-month R2 | failover (virtual) |"
+        );
+        println!("|---|---|---|---|---|---|");
+    }
+    for (ttl, max_poll) in rows {
+        let set = Settings { ttl, max_poll };
+        let h = virtual_hour_blocking(n, s, set, true)?;
+        let per_node = h.used.total() as f64 / n as f64;
+        let (a, b) = (
+            s3(&h.used) / n as f64 * MONTH_H,
+            r2(&h.used) / n as f64 * MONTH_H,
+        );
+        let f = h.failover.map(|d| d.as_millis() as u64);
+        if json {
+            out.push(serde_json::json!({
+                "ttl_ms": ttl.as_millis() as u64,
+                "max_poll_ms": max_poll.unwrap_or(ttl).as_millis() as u64,
+                "requests_per_node_hour": per_node,
+                "usd_per_node_month_s3": a, "usd_per_node_month_r2": b,
+                "failover_ms": f,
+            }));
+        } else {
+            println!(
+                "| {} s | {} s | {per_node:.0} | {a:.2} | {b:.2} | {} |",
+                ttl.as_secs(),
+                max_poll.unwrap_or(ttl).as_secs(),
+                f.map_or("never".to_string(), |ms| format!(
+                    "{:.1} s",
+                    ms as f64 / 1000.0
+                ))
+            );
+        }
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&out).unwrap());
+    }
     Ok(())
 }

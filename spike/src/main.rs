@@ -112,6 +112,16 @@ enum Cmd {
         sessions: usize,
         #[arg(long, default_value = "10000")]
         ttl_ms: u64,
+        /// The nodes' `--max-poll` (default: the ttl).
+        #[arg(long)]
+        max_poll_ms: Option<u64>,
+        /// After the hour, abort the busiest node and time the failover.
+        #[arg(long)]
+        failover: bool,
+        /// Instead of one hour: a table of cost against failover time for
+        /// the ttl and max-poll settings a user can choose.
+        #[arg(long)]
+        sweep: bool,
         #[arg(long)]
         json: bool,
     },
@@ -205,9 +215,25 @@ async fn main() {
         Cmd::Cost {
             nodes,
             sessions,
-            ttl_ms,
+            sweep: true,
             json,
-        } => fleet::cost(nodes, sessions, Duration::from_millis(ttl_ms), json).await,
+            ..
+        } => fleet::cost_sweep(nodes, sessions, json).await,
+        Cmd::Cost {
+            nodes,
+            sessions,
+            ttl_ms,
+            max_poll_ms,
+            failover,
+            json,
+            ..
+        } => {
+            let set = fleet::Settings {
+                ttl: Duration::from_millis(ttl_ms),
+                max_poll: max_poll_ms.map(Duration::from_millis),
+            };
+            fleet::cost(nodes, sessions, set, failover, json).await
+        }
         Cmd::Admit {
             store,
             nodes,

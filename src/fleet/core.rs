@@ -726,6 +726,71 @@ pub fn pass_bound(poll: Duration, max_poll: Duration, ttl: Duration) -> Duration
     max_poll.max(poll).saturating_mul(2).saturating_add(ttl)
 }
 
+// --------------------------------------------------------- the watch --
+
+/// How many ring successors each node watches between passes. Two, so a
+/// node is still watched when one of its watchers died with it.
+pub const WATCHED: usize = 2;
+
+/// The peers a node watches between passes (issue #14): the `k` after it in
+/// the ring of node ids, sorted, wrapping; never itself. Every node computes
+/// the ring from its own listing, so views that differ only shift who
+/// watches whom: a node may be watched by one more or one less peer for a
+/// pass, never decided about by the watch alone.
+pub fn ring_successors<'a>(me: &str, peers: &[&'a str], k: usize) -> Vec<&'a str> {
+    let mut ring: Vec<&'a str> = peers.iter().copied().filter(|p| *p != me).collect();
+    ring.sort_unstable();
+    ring.dedup();
+    let start = ring.partition_point(|p| *p < me);
+    (0..k.min(ring.len()))
+        .map(|i| ring[(start + i) % ring.len()])
+        .collect()
+}
+
+/// How often the watched peers' records are read (a conditional GET each,
+/// "not modified" while they renew): half a ttl. A dead peer is then
+/// noticed within ttl + margin + ttl/2 of its last renewal, however long
+/// the idle pause between passes (`max_poll`).
+pub fn watch_period(ttl: Duration) -> Duration {
+    ttl / 2
+}
+
+/// Is a pause of this length long enough to watch peers during it? A pause
+/// of at most a ttl (the default `max_poll`) already notices a dead peer
+/// within about ttl + margin + a ttl, and listings carry the same news; a
+/// longer one (a cheaper idle fleet, `--max-poll`) would stretch that to
+/// two pauses, which the watch's conditional GETs (about 12 times cheaper
+/// than a list page on S3) bound instead.
+pub fn watch_during(pause: Duration, ttl: Duration) -> bool {
+    pause > ttl
+}
+
+/// What a watch read of a peer's record showed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Watched {
+    /// The version the listing showed, unchanged for this long since the
+    /// first response that carried it arrived; `released`: it is a release
+    /// or a fence (final already, nothing to hurry).
+    Unchanged { for_: Duration, released: bool },
+    /// Another version: it renewed.
+    Renewed,
+    /// No record: an absence to start observing.
+    Missing,
+    /// The read failed.
+    Unknown,
+}
+
+/// Should the node run a pass now, rather than at the end of its pause?
+/// Only a hint: the pass judges the peer again from its own listing, by the
+/// same rule as always, and takes nothing over on the watch's word.
+pub fn watch_says_pass(w: Watched, ttl: Duration) -> bool {
+    match w {
+        Watched::Unchanged { for_, released } => !released && for_ >= ttl + default_margin(ttl),
+        Watched::Missing => true,
+        Watched::Renewed | Watched::Unknown => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1175,6 +1240,60 @@ mod tests {
         assert_eq!(nudged_pause(S * 5, gap), Some(gap));
         assert_eq!(nudged_pause(Duration::from_millis(100), gap), None);
         assert_eq!(pass_bound(S, S * 4, S * 10), S * 18);
+    }
+
+    #[test]
+    fn each_node_watches_its_ring_successors() {
+        let all = ["a", "b", "c", "d"];
+        assert_eq!(ring_successors("a", &all, 2), vec!["b", "c"]);
+        assert_eq!(ring_successors("c", &all, 2), vec!["d", "a"], "wraps");
+        assert_eq!(ring_successors("d", &all, 2), vec!["a", "b"]);
+        // Not yet in the peers' list (just registered), or never listed.
+        assert_eq!(ring_successors("bb", &all, 2), vec!["c", "d"]);
+        assert_eq!(ring_successors("z", &all, 2), vec!["a", "b"]);
+        assert_eq!(ring_successors("a", &["a", "b"], 2), vec!["b"]);
+        assert!(ring_successors("a", &["a"], 2).is_empty());
+        assert!(ring_successors("a", &[], 2).is_empty());
+        // Every node of a ring is watched by exactly k others.
+        let mut watched = std::collections::HashMap::new();
+        for me in all {
+            for p in ring_successors(me, &all, 2) {
+                *watched.entry(p).or_insert(0) += 1;
+            }
+        }
+        assert!(all.iter().all(|n| watched[n] == 2), "{watched:?}");
+    }
+
+    #[test]
+    fn the_watch_hurries_a_pass_only_for_a_peer_standing_still_past_its_ttl() {
+        let ttl = S * 10;
+        let m = default_margin(ttl);
+        let still = |for_| Watched::Unchanged {
+            for_,
+            released: false,
+        };
+        assert!(!watch_says_pass(still(ttl), ttl));
+        assert!(!watch_says_pass(
+            still(ttl + m - Duration::from_millis(1)),
+            ttl
+        ));
+        assert!(watch_says_pass(still(ttl + m), ttl));
+        assert!(!watch_says_pass(
+            Watched::Unchanged {
+                for_: ttl * 9,
+                released: true
+            },
+            ttl
+        ));
+        assert!(watch_says_pass(Watched::Missing, ttl));
+        assert!(!watch_says_pass(Watched::Renewed, ttl));
+        assert!(!watch_says_pass(Watched::Unknown, ttl));
+        assert_eq!(watch_period(ttl), S * 5);
+        assert!(
+            !watch_during(ttl, ttl),
+            "the default pause lists often enough"
+        );
+        assert!(watch_during(ttl * 3, ttl));
     }
 
     /// The core stays pure: no runtime, store, clock or randomness in its

@@ -29,7 +29,7 @@ use crate::lease::{Acquire, AcquireOptions, Lease, LeaseClient, default_margin};
 use crate::liveness::Liveness;
 use crate::name::Name;
 use crate::record::{Kind, LeaseRecord, SCHEMA};
-use crate::store::{Cond, Entry, Store, Version};
+use crate::store::{Cond, Conditional, Entry, Store, Version};
 use bytes::Bytes;
 use futures::StreamExt;
 use std::collections::{BTreeMap, HashMap};
@@ -886,11 +886,27 @@ impl Node {
             // lease (a renewal is not a reason to list again).
             let sleep = self.deps.clock.sleep(pause);
             tokio::pin!(sleep);
-            let nudge = &self.deps.status.nudge;
+            let status = self.deps.status.clone();
+            let nudge = &status.nudge;
             let mut shortened = false;
+            // Between passes, the ring successors' records are read every
+            // watch period (only when the pause is longer than a ttl): a
+            // dead peer is noticed within about ttl + margin + ttl/2, not
+            // at the end of a long idle pause.
+            let period = core::watch_period(self.cfg.ttl);
+            let watching = core::watch_during(pause, self.cfg.ttl);
+            let watch = self.deps.clock.sleep(period);
+            tokio::pin!(watch);
             loop {
                 tokio::select! {
                     _ = &mut sleep => break,
+                    _ = &mut watch, if watching => {
+                        if self.watch_peers().await {
+                            self.idle_ticks = 0;
+                            break;
+                        }
+                        watch.set(self.deps.clock.sleep(period));
+                    }
                     // A nudge brings the next pass forward, at most to
                     // NUDGE_MIN_GAP after this one: a flood of nudges costs
                     // no more than a pass every NUDGE_MIN_GAP.
@@ -932,6 +948,60 @@ impl Node {
             }
         }
         Ok(ended)
+    }
+
+    /// Reads the watched peers' node records (a conditional GET each, on
+    /// the version the last listing showed), feeding what they show to the
+    /// same observer the listings feed. Returns whether a pass should run
+    /// now: a watched peer has stood still past its ttl + margin, or its
+    /// record is missing. A hint only: the pass judges again from its own
+    /// listing, and the observation it adds is a response's arrival like
+    /// any other (never earlier than the write that made the version).
+    async fn watch_peers(&mut self) -> bool {
+        let ids: Vec<&str> = self
+            .nodes
+            .values()
+            .filter(|n| !n.record.released)
+            .map(|n| n.record.holder.node.as_str())
+            .collect();
+        let watched: Vec<String> = core::ring_successors(&self.me.node, &ids, core::WATCHED)
+            .into_iter()
+            .map(crate::keys::node)
+            .collect();
+        let mut pass = false;
+        for key in watched {
+            let Some(n) = self.nodes.get(&key) else {
+                continue;
+            };
+            let ttl = Duration::from_millis(n.record.ttl_ms);
+            // The latest version any response showed (a watch read may have
+            // seen a renewal the last listing did not).
+            let listed = self
+                .client
+                .observer()
+                .version(&key)
+                .unwrap_or(n.listed.clone());
+            let released = n.record.released && n.fetched == listed;
+            let read = self.deps.store.get_if_changed(&key, &listed).await;
+            let arrived = self.deps.clock.now();
+            let seen = match read {
+                Ok(Conditional::NotModified) => core::Watched::Unchanged {
+                    for_: self.client.observer().observe(&key, &listed, arrived),
+                    released,
+                },
+                Ok(Conditional::Changed(o)) => {
+                    self.client.observer().observe(&key, &o.version, arrived);
+                    core::Watched::Renewed
+                }
+                Ok(Conditional::Missing) => core::Watched::Missing,
+                Err(e) => {
+                    tracing::debug!(peer = key, error = %e, "watching a peer");
+                    core::Watched::Unknown
+                }
+            };
+            pass |= core::watch_says_pass(seen, ttl);
+        }
+        pass
     }
 
     /// Before taking over `c`, makes its owner's death final in the bucket.
