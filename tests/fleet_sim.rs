@@ -554,25 +554,34 @@ fn a_seed_replays_across_processes() {
     }
 }
 
-/// Issue #14: an idle node backs off to `max_poll` between passes, and
-/// noticing a dead peer by listings alone takes two listings ttl + margin
-/// apart: up to two long pauses (measured 104 s at ttl 10 s, max_poll 60 s).
-/// Its ring successors' watchers read their records every ttl/2 between
-/// passes and run a pass as soon as one has stood still past ttl + margin.
-/// Here: ttl 600 ms, idle pauses of 12.8 s; the busiest node is aborted (as kill -9)
-/// on an idle fleet, and its sessions must run elsewhere within ttl + margin
-/// + ttl/2 + a few polls and graces, never at the end of a 12.8 s pause. It
-/// fails with the watch disabled (`watching = false` in `serve`: moved after 16.6 s).
-#[tokio::test(flavor = "current_thread")]
-async fn a_dead_peer_is_noticed_by_its_watchers_not_at_the_end_of_an_idle_pause() {
+type WatchNode = (
+    String,
+    Arc<RecordingRunner>,
+    CancellationToken,
+    tokio::task::JoinHandle<leasehold::Result<()>>,
+);
+
+/// Three nodes for the ring-watch tests: ttl 600 ms, idle pauses backing off
+/// to 64 polls of 200 ms (12.8 s, under max_poll), `sessions` sleepers, on
+/// one counting in-memory bucket.
+async fn watch_fleet(
+    sessions: usize,
+) -> (
+    ManualClock,
+    Arc<leasehold::store::CountingStore>,
+    Vec<WatchNode>,
+) {
     let clock = ManualClock::new();
     let dyn_clock: Arc<dyn Clock> = Arc::new(clock.clone());
-    let store: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());
+    let counting = Arc::new(leasehold::store::CountingStore::new(Arc::new(
+        ObjectStoreBackend::memory(),
+    )));
+    let store: Arc<dyn Store> = counting.clone();
     let entropy = SeededEntropy::new(7);
     leasehold::fleet::marker::init(&store, &entropy, 0, 1)
         .await
         .unwrap();
-    for i in 0..6 {
+    for i in 0..sessions {
         manifest::apply(
             &store,
             &entropy,
@@ -588,7 +597,6 @@ async fn a_dead_peer_is_noticed_by_its_watchers_not_at_the_end_of_an_idle_pause(
         let mut cfg = NodeConfig::new(Name::new(format!("n{n}")).unwrap(), TTL);
         cfg.capacity = 6;
         cfg.probe = false;
-        // Backs off up to 64 polls (12.8 s) when idle, under max_poll.
         cfg.poll = Duration::from_millis(200);
         cfg.max_poll = Duration::from_secs(20);
         cfg.grace = Duration::from_millis(100);
@@ -601,6 +609,53 @@ async fn a_dead_peer_is_noticed_by_its_watchers_not_at_the_end_of_an_idle_pause(
         let task = tokio::spawn(node::run(cfg, deps, shutdown.clone()));
         nodes.push((format!("n{n}"), runner, shutdown, task));
     }
+    (clock, counting, nodes)
+}
+
+/// A dead peer that nobody fences (it held no sessions) stays listed,
+/// expired, until `gc`. Its watchers noticed it once; it must not end every
+/// pause from then on (a pass every ttl/2 instead of every 12.8 s). Fails
+/// with the watch's live filter removed (every peer not released watched).
+#[tokio::test(flavor = "current_thread")]
+async fn a_dead_peer_with_no_sessions_hurries_its_watchers_once_not_forever() {
+    let (clock, counting, mut nodes) = watch_fleet(0).await;
+    let step = async |n: u64| {
+        for _ in 0..n {
+            clock.advance(STEP);
+            for _ in 0..20 {
+                tokio::task::yield_now().await;
+            }
+        }
+    };
+    step(60_000 / STEP.as_millis() as u64).await;
+    let (_, _, _, task) = nodes.remove(0);
+    task.abort();
+    // Noticed within seconds; then a minute of the survivors' idle pace.
+    step(10_000 / STEP.as_millis() as u64).await;
+    let before = counting.counts();
+    step(60_000 / STEP.as_millis() as u64).await;
+    let lists = counting.counts().since(&before).list_pages;
+    // Two nodes, three listings a pass, a pass every 12.8 s: about 30 (a
+    // pass every ttl/2 would be 1,200).
+    assert!(lists <= 60, "{lists} list pages in a minute of idling");
+    for (_, _, shutdown, _) in &nodes {
+        shutdown.cancel();
+    }
+    step(200).await;
+}
+
+/// Issue #14: an idle node backs off to `max_poll` between passes, and
+/// noticing a dead peer by listings alone takes two listings ttl + margin
+/// apart: up to two long pauses (measured 104 s at ttl 10 s, max_poll 60 s).
+/// Its ring successors' watchers read their records every ttl/2 between
+/// passes and run a pass as soon as one has stood still past ttl + margin.
+/// Here: ttl 600 ms, idle pauses of 12.8 s; the busiest node is aborted (as kill -9)
+/// on an idle fleet, and its sessions must run elsewhere within ttl + margin
+/// + ttl/2 + a few polls and graces, never at the end of a 12.8 s pause. It
+/// fails with the watch disabled (`watching = false` in `serve`: moved after 16.6 s).
+#[tokio::test(flavor = "current_thread")]
+async fn a_dead_peer_is_noticed_by_its_watchers_not_at_the_end_of_an_idle_pause() {
+    let (clock, _, mut nodes) = watch_fleet(6).await;
     let step = async |n: u64| {
         for _ in 0..n {
             clock.advance(STEP);

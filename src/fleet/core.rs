@@ -707,10 +707,13 @@ pub fn control_due(
 }
 
 /// Keep the brisk pace while a peer's lease is about to expire (its listed
-/// version unchanged for over half its ttl): detecting the expiry then
-/// costs one base poll, not one backed-off poll.
+/// version unchanged, as of the listing, for over half its ttl but not yet
+/// ttl + margin): detecting the expiry then costs one base poll, not one
+/// backed-off poll. Once expired it was dealt with by this very pass; a
+/// dead node that nobody fences (it held no sessions) stays listed until
+/// `gc`, and must not keep every peer at the brisk pace until then.
 pub fn peer_expiring(released: bool, unchanged_for: Option<Duration>, ttl: Duration) -> bool {
-    !released && unchanged_for.is_some_and(|d| d > ttl / 2)
+    !released && unchanged_for.is_some_and(|d| d > ttl / 2 && d < ttl + default_margin(ttl))
 }
 
 /// The pause after a nudge arrives during `pause`: brought forward to
@@ -1232,6 +1235,12 @@ mod tests {
         // A peer about to expire keeps the brisk pace; a released one or a
         // fresh version does not.
         assert!(peer_expiring(false, Some(S * 6), S * 10));
+        assert!(peer_expiring(false, Some(S * 10), S * 10));
+        assert!(
+            !peer_expiring(false, Some(S * 11), S * 10),
+            "expired: dealt with"
+        );
+        assert!(!peer_expiring(false, Some(S * 600), S * 10));
         assert!(!peer_expiring(false, Some(S * 5), S * 10));
         assert!(!peer_expiring(true, Some(S * 9), S * 10));
         assert!(!peer_expiring(false, None, S * 10));

@@ -958,11 +958,21 @@ impl Node {
     /// listing, and the observation it adds is a response's arrival like
     /// any other (never earlier than the write that made the version).
     async fn watch_peers(&mut self) -> bool {
+        // The peers the last pass judged live: one already expired (a dead
+        // node with no sessions that nobody fenced) was dealt with, and
+        // must not hurry every pause from now on.
+        let observer = self.client.observer();
         let ids: Vec<&str> = self
             .nodes
-            .values()
-            .filter(|n| !n.record.released)
-            .map(|n| n.record.holder.node.as_str())
+            .iter()
+            .filter(|(key, n)| {
+                let ttl = Duration::from_millis(n.record.ttl_ms);
+                !n.record.released
+                    && observer
+                        .unchanged_for(key, &n.listed, self.nodes_listed_at)
+                        .is_none_or(|d| d < ttl + default_margin(ttl))
+            })
+            .map(|(_, n)| n.record.holder.node.as_str())
             .collect();
         let watched: Vec<String> = core::ring_successors(&self.me.node, &ids, core::WATCHED)
             .into_iter()
@@ -1661,7 +1671,9 @@ impl Node {
         changed |= self.nodes.iter().any(|(key, n)| {
             core::peer_expiring(
                 n.record.released,
-                self.client.observer().unchanged_for(key, &n.listed, now),
+                self.client
+                    .observer()
+                    .unchanged_for(key, &n.listed, self.nodes_listed_at),
                 Duration::from_millis(n.record.ttl_ms),
             )
         });
