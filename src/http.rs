@@ -385,6 +385,14 @@ async fn metrics(State(s): State<HttpState>) -> Response {
     ));
     out.push_str(&format!("leasehold_renew_seconds_sum {}\n", h.sum_seconds));
     out.push_str(&format!("leasehold_renew_seconds_count {}\n", h.count));
+    out.push_str(
+        "# HELP leasehold_renew_late_seconds_max Longest a renewal started after it was due.\n",
+    );
+    out.push_str("# TYPE leasehold_renew_late_seconds_max gauge\n");
+    out.push_str(&format!(
+        "leasehold_renew_late_seconds_max {}\n",
+        h.max_late_seconds
+    ));
     out.push_str("# TYPE leasehold_renew_failures_total counter\n");
     out.push_str(&format!("leasehold_renew_failures_total {}\n", h.failures));
     let snap = s.status.snapshot();

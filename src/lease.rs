@@ -988,6 +988,10 @@ impl LeaseClient {
         let mut s = self.inner.store.list(prefix);
         let mut out = Vec::new();
         while let Some(e) = s.next().await {
+            // An in-memory or local listing yields every page at once: a
+            // yield point now and then (tokio's coop budget) keeps a long
+            // listing from holding its thread (see the node's pass).
+            tokio::task::coop::consume_budget().await;
             let e = e.map_err(|e| Error::from_store("list", prefix, e))?;
             // Taken as each entry is yielded, which is no earlier than the
             // arrival of the page carrying it: conservative.

@@ -614,8 +614,11 @@ async fn watch_fleet(
 
 /// A dead peer that nobody fences (it held no sessions) stays listed,
 /// expired, until `gc`. Its watchers noticed it once; it must not end every
-/// pause from then on (a pass every ttl/2 instead of every 12.8 s). Fails
-/// with the watch's live filter removed (every peer not released watched).
+/// pause from then on (a pass every ttl/2 instead of every 12.8 s). Nor may
+/// the brisk pace kept while a peer is about to expire go on once it has.
+/// Fails with the watch's live filter removed (1,026 list pages) and with
+/// `peer_expiring`'s upper bound removed (1,800: a pass every poll, which
+/// every fleet with a dead node that held nothing paid before this test).
 #[tokio::test(flavor = "current_thread")]
 async fn a_dead_peer_with_no_sessions_hurries_its_watchers_once_not_forever() {
     let (clock, counting, mut nodes) = watch_fleet(0).await;

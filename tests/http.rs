@@ -194,6 +194,8 @@ async fn health_ready_and_auth() {
     s.status.record_renew(Duration::from_millis(40));
     s.status.record_renew(Duration::from_secs(9));
     s.status.record_renew_failure();
+    s.status.record_renew_late(Duration::from_millis(250));
+    s.status.record_renew_late(Duration::from_millis(40));
     s.journal
         .record(0, EventKind::Claimed, Some("web"), Some(1), "");
     s.journal
@@ -231,6 +233,8 @@ async fn health_ready_and_auth() {
     );
     assert!(b.contains("leasehold_renew_seconds_count 3"), "{b}");
     assert!(b.contains("leasehold_renew_failures_total 1"), "{b}");
+    // The longest lateness, not the last.
+    assert!(b.contains("leasehold_renew_late_seconds_max 0.25\n"), "{b}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

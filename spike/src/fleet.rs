@@ -343,6 +343,12 @@ pub async fn placement(
             *events.entry(k.to_string()).or_default() += v;
         }
     }
+    // How late the surviving nodes' renewals started, at worst: a renew
+    // task starved of its thread shows here before it loses a lease.
+    let renew_late_max = nodes
+        .iter()
+        .map(|n| n.status.renew_histogram().max_late_seconds)
+        .fold(0.0f64, f64::max);
     for n in nodes.drain(..) {
         n.shutdown.cancel();
         let _ = n.task.await;
@@ -359,6 +365,7 @@ pub async fn placement(
         "failover_max_ms": failovers.iter().max().map_or(0, |d| d.as_millis() as u64),
         "requests": used,
         "events": events,
+        "renew_late_max_ms": (renew_late_max * 1000.0).round() as u64,
     });
     if json {
         println!("{}", serde_json::to_string_pretty(&row).unwrap());
@@ -379,6 +386,10 @@ pub async fn placement(
     println!();
     println!("spread: {spread:?}");
     println!("journal events (surviving nodes): {events:?}");
+    println!(
+        "latest start of a renewal after it was due (surviving nodes): {:.0} ms",
+        renew_late_max * 1000.0
+    );
     if !failovers.is_empty() {
         println!();
         println!("| kills | failover times (ms) | max | goal: ttl + one poll + 1 s |");

@@ -138,6 +138,10 @@ pub struct RenewHistogram {
     pub count: u64,
     pub sum_seconds: f64,
     pub failures: u64,
+    /// The longest a renewal started after it was due (its timer's end): a
+    /// renew task starved of its thread by long synchronous work shows
+    /// here, before it shows as a lost lease.
+    pub max_late_seconds: f64,
 }
 
 /// See [`NodeStatus`].
@@ -247,6 +251,12 @@ impl NodeStatus {
         }
         h.count += 1;
         h.sum_seconds += secs;
+    }
+
+    /// Records how late after its due time a renewal started.
+    pub fn record_renew_late(&self, late: Duration) {
+        let mut h = self.renew.lock().unwrap();
+        h.max_late_seconds = h.max_late_seconds.max(late.as_secs_f64());
     }
 
     /// Records a renew that failed (transiently or for good).
@@ -1694,6 +1704,13 @@ impl Node {
             .collect();
         names.sort();
         for name in names {
+            // A pass over 100,000 sessions is hundreds of milliseconds of
+            // work with no I/O between claims; without a yield point it
+            // holds its worker thread all along, and on a busy or
+            // single-threaded runtime the renew task (and every other
+            // node's) waits behind it past its deadline. Tokio's coop
+            // budget yields once every 128 items, at no cost otherwise.
+            tokio::task::coop::consume_budget().await;
             if self.load() >= self.cfg.capacity {
                 break;
             }
@@ -2532,6 +2549,8 @@ async fn refresh<T>(
     // version already found corrupt is not read again until it changes.
     let mut stale: Vec<Entry> = Vec::new();
     for e in entries {
+        // Yields every so often (tokio's coop budget): see `tick`.
+        tokio::task::coop::consume_budget().await;
         if cache.get(&e.key).is_some_and(|(v, _)| *v == e.version)
             || corrupt.get(&e.key) == Some(&e.version)
         {
@@ -2627,12 +2646,14 @@ async fn renew_task(
     let period = core::renew_period(cfg.ttl);
     let mut renewals: u64 = 0;
     loop {
+        let due = deps.clock.now() + period;
         tokio::select! {
             _ = deps.clock.sleep(period) => {}
             _ = stop.cancelled() => return Some(lease),
         }
         let attrs = node_attrs(&cfg, *load.borrow(), deps.status.cordoned());
         let t0 = deps.clock.now();
+        deps.status.record_renew_late(t0.saturating_since(due));
         let mut with_attrs = true;
         let mut r = lease.set_attrs(attrs).await;
         let step = loop {
