@@ -485,9 +485,12 @@ async fn bucket_adversary_schedules_3() {
 /// (epoch, node, virtual start and end), the faults injected and how each
 /// node ended. What could make processes differ is randomness the seed does
 /// not drive: tokio's `select!` branch order and `HashMap` iteration order
-/// are both seeded per process. Neither has changed a history so far
-/// (checked with 64 seeds, 3 processes each, 3 times over); this test is
-/// what says so if one ever does.
+/// are both seeded per process. This test caught the second (2026-12-02,
+/// after a pacing change): the loops over a node's owned sessions that
+/// issue requests (release, reconcile, exits) ran in HashMap order, so the
+/// seeded fault plan hit other requests in another process. They run in
+/// name order now, and the node's `select!`s are `biased`.
+/// (`LEASEHOLD_SIM_REPLAY_SEEDS=40`: 44 schedules, twice, identical.)
 #[test]
 fn a_seed_replays_across_processes() {
     let digest = || {

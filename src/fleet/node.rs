@@ -453,8 +453,9 @@ pub async fn run(cfg: NodeConfig, deps: NodeDeps, shutdown: CancellationToken) -
             Err(e) if e.is_transient() => {
                 tracing::warn!(error = %e, "reading the fleet marker");
                 tokio::select! {
-                    _ = deps.clock.sleep(cfg.poll) => {}
+                    biased;
                     _ = shutdown.cancelled() => return Ok(()),
+                    _ = deps.clock.sleep(cfg.poll) => {}
                 }
             }
             other => break other?,
@@ -471,8 +472,9 @@ pub async fn run(cfg: NodeConfig, deps: NodeDeps, shutdown: CancellationToken) -
             match super::gc::floor(&deps.store).await {
                 Err(e) if e.is_transient() => {
                     tokio::select! {
-                        _ = deps.clock.sleep(cfg.poll) => {}
+                        biased;
                         _ = shutdown.cancelled() => return Ok(()),
+                        _ = deps.clock.sleep(cfg.poll) => {}
                     }
                 }
                 other => break other?,
@@ -593,8 +595,9 @@ async fn register(
             _ => {}
         }
         tokio::select! {
-            _ = deps.clock.sleep(cfg.poll) => {}
+            biased;
             _ = shutdown.cancelled() => return Ok(None),
+            _ = deps.clock.sleep(cfg.poll) => {}
         }
     }
 }
@@ -908,14 +911,20 @@ impl Node {
             let watch = self.deps.clock.sleep(period);
             tokio::pin!(watch);
             loop {
+                // `biased`: branches are tried in this order, not tokio's
+                // per-process random one, so a seeded simulation replays the
+                // same history in any process. Losses and shutdown first.
                 tokio::select! {
-                    _ = &mut sleep => break,
-                    _ = &mut watch, if watching => {
-                        if self.watch_peers().await {
-                            self.idle_ticks = 0;
+                    biased;
+                    r = valid_rx.changed() => {
+                        if r.is_err() || valid_rx.borrow().lost {
                             break;
                         }
-                        watch.set(self.deps.clock.sleep(period));
+                    }
+                    _ = shutdown.cancelled() => break,
+                    Some(req) = recv(&mut inbox) => {
+                        request = Some(req);
+                        break;
                     }
                     // A nudge brings the next pass forward, at most to
                     // NUDGE_MIN_GAP after this one: a flood of nudges costs
@@ -927,15 +936,13 @@ impl Node {
                         }
                         self.idle_ticks = 0;
                     }
-                    _ = shutdown.cancelled() => break,
-                    Some(req) = recv(&mut inbox) => {
-                        request = Some(req);
-                        break;
-                    }
-                    r = valid_rx.changed() => {
-                        if r.is_err() || valid_rx.borrow().lost {
+                    _ = &mut sleep => break,
+                    _ = &mut watch, if watching => {
+                        if self.watch_peers().await {
+                            self.idle_ticks = 0;
                             break;
                         }
+                        watch.set(self.deps.clock.sleep(period));
                     }
                 }
             }
@@ -1336,7 +1343,15 @@ impl Node {
     /// Stops every running session (`why` goes into the journal); the claims
     /// stay owned until released or forgotten by the caller.
     async fn stop_all(&mut self, why: &str) {
-        for (name, o) in self.owned.iter_mut() {
+        // In name order, as every loop over `owned` that acts: a HashMap's
+        // order is random per process, and a seeded simulation must replay
+        // the same requests in the same order in any process.
+        let mut names: Vec<String> = self.owned.keys().cloned().collect();
+        names.sort_unstable();
+        for name in &names {
+            let Some(o) = self.owned.get_mut(name) else {
+                continue;
+            };
             if o.running {
                 self.deps.runner.stop(name).await;
                 o.running = false;
@@ -1409,7 +1424,8 @@ impl Node {
     /// released again at the next pass (`apply_control`), so it is never
     /// left looking owned by a live node that will not run it.
     async fn release_claims(&mut self, forget_the_rest: bool) {
-        let names: Vec<String> = self.owned.keys().cloned().collect();
+        let mut names: Vec<String> = self.owned.keys().cloned().collect();
+        names.sort_unstable(); // see `stop_all`
         for name in names {
             if let Err(e) = self.set_state(&name, ClaimState::Released, None).await {
                 tracing::warn!(session = name, error = %e, "releasing claim");
@@ -2295,7 +2311,8 @@ impl Node {
 
     /// Applies the restart policy to sessions that ended by themselves.
     async fn handle_exits(&mut self) -> bool {
-        let exits = self.deps.runner.take_exits();
+        let mut exits = self.deps.runner.take_exits();
+        exits.sort_by(|a, b| a.name.cmp(&b.name)); // see `stop_all`
         let changed = !exits.is_empty();
         for x in exits {
             let Some(o) = self.owned.get_mut(&x.name) else {
@@ -2375,7 +2392,8 @@ impl Node {
     /// of a claim the listing did not show, and the actions.
     async fn reconcile_owned(&mut self) -> bool {
         let mut changed = false;
-        let names: Vec<String> = self.owned.keys().cloned().collect();
+        let mut names: Vec<String> = self.owned.keys().cloned().collect();
+        names.sort_unstable(); // see `stop_all`
         for name in names {
             let key = crate::keys::session(&name);
             let o = self.owned[&name].clone();
@@ -2648,8 +2666,9 @@ async fn renew_task(
     loop {
         let due = deps.clock.now() + period;
         tokio::select! {
-            _ = deps.clock.sleep(period) => {}
+            biased;
             _ = stop.cancelled() => return Some(lease),
+            _ = deps.clock.sleep(period) => {}
         }
         let attrs = node_attrs(&cfg, *load.borrow(), deps.status.cordoned());
         let t0 = deps.clock.now();
