@@ -386,12 +386,27 @@ async fn metrics(State(s): State<HttpState>) -> Response {
     out.push_str(&format!("leasehold_renew_seconds_sum {}\n", h.sum_seconds));
     out.push_str(&format!("leasehold_renew_seconds_count {}\n", h.count));
     out.push_str(
-        "# HELP leasehold_renew_late_seconds_max Longest a renewal started after it was due.\n",
+        "# HELP leasehold_renew_late_seconds How late after it was due each renewal started.\n",
     );
-    out.push_str("# TYPE leasehold_renew_late_seconds_max gauge\n");
+    out.push_str("# TYPE leasehold_renew_late_seconds histogram\n");
+    let mut cumulative = 0;
+    for (bound, n) in crate::fleet::node::RENEW_BUCKETS.iter().zip(h.late_buckets) {
+        cumulative += n;
+        out.push_str(&format!(
+            "leasehold_renew_late_seconds_bucket{{le=\"{bound}\"}} {cumulative}\n"
+        ));
+    }
     out.push_str(&format!(
-        "leasehold_renew_late_seconds_max {}\n",
-        h.max_late_seconds
+        "leasehold_renew_late_seconds_bucket{{le=\"+Inf\"}} {}\n",
+        h.late_count
+    ));
+    out.push_str(&format!(
+        "leasehold_renew_late_seconds_sum {}\n",
+        h.late_sum_seconds
+    ));
+    out.push_str(&format!(
+        "leasehold_renew_late_seconds_count {}\n",
+        h.late_count
     ));
     out.push_str("# TYPE leasehold_renew_failures_total counter\n");
     out.push_str(&format!("leasehold_renew_failures_total {}\n", h.failures));

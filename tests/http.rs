@@ -233,8 +233,15 @@ async fn health_ready_and_auth() {
     );
     assert!(b.contains("leasehold_renew_seconds_count 3"), "{b}");
     assert!(b.contains("leasehold_renew_failures_total 1"), "{b}");
-    // The longest lateness, not the last.
-    assert!(b.contains("leasehold_renew_late_seconds_max 0.25\n"), "{b}");
+    // Lateness: 40 ms by le=0.05, 250 ms by le=0.25.
+    for line in [
+        "leasehold_renew_late_seconds_bucket{le=\"0.025\"} 0\n",
+        "leasehold_renew_late_seconds_bucket{le=\"0.05\"} 1\n",
+        "leasehold_renew_late_seconds_bucket{le=\"0.25\"} 2\n",
+        "leasehold_renew_late_seconds_count 2\n",
+    ] {
+        assert!(b.contains(line), "{line}: {b}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1791,12 +1791,18 @@ async fn node(op: NodeOp) -> Result<(), Failure> {
     if ttl < Duration::from_millis(100) {
         return Err(Error::invalid("ttl", "at least 100ms for a node").into());
     }
+    // Up to an hour, or the ttl if that is longer (the default is the ttl).
+    let longest = ttl.max(Duration::from_secs(3600));
     if let Some(m) = max_poll
-        && !(ttl / 3..=Duration::from_secs(3600)).contains(&m)
+        && !(ttl / 3..=longest).contains(&m)
     {
         return Err(Error::invalid(
             "--max-poll",
-            format!("between ttl/3 ({}ms) and 1h", (ttl / 3).as_millis()),
+            format!(
+                "between ttl/3 ({}ms) and {}",
+                (ttl / 3).as_millis(),
+                humantime::format_duration(longest)
+            ),
         )
         .into());
     }

@@ -663,6 +663,12 @@ pub async fn cost_sweep(n: usize, s: usize, json: bool) -> Result<()> {
     for (ttl, max_poll) in rows {
         let set = Settings { ttl, max_poll };
         let h = virtual_hour_blocking(n, s, set, true)?;
+        if h.placed != s {
+            return Err(leasehold::Error::Internal(format!(
+                "ttl {ttl:?}: only {} of {s} sessions placed before measuring",
+                h.placed
+            )));
+        }
         let per_node = h.used.total() as f64 / n as f64;
         let (a, b) = (
             s3(&h.used) / n as f64 * MONTH_H,

@@ -138,9 +138,13 @@ pub struct RenewHistogram {
     pub count: u64,
     pub sum_seconds: f64,
     pub failures: u64,
-    /// The longest a renewal started after it was due (its timer's end): a
-    /// renew task starved of its thread by long synchronous work shows
-    /// here, before it shows as a lost lease.
+    /// How late after it was due (its timer's end) each renewal started,
+    /// in the same buckets: a renew task starved of its thread by long
+    /// synchronous work shows here before it shows as a lost lease.
+    pub late_buckets: [u64; 10],
+    pub late_count: u64,
+    pub late_sum_seconds: f64,
+    /// The longest of them since the process started (for the spike).
     pub max_late_seconds: f64,
 }
 
@@ -255,8 +259,14 @@ impl NodeStatus {
 
     /// Records how late after its due time a renewal started.
     pub fn record_renew_late(&self, late: Duration) {
+        let secs = late.as_secs_f64();
         let mut h = self.renew.lock().unwrap();
-        h.max_late_seconds = h.max_late_seconds.max(late.as_secs_f64());
+        if let Some(i) = RENEW_BUCKETS.iter().position(|b| secs <= *b) {
+            h.late_buckets[i] += 1;
+        }
+        h.late_count += 1;
+        h.late_sum_seconds += secs;
+        h.max_late_seconds = h.max_late_seconds.max(secs);
     }
 
     /// Records a renew that failed (transiently or for good).
@@ -415,6 +425,15 @@ struct PeerNode {
     fetched: Version,
     fetched_at: MonoTime,
     record: LeaseRecord,
+}
+
+/// What one round of the ring watch found (see `Node::watch_peers`).
+#[derive(Debug, Default)]
+struct Watch {
+    /// Run a pass now.
+    pass: bool,
+    /// Watched records found missing, with the version the listing showed.
+    missing: Vec<(String, Version)>,
 }
 
 /// A session this node holds the claim for.
@@ -691,6 +710,9 @@ struct Node {
     /// the pass and time of the last confirmation of the marker.
     pass: u64,
     marker_checked: Option<(u64, MonoTime)>,
+    /// Watched peers whose record a watch read found missing, with the
+    /// listed version then: each hurries one pass (see `watch_peers`).
+    watch_missing: HashMap<String, Version>,
 }
 
 /// A serving node re-reads the fleet marker at least every this many ttls
@@ -754,6 +776,7 @@ impl Node {
             marker,
             pass: 0,
             marker_checked: None,
+            watch_missing: HashMap::new(),
         }
     }
 
@@ -938,9 +961,28 @@ impl Node {
                     }
                     _ = &mut sleep => break,
                     _ = &mut watch, if watching => {
-                        if self.watch_peers().await {
-                            self.idle_ticks = 0;
-                            break;
+                        // The reads race what the pause waits for: a lost
+                        // lease or a shutdown is not held up by a slow store,
+                        // and a round never outlasts its period.
+                        let clock = self.deps.clock.clone();
+                        let w = tokio::select! {
+                            biased;
+                            r = valid_rx.changed() => {
+                                if r.is_err() || valid_rx.borrow().lost {
+                                    break;
+                                }
+                                None
+                            }
+                            _ = shutdown.cancelled() => break,
+                            _ = clock.sleep(period) => None,
+                            w = self.watch_peers() => Some(w),
+                        };
+                        if let Some(w) = w {
+                            self.watch_missing.extend(w.missing);
+                            if w.pass {
+                                self.idle_ticks = 0;
+                                break;
+                            }
                         }
                         watch.set(self.deps.clock.sleep(period));
                     }
@@ -974,7 +1016,7 @@ impl Node {
     /// record is missing. A hint only: the pass judges again from its own
     /// listing, and the observation it adds is a response's arrival like
     /// any other (never earlier than the write that made the version).
-    async fn watch_peers(&mut self) -> bool {
+    async fn watch_peers(&self) -> Watch {
         // The peers the last pass judged live: one already expired (a dead
         // node with no sessions that nobody fenced) was dealt with, and
         // must not hurry every pause from now on.
@@ -995,40 +1037,49 @@ impl Node {
             .into_iter()
             .map(crate::keys::node)
             .collect();
-        let mut pass = false;
-        for key in watched {
-            let Some(n) = self.nodes.get(&key) else {
-                continue;
-            };
+        // Both reads at once: the pause is waiting on them.
+        let reads = watched.into_iter().filter_map(|key| {
+            let n = self.nodes.get(&key)?;
             let ttl = Duration::from_millis(n.record.ttl_ms);
             // The latest version any response showed (a watch read may have
             // seen a renewal the last listing did not).
-            let listed = self
-                .client
-                .observer()
-                .version(&key)
-                .unwrap_or(n.listed.clone());
-            let released = n.record.released && n.fetched == listed;
-            let read = self.deps.store.get_if_changed(&key, &listed).await;
-            let arrived = self.deps.clock.now();
-            let seen = match read {
-                Ok(Conditional::NotModified) => core::Watched::Unchanged {
-                    for_: self.client.observer().observe(&key, &listed, arrived),
-                    released,
-                },
-                Ok(Conditional::Changed(o)) => {
-                    self.client.observer().observe(&key, &o.version, arrived);
-                    core::Watched::Renewed
-                }
-                Ok(Conditional::Missing) => core::Watched::Missing,
-                Err(e) => {
-                    tracing::debug!(peer = key, error = %e, "watching a peer");
-                    core::Watched::Unknown
-                }
-            };
-            pass |= core::watch_says_pass(seen, ttl);
+            let known = observer.version(&key).unwrap_or(n.listed.clone());
+            let released = n.record.released && n.fetched == known;
+            // A record found missing hurries one pass per listed version: a
+            // store whose listings lag its deletes must not make every
+            // watch a pass.
+            let hurried = self.watch_missing.get(&key) == Some(&n.listed);
+            let listed = n.listed.clone();
+            Some(async move {
+                let read = self.deps.store.get_if_changed(&key, &known).await;
+                let arrived = self.deps.clock.now();
+                let seen = match read {
+                    Ok(Conditional::NotModified) => core::Watched::Unchanged {
+                        for_: observer.observe(&key, &known, arrived),
+                        released,
+                    },
+                    Ok(Conditional::Changed(o)) => {
+                        observer.observe(&key, &o.version, arrived);
+                        core::Watched::Renewed
+                    }
+                    Ok(Conditional::Missing) if hurried => core::Watched::Unknown,
+                    Ok(Conditional::Missing) => core::Watched::Missing,
+                    Err(e) => {
+                        tracing::debug!(peer = key, error = %e, "watching a peer");
+                        core::Watched::Unknown
+                    }
+                };
+                (key, listed, seen, core::watch_says_pass(seen, ttl))
+            })
+        });
+        let mut w = Watch::default();
+        for (key, listed, seen, pass) in futures::future::join_all(reads).await {
+            w.pass |= pass;
+            if seen == core::Watched::Missing {
+                w.missing.push((key, listed));
+            }
         }
-        pass
+        w
     }
 
     /// Before taking over `c`, makes its owner's death final in the bucket.
@@ -1644,6 +1695,9 @@ impl Node {
         // Peers renew every ttl/3, so their versions always change: that is
         // not news (it does not reset pacing) and needs no read.
         self.refresh_nodes(&node_entries).await?;
+        let nodes = &self.nodes;
+        self.watch_missing
+            .retain(|k, v| nodes.get(k).is_some_and(|n| n.listed == *v));
         changed |= refresh(
             &self.deps.store,
             crate::keys::MANIFESTS,

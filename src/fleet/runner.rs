@@ -154,6 +154,15 @@ impl Runner for RecordingRunner {
         if now >= s.deadline {
             return Err(deadline_passed(&s.name, s.epoch));
         }
+        // A test double that checks the node's side of the contract: a
+        // session is never started while a run of it is still going here
+        // (the node stops it first). Panics, so no test can miss it.
+        if let Some((epoch, ..)) = st.running.get(&s.name) {
+            panic!(
+                "session {} started at epoch {} while its run at epoch {epoch} goes on",
+                s.name, s.epoch
+            );
+        }
         st.running.insert(s.name, (s.epoch, now, s.deadline));
         Ok(())
     }
@@ -513,6 +522,14 @@ impl Runner for ExecRunner {
     async fn start(&self, s: SessionStart) -> Result<()> {
         if self.clock.now() >= s.deadline {
             return Err(deadline_passed(&s.name, s.epoch));
+        }
+        // Never two process trees of one session on one node: the node stops
+        // a run before it starts another, and this refuses if it did not.
+        if let Some(p) = self.shared.children.lock().unwrap().get(&s.name) {
+            return Err(Error::Internal(format!(
+                "session {} (epoch {}) is still running here at epoch {}",
+                s.name, s.epoch, p.epoch
+            )));
         }
         let n = self.runs.fetch_add(1, Ordering::Relaxed);
         let cgroup = match &self.cgroups {
