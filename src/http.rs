@@ -336,6 +336,19 @@ async fn claim(
     }
 }
 
+/// Prometheus text for one histogram over `RENEW_BUCKETS` (counts per
+/// bucket, not cumulative, in `buckets`).
+fn histogram(out: &mut String, name: &str, help: &str, buckets: &[u64], count: u64, sum: f64) {
+    out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} histogram\n"));
+    let mut cumulative = 0;
+    for (bound, n) in crate::fleet::node::RENEW_BUCKETS.iter().zip(buckets) {
+        cumulative += n;
+        out.push_str(&format!("{name}_bucket{{le=\"{bound}\"}} {cumulative}\n"));
+    }
+    out.push_str(&format!("{name}_bucket{{le=\"+Inf\"}} {count}\n"));
+    out.push_str(&format!("{name}_sum {sum}\n{name}_count {count}\n"));
+}
+
 async fn metrics(State(s): State<HttpState>) -> Response {
     let mut out = String::new();
     out.push_str("# HELP leasehold_events_total Journal events recorded, by kind (claimed, conflict, lost, ...).\n");
@@ -370,44 +383,22 @@ async fn metrics(State(s): State<HttpState>) -> Response {
         }
     }
     let h = s.status.renew_histogram();
-    out.push_str("# HELP leasehold_renew_seconds Node lease renew latency, send to response.\n");
-    out.push_str("# TYPE leasehold_renew_seconds histogram\n");
-    let mut cumulative = 0;
-    for (bound, n) in crate::fleet::node::RENEW_BUCKETS.iter().zip(h.buckets) {
-        cumulative += n;
-        out.push_str(&format!(
-            "leasehold_renew_seconds_bucket{{le=\"{bound}\"}} {cumulative}\n"
-        ));
-    }
-    out.push_str(&format!(
-        "leasehold_renew_seconds_bucket{{le=\"+Inf\"}} {}\n",
-        h.count
-    ));
-    out.push_str(&format!("leasehold_renew_seconds_sum {}\n", h.sum_seconds));
-    out.push_str(&format!("leasehold_renew_seconds_count {}\n", h.count));
-    out.push_str(
-        "# HELP leasehold_renew_late_seconds How late after it was due each renewal started.\n",
+    histogram(
+        &mut out,
+        "leasehold_renew_seconds",
+        "Node lease renew latency, send to response.",
+        &h.buckets,
+        h.count,
+        h.sum_seconds,
     );
-    out.push_str("# TYPE leasehold_renew_late_seconds histogram\n");
-    let mut cumulative = 0;
-    for (bound, n) in crate::fleet::node::RENEW_BUCKETS.iter().zip(h.late_buckets) {
-        cumulative += n;
-        out.push_str(&format!(
-            "leasehold_renew_late_seconds_bucket{{le=\"{bound}\"}} {cumulative}\n"
-        ));
-    }
-    out.push_str(&format!(
-        "leasehold_renew_late_seconds_bucket{{le=\"+Inf\"}} {}\n",
-        h.late_count
-    ));
-    out.push_str(&format!(
-        "leasehold_renew_late_seconds_sum {}\n",
-        h.late_sum_seconds
-    ));
-    out.push_str(&format!(
-        "leasehold_renew_late_seconds_count {}\n",
-        h.late_count
-    ));
+    histogram(
+        &mut out,
+        "leasehold_renew_late_seconds",
+        "How late after it was due each renewal started.",
+        &h.late_buckets,
+        h.late_count,
+        h.late_sum_seconds,
+    );
     out.push_str("# TYPE leasehold_renew_failures_total counter\n");
     out.push_str(&format!("leasehold_renew_failures_total {}\n", h.failures));
     let snap = s.status.snapshot();

@@ -95,7 +95,7 @@ pub fn judge(record: Option<&LeaseRecord>, instance: Option<&str>, evidence: Evi
         Evidence::Observed {
             unchanged_for,
             margin,
-        } => unchanged_for >= ttl + margin,
+        } => stood_still_long_enough(unchanged_for, ttl, margin),
         Evidence::WallClock { now_ms, max_skew } => r.expired_by_wall_clock(now_ms, max_skew),
     };
     if expired {
@@ -109,7 +109,16 @@ pub fn judge(record: Option<&LeaseRecord>, instance: Option<&str>, evidence: Evi
 /// to act as if it expired? The same bound as an unchanged version: ttl +
 /// margin from the arrival of the first response that showed it missing.
 pub fn absent_long_enough(absent_for: Duration, ttl: Duration, margin: Duration) -> bool {
-    absent_for >= ttl + margin
+    stood_still_long_enough(absent_for, ttl, margin)
+}
+
+/// The one rule of expiry by observation: a version (or an absence) seen
+/// unchanged for `ttl + margin`, counted from the arrival of the first
+/// response that showed it. Every judgement of a lease, a node record or a
+/// vanished marker, and every hint that hurries one (the ring watch, the
+/// brisk pace), asks this.
+pub fn stood_still_long_enough(unchanged_for: Duration, ttl: Duration, margin: Duration) -> bool {
+    unchanged_for >= ttl.saturating_add(margin)
 }
 
 impl Liveness {

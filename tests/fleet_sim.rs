@@ -564,6 +564,16 @@ type WatchNode = (
     tokio::task::JoinHandle<leasehold::Result<()>>,
 );
 
+/// Advances the clock `n` steps, letting every task run after each.
+async fn step(clock: &ManualClock, n: u64) {
+    for _ in 0..n {
+        clock.advance(STEP);
+        for _ in 0..20 {
+            tokio::task::yield_now().await;
+        }
+    }
+}
+
 /// Three nodes for the ring-watch tests: ttl 600 ms, idle pauses backing off
 /// to 64 polls of 200 ms (12.8 s, under max_poll), `sessions` sleepers, on
 /// one counting in-memory bucket.
@@ -625,14 +635,7 @@ async fn watch_fleet(
 #[tokio::test(flavor = "current_thread")]
 async fn a_dead_peer_with_no_sessions_hurries_its_watchers_once_not_forever() {
     let (clock, counting, mut nodes) = watch_fleet(0).await;
-    let step = async |n: u64| {
-        for _ in 0..n {
-            clock.advance(STEP);
-            for _ in 0..20 {
-                tokio::task::yield_now().await;
-            }
-        }
-    };
+    let step = async |n: u64| step(&clock, n).await;
     step(60_000 / STEP.as_millis() as u64).await;
     let (_, _, _, task) = nodes.remove(0);
     task.abort();
@@ -662,14 +665,7 @@ async fn a_dead_peer_with_no_sessions_hurries_its_watchers_once_not_forever() {
 #[tokio::test(flavor = "current_thread")]
 async fn a_dead_peer_is_noticed_by_its_watchers_not_at_the_end_of_an_idle_pause() {
     let (clock, _, mut nodes) = watch_fleet(6).await;
-    let step = async |n: u64| {
-        for _ in 0..n {
-            clock.advance(STEP);
-            for _ in 0..20 {
-                tokio::task::yield_now().await;
-            }
-        }
-    };
+    let step = async |n: u64| step(&clock, n).await;
     // Placed, then idle long enough for every node to back off to 20 s.
     step(60_000 / STEP.as_millis() as u64).await;
     let running = |runner: &RecordingRunner| {

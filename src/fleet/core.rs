@@ -713,7 +713,10 @@ pub fn control_due(
 /// dead node that nobody fences (it held no sessions) stays listed until
 /// `gc`, and must not keep every peer at the brisk pace until then.
 pub fn peer_expiring(released: bool, unchanged_for: Option<Duration>, ttl: Duration) -> bool {
-    !released && unchanged_for.is_some_and(|d| d > ttl / 2 && d < ttl + default_margin(ttl))
+    !released
+        && unchanged_for.is_some_and(|d| {
+            d > ttl / 2 && !crate::liveness::stood_still_long_enough(d, ttl, default_margin(ttl))
+        })
 }
 
 /// The pause after a nudge arrives during `pause`: brought forward to
@@ -788,7 +791,9 @@ pub enum Watched {
 /// same rule as always, and takes nothing over on the watch's word.
 pub fn watch_says_pass(w: Watched, ttl: Duration) -> bool {
     match w {
-        Watched::Unchanged { for_, released } => !released && for_ >= ttl + default_margin(ttl),
+        Watched::Unchanged { for_, released } => {
+            !released && crate::liveness::stood_still_long_enough(for_, ttl, default_margin(ttl))
+        }
         Watched::Missing => true,
         Watched::Renewed | Watched::Unknown => false,
     }

@@ -130,6 +130,16 @@ pub struct Readiness {
 /// Upper bounds of the renew-latency buckets, in seconds (Prometheus style).
 pub const RENEW_BUCKETS: [f64; 10] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0];
 
+/// Adds one observation to a histogram over [`RENEW_BUCKETS`].
+fn bucket(buckets: &mut [u64; 10], count: &mut u64, sum: &mut f64, d: Duration) {
+    let secs = d.as_secs_f64();
+    if let Some(i) = RENEW_BUCKETS.iter().position(|b| secs <= *b) {
+        buckets[i] += 1;
+    }
+    *count += 1;
+    *sum += secs;
+}
+
 /// Cumulative renew-latency histogram.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct RenewHistogram {
@@ -248,25 +258,20 @@ impl NodeStatus {
 
     /// Records one successful renew's latency (send to response).
     pub fn record_renew(&self, latency: Duration) {
-        let secs = latency.as_secs_f64();
-        let mut h = self.renew.lock().unwrap();
-        if let Some(i) = RENEW_BUCKETS.iter().position(|b| secs <= *b) {
-            h.buckets[i] += 1;
-        }
-        h.count += 1;
-        h.sum_seconds += secs;
+        let h = &mut *self.renew.lock().unwrap();
+        bucket(&mut h.buckets, &mut h.count, &mut h.sum_seconds, latency);
     }
 
     /// Records how late after its due time a renewal started.
     pub fn record_renew_late(&self, late: Duration) {
-        let secs = late.as_secs_f64();
-        let mut h = self.renew.lock().unwrap();
-        if let Some(i) = RENEW_BUCKETS.iter().position(|b| secs <= *b) {
-            h.late_buckets[i] += 1;
-        }
-        h.late_count += 1;
-        h.late_sum_seconds += secs;
-        h.max_late_seconds = h.max_late_seconds.max(secs);
+        let h = &mut *self.renew.lock().unwrap();
+        bucket(
+            &mut h.late_buckets,
+            &mut h.late_count,
+            &mut h.late_sum_seconds,
+            late,
+        );
+        h.max_late_seconds = h.max_late_seconds.max(late.as_secs_f64());
     }
 
     /// Records a renew that failed (transiently or for good).
@@ -1029,7 +1034,9 @@ impl Node {
                 !n.record.released
                     && observer
                         .unchanged_for(key, &n.listed, self.nodes_listed_at)
-                        .is_none_or(|d| d < ttl + default_margin(ttl))
+                        .is_none_or(|d| {
+                            !crate::liveness::stood_still_long_enough(d, ttl, default_margin(ttl))
+                        })
             })
             .map(|(_, n)| n.record.holder.node.as_str())
             .collect();
