@@ -2,7 +2,7 @@
 """Overlap soak: real nodes, real sessions, adversarial faults; measures how
 long any session ran on two holders at once.
 
-    scripts/soak-overlap.py [--seconds 120] [--nodes 3] [--seed 1] [--vandal]
+    scripts/soak-overlap.py [--seconds 120] [--nodes 3] [--seed 1] [--vandal] [--max-poll 5s]
 
 Builds nothing: uses target/debug/leasehold (cargo build first). Runs on a
 local directory store under a temporary directory, on this machine only.
@@ -80,6 +80,8 @@ def main():
     ap.add_argument("--nodes", type=int, default=3)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--vandal", action="store_true", help="also delete claims and node records")
+    ap.add_argument("--max-poll", default=None,
+                    help="the nodes' --max-poll (e.g. 5s: idle pauses past the ttl, so the ring watch runs)")
     a = ap.parse_args()
     rng = random.Random(a.seed)
     tmp = tempfile.mkdtemp(prefix="leasehold-soak-")
@@ -102,8 +104,9 @@ def main():
     def start(nid, store=url, extra_env=None):
         e = dict(env, **(extra_env or {}))
         log = open(f"{tmp}/{nid}-{time.time():.3f}.log", "w")
+        extra = ["--max-poll", a.max_poll] if a.max_poll else []
         return subprocess.Popen(
-            [BIN, "node", "run", "--store", store, "--id", nid, "--ttl", TTL, "--stop-grace", "300ms"],
+            [BIN, "node", "run", "--store", store, "--id", nid, "--ttl", TTL, "--stop-grace", "300ms"] + extra,
             env=e, stdout=subprocess.DEVNULL, stderr=log,
         )
 
