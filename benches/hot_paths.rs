@@ -141,6 +141,7 @@ fn reconcile_100k_manifests_10_nodes(b: divan::Bencher) {
                     owner_stale: false,
                     claimable_for: Duration::ZERO,
                     grace: Duration::from_millis(500),
+                    predecessor_unproven: false,
                 },
                 || plan::my_rank(m, &ns, &me.node),
             );

@@ -724,6 +724,7 @@ impl LeaseClient {
             margin,
             state: State::Held,
             pending: Vec::new(),
+            created: false,
         }
     }
 
@@ -786,9 +787,9 @@ impl LeaseClient {
                     sent,
                     record,
                 } => {
-                    return Ok(Acquire::Acquired(
-                        self.lease(key, record, version, sent, margin),
-                    ));
+                    let mut lease = self.lease(key, record, version, sent, margin);
+                    lease.created = true;
+                    return Ok(Acquire::Acquired(lease));
                 }
                 Written::Rejected { current } => current,
                 Written::NotLanded => return Err(not_landed("create", &key, "try again")),
@@ -1029,9 +1030,20 @@ pub struct Lease {
     state: State,
     /// Attempts of the renew in progress, to recognise a late landing.
     pending: Vec<Attempt>,
+    /// Acquired by creating a record where none was: nothing proves that
+    /// an earlier holder (whose record was deleted) has stopped.
+    created: bool,
 }
 
 impl Lease {
+    /// Whether this lease was acquired by creating its record where none
+    /// was (rather than by taking over a released, expired or proven-dead
+    /// holder's). A node whose record was deleted under it may still be
+    /// running until its own deadline: see the fleet's predecessor rule.
+    pub fn created(&self) -> bool {
+        self.created
+    }
+
     pub fn key(&self) -> &str {
         &self.key
     }

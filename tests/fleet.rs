@@ -1878,3 +1878,42 @@ async fn a_claim_in_our_name_that_we_lost_track_of_is_taken_back() {
     assert_eq!(c.owner.node, "solo");
     f.finish().await;
 }
+
+/// A node record deleted under its holder, and a second instance of that
+/// node id (another host lock: a misconfigured twin, or the same node
+/// started again elsewhere) registering meanwhile: it creates the record
+/// where none is, and nothing proves the first instance stopped. Its
+/// claims must wait until the first instance's deadline has passed, not be
+/// taken at once as a predecessor's. Here the first instance is cut off
+/// from the bucket (it cannot even learn its record is gone) and runs its
+/// sessions until its own deadline. (Found by the overlap soak with
+/// --vandal: 211 ms of two instances of n2 running the same sessions.) Fails
+/// with `predecessor_unproven` ignored by the gate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_deleted_node_record_lets_no_twin_take_its_sessions_beside_it() {
+    use leasehold::store::FaultStore;
+    let store: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());
+    let mut f = Fleet::new(store.clone());
+    let cut = Arc::new(FaultStore::new(store.clone()));
+    f.start_on(cut.clone(), "n2", 8, &[]);
+    for s in ["a", "b", "c"] {
+        apply(&store, s, &spec("sleep")).await;
+    }
+    f.wait_for("all three on n2", |p| p.len() == 3).await;
+    // Cut off, then its record deleted behind its back; a twin starts.
+    cut.set_partitioned(true);
+    store.delete("nodes/n2").await.unwrap();
+    f.start("n2", 8, &[]);
+    f.nodes.last_mut().unwrap().id = "n2-twin".into();
+    f.wait_for("all three on the twin", |p| {
+        p.len() == 3 && p.values().all(|r| r.iter().any(|(n, _)| n == "n2-twin"))
+    })
+    .await;
+    // The first instance stopped at its deadline before the twin started
+    // any of them (`finish` checks every run).
+    let first = f.nodes.remove(0);
+    first.shutdown.cancel();
+    first.task.abort();
+    f.dead.push(first);
+    f.finish().await;
+}

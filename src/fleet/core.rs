@@ -251,6 +251,11 @@ pub struct Candidate {
     pub owner_stale: bool,
     /// How long it has been claimable, by this node's observation.
     pub claimable_for: Duration,
+    /// Owned by another instance of this node id whose end nothing proves
+    /// yet: this instance created its node record where none was (an
+    /// operator deleted it), so the earlier instance may still run until
+    /// its own deadline. Its claims wait ttl + margin from the creation.
+    pub predecessor_unproven: bool,
     /// The grace per rank (`NodeConfig::grace`).
     pub grace: Duration,
 }
@@ -295,6 +300,9 @@ pub fn gate(c: &Candidate, rank: impl FnOnce() -> Option<usize>) -> Gate {
     }
     if c.absence_pending {
         return Gate::AbsencePending;
+    }
+    if why == Claimable::Predecessor && c.predecessor_unproven {
+        return Gate::Grace;
     }
     // Records only move to newer instances, so an owner record that names
     // another instance is believed only after a fresh read still does; and
@@ -891,6 +899,7 @@ mod tests {
             owner_stale: false,
             claimable_for: Duration::ZERO,
             grace: S,
+            predecessor_unproven: false,
         }
     }
 
@@ -917,6 +926,10 @@ mod tests {
             ("rank 2 after two graces", Candidate { claimable_for: 2 * S, ..c }, Some(2), Gate::Claim),
             ("unranked: not for us", c, None, Gate::Unranked),
             ("a predecessor's: no rank, no grace", Candidate { claimable: pre, ..c }, None, Gate::Claim),
+            // Our record was created where none was: the earlier instance
+            // may still run until its deadline.
+            ("an unproven predecessor's waits", Candidate { claimable: pre, predecessor_unproven: true, ..c }, None, Gate::Grace),
+            ("only a predecessor's", Candidate { predecessor_unproven: true, ..c }, r0, Gate::Claim),
         ];
         for (what, c, rank, want) in rows {
             assert_eq!(gate(&c, || rank), want, "{what}");

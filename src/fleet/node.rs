@@ -718,6 +718,13 @@ struct Node {
     /// Watched peers whose record a watch read found missing, with the
     /// listed version then: each hurries one pass (see `watch_peers`).
     watch_missing: HashMap<String, Version>,
+    /// Until when another instance of this node id is not known to have
+    /// stopped: set when this instance's registration *created* its node
+    /// record (an operator deleted it, or gc did). Without the host lock's
+    /// proof, the earlier instance may run until its own deadline, which is
+    /// within ttl + margin of that creation (its last renewal was sent
+    /// before the deletion, which was before the create).
+    predecessor_unproven_until: Option<MonoTime>,
 }
 
 /// A serving node re-reads the fleet marker at least every this many ttls
@@ -782,6 +789,7 @@ impl Node {
             pass: 0,
             marker_checked: None,
             watch_missing: HashMap::new(),
+            predecessor_unproven_until: None,
         }
     }
 
@@ -837,6 +845,12 @@ impl Node {
     }
 
     async fn serve(&mut self, lease: Lease, shutdown: &CancellationToken) -> Result<Ended> {
+        if lease.created() {
+            // The longest ttl any node record of ours or a peer's published.
+            let ttl = self.cfg.ttl.max(self.longest.0);
+            self.predecessor_unproven_until =
+                Some(self.deps.clock.now() + ttl + default_margin(ttl));
+        }
         let (valid_tx, valid_rx) = watch::channel(Validity {
             until: lease.valid_until(),
             lost: false,
@@ -1012,6 +1026,15 @@ impl Node {
             }
         }
         Ok(ended)
+    }
+
+    /// Is `c` owned by another instance of this node id whose end nothing
+    /// proves yet (see `predecessor_unproven_until`)?
+    fn predecessor_unproven(&self, c: Option<&plan::ClaimView>) -> bool {
+        c.is_some_and(|c| c.owner.node == self.me.node && c.owner.instance != self.me.instance)
+            && self
+                .predecessor_unproven_until
+                .is_some_and(|t| self.deps.clock.now() < t)
     }
 
     /// Reads the watched peers' node records (a conditional GET each, on
@@ -1311,6 +1334,7 @@ impl Node {
             owner_stale: false,
             claimable_for: Duration::MAX,
             grace: self.cfg.grace,
+            predecessor_unproven: self.predecessor_unproven(cv.as_ref()),
         };
         match core::gate(&candidate, || Some(0)) {
             core::Gate::Claim => {}
@@ -1696,7 +1720,9 @@ impl Node {
         let listed_at = self.deps.clock.now();
         let node_entries = self.client.observe_listing(crate::keys::NODES).await?;
         self.nodes_listed_at = listed_at;
-        let manifest_entries = self.client.observe_listing(crate::keys::MANIFESTS).await?;
+        // Manifests are never judged by expiry: listed without the observer,
+        // which then remembers nodes and claims only.
+        let manifest_entries = list_all(&self.deps.store, crate::keys::MANIFESTS).await?;
         let claims_listed_at = self.deps.clock.now();
         let claim_entries = self.client.observe_listing(crate::keys::SESSIONS).await?;
         // Peers renew every ttl/3, so their versions always change: that is
@@ -1831,6 +1857,7 @@ impl Node {
                             .get(&name)
                             .map_or(Duration::ZERO, |first| now.saturating_since(*first)),
                         grace: self.cfg.grace,
+                        predecessor_unproven: self.predecessor_unproven(cv.as_ref()),
                     },
                     || plan::my_rank(&mv, &views, &self.me.node),
                 );
@@ -1910,16 +1937,18 @@ impl Node {
     }
 
     fn claim_loads(&self) -> HashMap<String, u32> {
-        let mut loads = HashMap::new();
+        // Counted on borrowed names, then one key per owner: a pass over
+        // 100,000 claims allocates per node, not per claim.
+        let mut by: HashMap<(&str, &str), u32> = HashMap::new();
         for (_, c) in self.claims.values() {
             // As `load`: released and finished claims take no capacity.
             if c.state != ClaimState::Released && !c.state.is_terminal() {
-                *loads
-                    .entry(format!("{}/{}", c.owner.node, c.owner.instance))
-                    .or_insert(0) += 1;
+                *by.entry((&c.owner.node, &c.owner.instance)).or_insert(0) += 1;
             }
         }
-        loads
+        by.into_iter()
+            .map(|((node, instance), n)| (format!("{node}/{instance}"), n))
+            .collect()
     }
 
     fn node_views(&self, loads: &HashMap<String, u32>) -> Vec<NodeView> {
@@ -2609,6 +2638,17 @@ const REFRESH_CONCURRENCY: usize = 16;
 /// Brings `cache` in line with a listing: drops keys no longer listed and
 /// GETs only keys whose version changed. A corrupt object is logged and left
 /// out (never overwritten); it stays out until its version changes.
+/// A complete listing of `prefix`, yielding now and then (see `tick`).
+async fn list_all(store: &Arc<dyn Store>, prefix: &str) -> Result<Vec<Entry>> {
+    let mut s = store.list(prefix);
+    let mut out = Vec::new();
+    while let Some(e) = s.next().await {
+        tokio::task::coop::consume_budget().await;
+        out.push(e.map_err(|e| Error::from_store("list", prefix, e))?);
+    }
+    Ok(out)
+}
+
 async fn refresh<T>(
     store: &Arc<dyn Store>,
     prefix: &str,
