@@ -846,7 +846,11 @@ impl Node {
 
     async fn serve(&mut self, lease: Lease, shutdown: &CancellationToken) -> Result<Ended> {
         if lease.created() {
-            // The longest ttl any node record of ours or a peer's published.
+            // Our ttl, or a longer one this process has read in a node
+            // record before. A fresh process knows only its own, and the
+            // earlier instance's ttl went with its record: with a longer
+            // ttl there, the wait falls short by the difference (a known
+            // gap, docs/fleet.md "Known gaps": use one ttl per node id).
             let ttl = self.cfg.ttl.max(self.longest.0);
             self.predecessor_unproven_until =
                 Some(self.deps.clock.now() + ttl + default_margin(ttl));
@@ -1375,8 +1379,10 @@ impl Node {
                     humantime::format_duration(Duration::from_millis(left.as_millis() as u64))
                 )));
             }
-            // Not reachable with the owner read just now, a rank given and
-            // no grace to wait; declined rather than assumed.
+            // Grace: an unproven predecessor's claim (see
+            // `predecessor_unproven_until`). The others are not reachable
+            // with the owner read just now, a rank given and no grace to
+            // wait; declined rather than assumed.
             core::Gate::RefetchOwner | core::Gate::Unranked | core::Gate::Grace => {
                 return Ok(declined("not claimable now"));
             }
