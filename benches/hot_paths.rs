@@ -58,6 +58,7 @@ fn nodes(n: usize) -> Vec<NodeView> {
         .map(|i| NodeView {
             id: format!("node-{i:02}"),
             instance: format!("inst-{i}"),
+            unproven: false,
             capacity: 16 + (i as u32 % 3) * 8,
             load: i as u32 % 5,
             labels: BTreeMap::from([(

@@ -725,6 +725,7 @@ impl LeaseClient {
             state: State::Held,
             pending: Vec::new(),
             created: false,
+            replaced: None,
         }
     }
 
@@ -864,6 +865,7 @@ impl LeaseClient {
         };
         let epoch = epoch.max(self.inner.epoch_base + 1);
         tracing::debug!(key, ?why, epoch, "taking over");
+        let replaced = rec.clone();
         let next = self.new_record(kind, epoch, opts);
         match self
             .write(&key, next, Cond::Match(version), &mut attempts)
@@ -875,9 +877,9 @@ impl LeaseClient {
                 record,
             } => {
                 self.inner.observer.forget(&key);
-                Ok(Acquire::Acquired(
-                    self.lease(key, record, version, sent, margin),
-                ))
+                let mut lease = self.lease(key, record, version, sent, margin);
+                lease.replaced = Some(Box::new(replaced));
+                Ok(Acquire::Acquired(lease))
             }
             Written::Rejected { .. } => Err(Error::Conflict { key }),
             Written::NotLanded => Err(not_landed("takeover", &key, "try again")),
@@ -1033,6 +1035,8 @@ pub struct Lease {
     /// Acquired by creating a record where none was: nothing proves that
     /// an earlier holder (whose record was deleted) has stopped.
     created: bool,
+    /// The record this lease's takeover replaced, if it was a takeover.
+    replaced: Option<Box<LeaseRecord>>,
 }
 
 impl Lease {
@@ -1042,6 +1046,11 @@ impl Lease {
     /// running until its own deadline: see the fleet's predecessor rule.
     pub fn created(&self) -> bool {
         self.created
+    }
+
+    /// The record a takeover replaced (None when created, or resumed).
+    pub fn replaced(&self) -> Option<&LeaseRecord> {
+        self.replaced.as_deref()
     }
 
     pub fn key(&self) -> &str {

@@ -81,7 +81,12 @@ pub fn judge(record: Option<&LeaseRecord>, instance: Option<&str>, evidence: Evi
         return Liveness::Absent;
     }
     if instance.is_some_and(|i| i != r.holder.instance) {
-        return Liveness::Superseded;
+        // A newer instance whose record was created over a deleted one
+        // proves nothing about the earlier instance until its wait ends:
+        // judged as this record, not as the earlier instance's end.
+        if !crate::fleet::attrs::NodeAttrs::of(r).unproven {
+            return Liveness::Superseded;
+        }
     }
     if r.released {
         return if r.attrs.contains_key(crate::fleet::attrs::RELEASED_BY) {
@@ -204,6 +209,10 @@ mod tests {
         let live = rec("i1", false, false);
         let released = rec("i1", true, false);
         let fenced = rec("i1", true, true);
+        let mut unproven = rec("i1", false, false);
+        unproven
+            .attrs
+            .insert(crate::fleet::attrs::UNPROVEN.into(), true.into());
         let cases: Vec<(Option<&LeaseRecord>, Option<&str>, Evidence, Liveness)> = vec![
             (None, None, obs(100), Liveness::Absent),
             (None, Some("i1"), wall(0), Liveness::Absent),
@@ -213,6 +222,9 @@ mod tests {
             (Some(&live), Some("i1"), obs(11), Liveness::Expired),
             (Some(&live), Some("i0"), obs(0), Liveness::Superseded),
             (Some(&released), Some("i0"), obs(0), Liveness::Superseded),
+            // Created over a deleted record: no proof that i0 stopped.
+            (Some(&unproven), Some("i0"), obs(0), Liveness::Live),
+            (Some(&unproven), Some("i0"), obs(11), Liveness::Expired),
             (Some(&released), None, obs(0), Liveness::Released),
             (Some(&fenced), None, obs(0), Liveness::Fenced),
             (Some(&fenced), Some("i1"), wall(0), Liveness::Fenced),

@@ -1917,3 +1917,40 @@ async fn a_deleted_node_record_lets_no_twin_take_its_sessions_beside_it() {
     f.dead.push(first);
     f.finish().await;
 }
+
+/// As above, with a third node that first reads `nodes/n2` as the twin's
+/// record: a record naming another instance used to read as "the first
+/// instance is superseded", so the third node took its sessions at once,
+/// beside it. The created record says `unproven` until its creator's wait
+/// ends, and no node takes it as the first instance's end before then.
+/// Fails with `NodeAttrs::unproven` ignored by `plan::owner_live` and
+/// `liveness::judge` (n3 ran b at 30 ms beside n2 until 158 ms).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_deleted_node_record_lets_no_third_node_take_its_sessions_beside_it() {
+    use leasehold::store::FaultStore;
+    let store: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());
+    let mut f = Fleet::new(store.clone());
+    let cut = Arc::new(FaultStore::new(store.clone()));
+    f.start_on(cut.clone(), "n2", 8, &[]);
+    for s in ["a", "b", "c"] {
+        apply(&store, s, &spec("sleep")).await;
+    }
+    f.wait_for("all three on n2", |p| p.len() == 3).await;
+    cut.set_partitioned(true);
+    store.delete("nodes/n2").await.unwrap();
+    f.start("n2", 8, &[]);
+    f.nodes.last_mut().unwrap().id = "n2-twin".into();
+    // A third node that first reads nodes/n2 as the twin's record.
+    f.start("n3", 8, &[]);
+    f.wait_for("all three moved off the first instance", |p| {
+        p.len() == 3
+            && p.values()
+                .all(|r| r.iter().any(|(n, _)| n == "n2-twin" || n == "n3"))
+    })
+    .await;
+    let first = f.nodes.remove(0);
+    first.shutdown.cancel();
+    first.task.abort();
+    f.dead.push(first);
+    f.finish().await;
+}

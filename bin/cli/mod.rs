@@ -1726,6 +1726,7 @@ async fn ranked_for(
                 load: f.load,
                 labels: f.labels.clone(),
                 live: f.liveness == leasehold::liveness::Liveness::Live,
+                unproven: leasehold::fleet::attrs::NodeAttrs::of(&f.record).unproven,
             });
         }
     }

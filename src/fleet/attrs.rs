@@ -18,6 +18,8 @@ use std::collections::BTreeMap;
 /// The attribute a peer sets when it fences a node lease (its node id):
 /// the tenure ended by takeover, not by its holder (`Liveness::Fenced`).
 pub const RELEASED_BY: &str = "released_by";
+/// See [`NodeAttrs::unproven`].
+pub const UNPROVEN: &str = "unproven";
 
 /// A node's published attributes.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -34,6 +36,12 @@ pub struct NodeAttrs {
     pub labels: BTreeMap<String, String>,
     /// Set by the peer that fenced this record.
     pub released_by: Option<String>,
+    /// This record was created where none was (or taken over from one so
+    /// marked), and its holder's wait has not ended: nothing proves that an
+    /// earlier instance of this node id, whose record was deleted, has
+    /// stopped. Readers must not take this record as that instance's end
+    /// (`plan::owner_live`, `liveness::judge`).
+    pub unproven: bool,
 }
 
 impl NodeAttrs {
@@ -54,6 +62,7 @@ impl NodeAttrs {
                 .get(RELEASED_BY)
                 .and_then(Value::as_str)
                 .map(str::to_string),
+            unproven: a.get(UNPROVEN).and_then(Value::as_bool) == Some(true),
         }
     }
 
@@ -79,6 +88,9 @@ impl NodeAttrs {
         if let Some(by) = &self.released_by {
             m.insert(RELEASED_BY.into(), by.clone().into());
         }
+        if self.unproven {
+            m.insert(UNPROVEN.into(), true.into());
+        }
         m
     }
 }
@@ -102,6 +114,7 @@ mod tests {
             cordoned: true,
             labels: [("zone".to_string(), "a".to_string())].into(),
             released_by: Some("n2".into()),
+            unproven: true,
         };
         let mut r = record(serde_json::json!({}));
         r.attrs = a.to_map();

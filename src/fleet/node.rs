@@ -562,6 +562,7 @@ fn node_attrs(
     cfg: &NodeConfig,
     load: u32,
     cordoned: bool,
+    unproven: bool,
 ) -> serde_json::Map<String, serde_json::Value> {
     NodeAttrs {
         capacity: cfg.capacity,
@@ -570,6 +571,7 @@ fn node_attrs(
         cordoned,
         labels: cfg.labels.clone(),
         released_by: None,
+        unproven,
     }
     .to_map()
 }
@@ -584,7 +586,9 @@ async fn register(
 ) -> Result<Option<Lease>> {
     let mut opts = AcquireOptions::ttl(cfg.ttl);
     opts.address = cfg.address.clone();
-    opts.attrs = node_attrs(cfg, 0, deps.status.cordoned());
+    // Unproven until the first renewal says otherwise: the registration
+    // may create the record where an operator deleted a live instance's.
+    opts.attrs = node_attrs(cfg, 0, deps.status.cordoned(), true);
     loop {
         let answer = client.acquire_kind(Kind::Node, &cfg.id, &opts).await;
         let seen = match &answer {
@@ -845,7 +849,8 @@ impl Node {
     }
 
     async fn serve(&mut self, lease: Lease, shutdown: &CancellationToken) -> Result<Ended> {
-        if lease.created() {
+        let took_unproven = lease.replaced().is_some_and(|r| NodeAttrs::of(r).unproven);
+        if lease.created() || took_unproven {
             // Our ttl, or a longer one this process has read in a node
             // record before. A fresh process knows only its own, and the
             // earlier instance's ttl went with its record: with a longer
@@ -873,6 +878,7 @@ impl Node {
                 confirmed: self.confirmed_tx.subscribe(),
                 violation: self.violation.clone(),
                 stop: stop_renew.clone(),
+                unproven_until: self.predecessor_unproven_until,
             },
         )));
         self.validity = Some(valid_rx.clone());
@@ -1977,6 +1983,9 @@ impl Node {
             load: load_of(&self.me.node, &self.me.instance),
             labels: self.cfg.labels.clone(),
             live: true,
+            unproven: self
+                .predecessor_unproven_until
+                .is_some_and(|t| self.deps.clock.now() < t),
         }];
         for (key, n) in &self.nodes {
             let rec = &n.record;
@@ -2016,6 +2025,7 @@ impl Node {
                 load: load_of(&rec.holder.node, &rec.holder.instance),
                 labels: attrs.labels,
                 live: liveness == crate::liveness::Liveness::Live,
+                unproven: attrs.unproven,
             });
         }
         out
@@ -2750,6 +2760,8 @@ struct RenewLinks {
     /// Out: a store violation the audit of a renewal found.
     violation: Arc<std::sync::Mutex<Option<String>>>,
     stop: CancellationToken,
+    /// Until then, the node record says `unproven` (see `NodeAttrs`).
+    unproven_until: Option<MonoTime>,
 }
 
 /// Renews the node lease every ttl/3 (publishing the node's load in its
@@ -2767,6 +2779,7 @@ async fn renew_task(
         confirmed,
         violation,
         stop,
+        unproven_until,
     } = links;
     let period = core::renew_period(cfg.ttl);
     let mut renewals: u64 = 0;
@@ -2777,7 +2790,8 @@ async fn renew_task(
             _ = stop.cancelled() => return Some(lease),
             _ = deps.clock.sleep(period) => {}
         }
-        let attrs = node_attrs(&cfg, *load.borrow(), deps.status.cordoned());
+        let unproven = unproven_until.is_some_and(|t| deps.clock.now() < t);
+        let attrs = node_attrs(&cfg, *load.borrow(), deps.status.cordoned(), unproven);
         let t0 = deps.clock.now();
         deps.status.record_renew_late(t0.saturating_since(due));
         let mut with_attrs = true;

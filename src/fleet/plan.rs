@@ -42,6 +42,9 @@ pub struct NodeView {
     pub labels: BTreeMap<String, String>,
     /// Not released and not expired by this node's observation.
     pub live: bool,
+    /// Its record is marked unproven (`NodeAttrs::unproven`): it does not
+    /// show that an earlier instance of its id has stopped.
+    pub unproven: bool,
 }
 
 /// The parts of a manifest placement needs.
@@ -80,9 +83,11 @@ pub enum Claimable {
 
 /// Is the claim's owner alive: its node lease live with that same instance?
 pub fn owner_live(owner: &Owner, nodes: &[NodeView]) -> bool {
+    // A live record of the owner's id marked unproven does not show that
+    // the owner's instance stopped (see `NodeAttrs::unproven`).
     nodes
         .iter()
-        .any(|n| n.id == owner.node && n.instance == owner.instance && n.live)
+        .any(|n| n.id == owner.node && n.live && (n.instance == owner.instance || n.unproven))
 }
 
 /// Whether `me` may claim the session of `manifest`, given its claim.
@@ -228,6 +233,7 @@ mod tests {
             load,
             labels: Default::default(),
             live: true,
+            unproven: false,
         }
     }
 
