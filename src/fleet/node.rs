@@ -729,6 +729,10 @@ struct Node {
     /// within ttl + margin of that creation (its last renewal was sent
     /// before the deletion, which was before the create).
     predecessor_unproven_until: Option<MonoTime>,
+    /// The instance whose record this registration took over by a proof
+    /// (its release, its expiry, or our host lock): its claims are ours at
+    /// once even during the wait above, which is for instances before it.
+    proven_predecessor: Option<String>,
 }
 
 /// A serving node re-reads the fleet marker at least every this many ttls
@@ -794,6 +798,7 @@ impl Node {
             marker_checked: None,
             watch_missing: HashMap::new(),
             predecessor_unproven_until: None,
+            proven_predecessor: None,
         }
     }
 
@@ -850,6 +855,7 @@ impl Node {
 
     async fn serve(&mut self, lease: Lease, shutdown: &CancellationToken) -> Result<Ended> {
         let took_unproven = lease.replaced().is_some_and(|r| NodeAttrs::of(r).unproven);
+        self.proven_predecessor = lease.replaced().map(|r| r.holder.instance.clone());
         if lease.created() || took_unproven {
             // Our ttl, or a longer one this process has read in a node
             // record before. A fresh process knows only its own, and the
@@ -1041,10 +1047,13 @@ impl Node {
     /// Is `c` owned by another instance of this node id whose end nothing
     /// proves yet (see `predecessor_unproven_until`)?
     fn predecessor_unproven(&self, c: Option<&plan::ClaimView>) -> bool {
-        c.is_some_and(|c| c.owner.node == self.me.node && c.owner.instance != self.me.instance)
-            && self
-                .predecessor_unproven_until
-                .is_some_and(|t| self.deps.clock.now() < t)
+        c.is_some_and(|c| {
+            c.owner.node == self.me.node
+                && c.owner.instance != self.me.instance
+                && self.proven_predecessor.as_ref() != Some(&c.owner.instance)
+        }) && self
+            .predecessor_unproven_until
+            .is_some_and(|t| self.deps.clock.now() < t)
     }
 
     /// Reads the watched peers' node records (a conditional GET each, on
@@ -1983,9 +1992,10 @@ impl Node {
             load: load_of(&self.me.node, &self.me.instance),
             labels: self.cfg.labels.clone(),
             live: true,
-            unproven: self
-                .predecessor_unproven_until
-                .is_some_and(|t| self.deps.clock.now() < t),
+            // Our own wait is the gate's (`predecessor_unproven`), which
+            // knows the instance our takeover proved gone; the mark is for
+            // peers.
+            unproven: false,
         }];
         for (key, n) in &self.nodes {
             let rec = &n.record;
