@@ -670,13 +670,6 @@ pub fn between_passes(b: Between) -> LoopVerdict {
     }
 }
 
-/// A pass that failed. `wiped`: the fleet marker vanished or changed (the
-/// bucket was wiped or replaced). Returns whether the node stops serving
-/// for good; any other failure is retried next pass, at the brisk pace.
-pub fn after_pass_error(wiped: bool) -> bool {
-    wiped
-}
-
 /// After the lease is lost: a lost lease may be a wiped bucket, so the
 /// marker is checked first, and a node never registers into a wiped or
 /// replaced bucket. An unreadable marker is not a wipe (the next
@@ -1229,8 +1222,6 @@ mod tests {
         for (what, b, want) in rows {
             assert_eq!(between_passes(*b), *want, "{what}");
         }
-        assert!(after_pass_error(true));
-        assert!(!after_pass_error(false));
         assert!(reregister_after_loss(MarkerSeen::Same));
         assert!(reregister_after_loss(MarkerSeen::Unreadable));
         assert!(!reregister_after_loss(MarkerSeen::WipedOrReplaced));

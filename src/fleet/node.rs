@@ -933,7 +933,9 @@ impl Node {
             }
             let changed = match self.tick().await {
                 Ok(changed) => changed,
-                Err(e) if core::after_pass_error(marker_gone(&e)) => {
+                // A wiped or replaced bucket stops the node for good; any
+                // other failed pass is retried next pass, at the brisk pace.
+                Err(e) if marker_gone(&e) => {
                     tracing::error!(error = %e, "stopping every session");
                     self.event(EventKind::BucketWiped, None, None, e.to_string());
                     self.stop_all("the bucket was wiped or replaced").await;
