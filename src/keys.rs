@@ -15,6 +15,7 @@
 //! | `sessions/<name>` | a session's claim (owner, epoch, state) | the owning node; a peer taking over |
 //! | `leases/<name>` | a standalone lease | `lease acquire/renew/release`, the library |
 //! | `control/<id>` | an operator's cordon / drain of a node | `node cordon/drain/uncordon` |
+//! | `changes/<ms>-<nonce>-<m\|s\|n>-<name>` | a hint that a manifest (`m`), a claim (`s`) or a node record's attributes (`n`) were written | every writer of those ([`crate::fleet::feed`]); deleted by retention |
 
 use std::fmt::Display;
 
@@ -30,6 +31,84 @@ pub const SESSIONS: &str = "sessions/";
 pub const LEASES: &str = "leases/";
 /// Operator control objects, one per node.
 pub const CONTROL: &str = "control/";
+/// The change feed: hints, never authority (see `crate::fleet::feed`).
+pub const CHANGES: &str = "changes/";
+
+/// What a hint says was written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Hinted {
+    Manifest,
+    Claim,
+    /// A node record whose attributes other than its load changed
+    /// (cordoned, the unproven mark): written by the node itself, since
+    /// every renewal writes its record and only these are news.
+    Node,
+}
+
+impl Hinted {
+    fn letter(self) -> char {
+        match self {
+            Hinted::Manifest => 'm',
+            Hinted::Claim => 's',
+            Hinted::Node => 'n',
+        }
+    }
+
+    /// The key a hint of this kind names.
+    pub fn key(self, name: impl Display) -> String {
+        match self {
+            Hinted::Manifest => manifest(name),
+            Hinted::Claim => session(name),
+            Hinted::Node => node(name),
+        }
+    }
+
+    /// The kind and name of a written key, if every write of it is hinted
+    /// (manifests and claims; node records are hinted by their node when
+    /// news, see [`Hinted::Node`]).
+    pub fn of_key(key: &str) -> Option<(Hinted, &str)> {
+        name_in(MANIFESTS, key)
+            .map(|n| (Hinted::Manifest, n))
+            .or_else(|| name_in(SESSIONS, key).map(|n| (Hinted::Claim, n)))
+            .filter(|(_, n)| !n.is_empty() && !n.contains('/'))
+    }
+}
+
+/// Digits of a hint's time: ms since the Unix epoch, zero-padded so that
+/// lexicographic order (the listing's) is time order until the year 2286.
+pub const HINT_MS_DIGITS: usize = 13;
+
+/// A hint's key: written at wall time `ms` by a writer that drew `nonce`
+/// (hex, no `-`), naming a `kind` write of session `name`.
+pub fn hint(ms: u64, nonce: &str, kind: Hinted, name: impl Display) -> String {
+    format!("{CHANGES}{ms:013}-{nonce}-{}-{name}", kind.letter())
+}
+
+/// The cursor key for "every hint from `ms` on": it sorts just before every
+/// hint written at `ms`, so `list_after` from it includes them.
+pub fn hint_cursor(ms: u64) -> String {
+    format!("{CHANGES}{ms:013}")
+}
+
+/// Parses a hint key into (ms, kind, name); None for anything else (a
+/// foreign object under `changes/` is ignored: hints only ever hasten).
+pub fn parse_hint(key: &str) -> Option<(u64, Hinted, &str)> {
+    let rest = name_in(CHANGES, key)?;
+    let (ms, rest) = rest.split_once('-')?;
+    if ms.len() != HINT_MS_DIGITS || !ms.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let (_nonce, rest) = rest.split_once('-')?;
+    let (kind, name) = rest.split_once('-')?;
+    let kind = match kind {
+        "m" => Hinted::Manifest,
+        "s" => Hinted::Claim,
+        "n" => Hinted::Node,
+        _ => return None,
+    };
+    crate::Name::new(name).ok()?;
+    Some((ms.parse().ok()?, kind, name))
+}
 
 /// Node `id`'s lease (or, for a prefix, the listing of ids that start with it).
 pub fn node(id: impl Display) -> String {
@@ -81,6 +160,45 @@ pub fn manifest_of_session(key: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Hint keys parse back to what they name whatever the name holds
+    /// (`-` and `.` included), sort by time, and anything else under
+    /// `changes/` is not a hint.
+    #[test]
+    fn hint_keys_round_trip_and_sort_by_time() {
+        let k = hint(1_764_700_000_123, "9f3a", Hinted::Claim, "web-1.a");
+        assert_eq!(k, "changes/1764700000123-9f3a-s-web-1.a");
+        assert_eq!(
+            parse_hint(&k),
+            Some((1_764_700_000_123, Hinted::Claim, "web-1.a"))
+        );
+        let m = hint(7, "00", Hinted::Manifest, "x");
+        assert_eq!(parse_hint(&m), Some((7, Hinted::Manifest, "x")));
+        let n = hint(7, "00", Hinted::Node, "n1");
+        assert_eq!(
+            parse_hint(&n).map(|(_, k, x)| k.key(x)),
+            Some("nodes/n1".into())
+        );
+        assert!(hint(999, "ff", Hinted::Manifest, "z") < hint(1000, "00", Hinted::Manifest, "a"));
+        assert!(hint_cursor(1000) < hint(1000, "00", Hinted::Manifest, "a"));
+        assert!(hint_cursor(1001) > hint(1000, "ff", Hinted::Claim, "zz"));
+        for bad in [
+            "changes/",
+            "changes/123-ab-m-x",
+            "changes/176470000012x-ab-m-x",
+            "changes/1764700000123-ab-q-x",
+            "changes/1764700000123-ab-m-",
+            "changes/1764700000123-ab-m-..",
+            "changes/1764700000123-ab-m-a/b",
+            "manifests/1764700000123-ab-m-x",
+        ] {
+            assert_eq!(parse_hint(bad), None, "{bad}");
+        }
+        assert_eq!(Hinted::of_key("manifests/a"), Some((Hinted::Manifest, "a")));
+        assert_eq!(Hinted::of_key("sessions/a"), Some((Hinted::Claim, "a")));
+        assert_eq!(Hinted::of_key("nodes/a"), None);
+        assert_eq!(Hinted::of_key("sessions/"), None);
+    }
 
     #[test]
     fn keys_round_trip_through_their_prefixes() {

@@ -672,6 +672,360 @@ async fn steady_state_requests_per_node_hour() {
     assert!(busy.total() <= idle.total() + 20, "{busy:?} vs {idle:?}");
 }
 
+/// Issue #14, the change feed: a node whose full listings are an hour apart
+/// starts a manifest applied after its first pass within one idle pause,
+/// because `apply`'s hint names it (a light pass reads only that). With
+/// every hint lost the same manifest waits for the next full listing (so
+/// it is the feed that placed it, not a listing), and is placed then.
+#[tokio::test(flavor = "current_thread")]
+async fn the_change_feed_places_a_new_manifest_without_a_full_listing() {
+    use leasehold::clock::{ManualClock, SeededEntropy};
+    use leasehold::fleet::feed::{HintFaults, HintingStore};
+    async fn placed_after(lose: f64) -> Option<Duration> {
+        let clock = ManualClock::new();
+        let dyn_clock: Arc<dyn Clock> = Arc::new(clock.clone());
+        let bucket: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());
+        let hinting = |salt: u64| -> Arc<dyn Store> {
+            Arc::new(
+                HintingStore::new(
+                    bucket.clone(),
+                    dyn_clock.clone(),
+                    Arc::new(SeededEntropy::new(salt)),
+                )
+                .with_faults(HintFaults {
+                    lose,
+                    ..HintFaults::default()
+                }),
+            )
+        };
+        init_marker(&bucket).await;
+        let mut cfg = NodeConfig::new(Name::new("n1").unwrap(), Duration::from_secs(10));
+        cfg.probe = false;
+        cfg.full_every = Duration::from_secs(3600);
+        let runner = Arc::new(RecordingRunner::new(dyn_clock.clone()));
+        let deps = NodeDeps {
+            journal: Arc::new(Journal::new(1000, 1 << 20)),
+            ..NodeDeps::new(hinting(1), dyn_clock.clone(), runner.clone())
+        };
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(node::run(cfg, deps, shutdown.clone()));
+        let step = Duration::from_millis(100);
+        let settle = async || {
+            clock.advance(step);
+            for _ in 0..20 {
+                tokio::task::yield_now().await;
+            }
+        };
+        // Registered, first (full) pass done, backed off to idle.
+        for _ in 0..600 {
+            settle().await;
+        }
+        apply(&hinting(2), "late", &spec("sleep")).await;
+        let t0 = clock.now();
+        let mut placed = None;
+        // Up to just past the next full listing (an hour after the first).
+        for _ in 0..36_200 {
+            settle().await;
+            if !leasehold::fleet::runner::Runner::running(runner.as_ref()).is_empty() {
+                placed = Some(clock.now().saturating_since(t0));
+                break;
+            }
+        }
+        shutdown.cancel();
+        settle().await;
+        task.await.unwrap().unwrap();
+        placed
+    }
+    let hinted = placed_after(0.0).await.expect("placed with hints");
+    // One idle pause (max_poll = ttl = 10 s) and the pass: far from an hour.
+    assert!(hinted <= Duration::from_secs(12), "{hinted:?}");
+    let lost = placed_after(1.0).await.expect("placed by the full listing");
+    eprintln!("placed {hinted:?} after apply with hints, {lost:?} without");
+    assert!(
+        lost >= Duration::from_secs(3000),
+        "without hints it waited for the full listing, not {lost:?}"
+    );
+}
+
+/// Issue #14: with the feed on, a node reads a peer's record only when the
+/// peer hints that its attributes changed (or once per full listing): none
+/// in ten idle minutes, then one within a pass or two of the peer's cordon.
+/// (With the feed off it reads every peer every `node_refresh`, 3 ttls:
+/// `idle_fleet_reads_peer_records_only_every_node_refresh`.)
+#[tokio::test(flavor = "current_thread")]
+async fn a_peer_record_is_read_when_its_node_hints_a_change() {
+    use async_trait::async_trait;
+    use futures::stream::BoxStream;
+    use leasehold::clock::{ManualClock, SeededEntropy};
+    use leasehold::fleet::feed::HintingStore;
+    use leasehold::store::{Cond, Conditional, Entry, Object, StoreError, Version};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    /// Counts this node's reads of one key.
+    #[derive(Debug)]
+    struct ReadsOf(Arc<dyn Store>, &'static str, Arc<AtomicU64>);
+    impl std::fmt::Display for ReadsOf {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "{}", self.0)
+        }
+    }
+    #[async_trait]
+    impl Store for ReadsOf {
+        async fn get(&self, key: &str) -> Result<Option<Object>, StoreError> {
+            if key == self.1 {
+                self.2.fetch_add(1, Ordering::SeqCst);
+            }
+            self.0.get(key).await
+        }
+        async fn get_if_changed(&self, key: &str, v: &Version) -> Result<Conditional, StoreError> {
+            if key == self.1 {
+                self.2.fetch_add(1, Ordering::SeqCst);
+            }
+            self.0.get_if_changed(key, v).await
+        }
+        async fn put(&self, key: &str, b: bytes::Bytes, c: Cond) -> Result<Version, StoreError> {
+            self.0.put(key, b, c).await
+        }
+        async fn delete(&self, key: &str) -> Result<(), StoreError> {
+            self.0.delete(key).await
+        }
+        fn list(&self, p: &str) -> BoxStream<'static, Result<Entry, StoreError>> {
+            self.0.list(p)
+        }
+        fn list_after(&self, p: &str, a: &str) -> BoxStream<'static, Result<Entry, StoreError>> {
+            self.0.list_after(p, a)
+        }
+    }
+    let clock = ManualClock::new();
+    let dyn_clock: Arc<dyn Clock> = Arc::new(clock.clone());
+    let bucket: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());
+    init_marker(&bucket).await;
+    let reads = Arc::new(AtomicU64::new(0));
+    let shutdown = CancellationToken::new();
+    let mut tasks = Vec::new();
+    let mut b_status = None;
+    for (i, id) in ["a", "b"].into_iter().enumerate() {
+        let mut cfg = NodeConfig::new(Name::new(id).unwrap(), Duration::from_secs(10));
+        cfg.probe = false;
+        cfg.full_every = Duration::from_secs(3600);
+        let counted: Arc<dyn Store> = if id == "a" {
+            Arc::new(ReadsOf(bucket.clone(), "nodes/b", reads.clone()))
+        } else {
+            bucket.clone()
+        };
+        let store: Arc<dyn Store> = Arc::new(HintingStore::new(
+            counted,
+            dyn_clock.clone(),
+            Arc::new(SeededEntropy::new(i as u64)),
+        ));
+        let status: Arc<leasehold::fleet::node::NodeStatus> = Default::default();
+        if id == "b" {
+            b_status = Some(status.clone());
+        }
+        let deps = NodeDeps {
+            journal: Arc::new(Journal::new(1000, 1 << 20)),
+            status,
+            ..NodeDeps::new(
+                store,
+                dyn_clock.clone(),
+                Arc::new(RecordingRunner::new(dyn_clock.clone())),
+            )
+        };
+        tasks.push(tokio::spawn(node::run(cfg, deps, shutdown.clone())));
+    }
+    let settle = async |n: u32| {
+        for _ in 0..n {
+            clock.advance(Duration::from_millis(100));
+            for _ in 0..20 {
+                tokio::task::yield_now().await;
+            }
+        }
+    };
+    settle(600).await; // a minute: registered, b's first renewal hinted
+    let before = reads.load(Ordering::SeqCst);
+    assert!(before >= 1, "a read b's record when it first listed it");
+    settle(6000).await; // ten idle minutes
+    let idle = reads.load(Ordering::SeqCst) - before;
+    assert_eq!(idle, 0, "no periodic reads of b's record with the feed on");
+    leasehold::fleet::control::set(&bucket, &SeededEntropy::new(9), "b", false, 0)
+        .await
+        .unwrap();
+    b_status.unwrap().nudge();
+    settle(300).await; // b's next pass and renewal, then a's light pass
+    let after = reads.load(Ordering::SeqCst) - before;
+    assert!(
+        after >= 1,
+        "b's cordon was hinted and a read it ({after} reads)"
+    );
+    shutdown.cancel();
+    settle(2).await;
+    for t in tasks {
+        t.await.unwrap().unwrap();
+    }
+}
+
+/// Issue #14 (found in review): with the feed on, a takeover between full
+/// listings is seen by the other nodes only through its hint. That must
+/// count as a sighting of its epoch: when the holder dies and its claim is
+/// deleted by hand, the survivor makes it again above it. (Before,
+/// `seen_claims` grew only at full listings, and the claim came back at
+/// epoch 2, the epoch the takeover had already run.)
+#[tokio::test(flavor = "current_thread")]
+async fn a_claim_seen_only_through_hints_is_not_made_again_at_its_epoch() {
+    use leasehold::clock::{ManualClock, SeededEntropy};
+    use leasehold::fleet::feed::HintingStore;
+    let clock = ManualClock::new();
+    let dyn_clock: Arc<dyn Clock> = Arc::new(clock.clone());
+    let bucket: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());
+    init_marker(&bucket).await;
+    let hinting = |salt: u64| -> Arc<dyn Store> {
+        Arc::new(HintingStore::new(
+            bucket.clone(),
+            dyn_clock.clone(),
+            Arc::new(SeededEntropy::new(salt)),
+        ))
+    };
+    apply(&hinting(99), "x", &spec("sleep")).await;
+    let settle = async |n: u32| {
+        for _ in 0..n {
+            clock.advance(Duration::from_millis(100));
+            for _ in 0..20 {
+                tokio::task::yield_now().await;
+            }
+        }
+    };
+    let shutdown = CancellationToken::new();
+    let mut nodes = Vec::new();
+    for (i, id) in ["c", "a", "b"].into_iter().enumerate() {
+        let mut cfg = NodeConfig::new(Name::new(id).unwrap(), Duration::from_secs(10));
+        cfg.probe = false;
+        cfg.full_every = Duration::from_secs(3600);
+        let runner = Arc::new(RecordingRunner::new(dyn_clock.clone()));
+        let deps = NodeDeps {
+            journal: Arc::new(Journal::new(1000, 1 << 20)),
+            ..NodeDeps::new(hinting(i as u64), dyn_clock.clone(), runner.clone())
+        };
+        let task = tokio::spawn(node::run(cfg, deps, shutdown.clone()));
+        nodes.push((id.to_string(), runner, task));
+        settle(300).await; // c claims x first
+    }
+    let running = |r: &Arc<RecordingRunner>| leasehold::fleet::runner::Runner::running(r.as_ref());
+    assert_eq!(running(&nodes[0].1).len(), 1, "c runs x");
+    nodes[0].2.abort(); // kill -9: no release
+    settle(900).await; // c expires; a or b takes x over in a light pass
+    let holder = nodes[1..]
+        .iter()
+        .position(|(_, r, _)| !running(r).is_empty())
+        .expect("x taken over");
+    // The holder dies too, and its claim is deleted by hand (no hint): the
+    // survivor saw epoch 2 only through the takeover's hint.
+    nodes[1 + holder].2.abort();
+    bucket.delete("sessions/x").await.unwrap();
+    settle(2 * 36_000).await; // past the next full listings and the hold
+    let mut runs: Vec<common::Run<leasehold::clock::MonoTime>> = Vec::new();
+    for (id, runner, _) in &nodes {
+        for (s, e, a, b) in runner.history() {
+            runs.push((s, e, id.clone(), a, b));
+        }
+    }
+    eprintln!("holder {}: {runs:?}", nodes[1 + holder].0);
+    assert!(
+        runs.iter().any(|r| r.1 == 2),
+        "the takeover ran at epoch 2: {runs:?}"
+    );
+    let again = runs.iter().map(|r| r.1).max().unwrap();
+    assert!(
+        again >= 3,
+        "made again above the takeover's epoch: {runs:?}"
+    );
+    common::assert_never_twice("", &runs);
+    shutdown.cancel();
+    settle(2).await;
+    let survivor = nodes.remove(2 - holder);
+    survivor.2.await.unwrap().unwrap();
+}
+
+/// Issue #14: a node whose full listings are a minute apart believes in its
+/// claims for that minute (plus a ttl, less the margin), so it publishes
+/// that minute as `max_poll_ms` and a peer waits it out before making one
+/// of its claims again. Here an operator deletes n1's claim by hand (no
+/// hint), n2's hints are lost too, and n2 lists everything every pass (its
+/// feed off): if n1 published only its `max_poll` (10 s), n2 would make
+/// the claim again about 21 s after seeing it gone, while n1 runs the
+/// session until its next full listing, up to a minute later.
+#[tokio::test(flavor = "current_thread")]
+async fn a_node_with_rare_full_listings_is_waited_out_for_them() {
+    use leasehold::clock::{ManualClock, SeededEntropy};
+    use leasehold::fleet::feed::{HintFaults, HintingStore};
+    let clock = ManualClock::new();
+    let dyn_clock: Arc<dyn Clock> = Arc::new(clock.clone());
+    let bucket: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());
+    init_marker(&bucket).await;
+    apply(&bucket, "s", &spec("sleep")).await;
+    let step = Duration::from_millis(100);
+    let settle = async |n: u32| {
+        for _ in 0..n {
+            clock.advance(step);
+            for _ in 0..20 {
+                tokio::task::yield_now().await;
+            }
+        }
+    };
+    let shutdown = CancellationToken::new();
+    let mut nodes = Vec::new();
+    for (i, full_every) in [(1u64, 60u64), (2, 10)] {
+        let mut cfg = NodeConfig::new(Name::new(format!("n{i}")).unwrap(), Duration::from_secs(10));
+        cfg.probe = false;
+        cfg.full_every = Duration::from_secs(full_every);
+        let store: Arc<dyn Store> = Arc::new(
+            HintingStore::new(
+                bucket.clone(),
+                dyn_clock.clone(),
+                Arc::new(SeededEntropy::new(i)),
+            )
+            .with_faults(HintFaults {
+                lose: 1.0,
+                ..HintFaults::default()
+            }),
+        );
+        let runner = Arc::new(RecordingRunner::new(dyn_clock.clone()));
+        let deps = NodeDeps {
+            journal: Arc::new(Journal::new(1000, 1 << 20)),
+            ..NodeDeps::new(store, dyn_clock.clone(), runner.clone())
+        };
+        let task = tokio::spawn(node::run(cfg, deps, shutdown.clone()));
+        nodes.push((format!("n{i}"), runner, task));
+        // n1 registers, lists everything and claims before n2 starts.
+        settle(30).await;
+    }
+    assert_eq!(
+        leasehold::fleet::runner::Runner::running(nodes[0].1.as_ref()).len(),
+        1,
+        "n1 runs s"
+    );
+    settle(20).await;
+    bucket.delete("sessions/s").await.unwrap();
+    settle(1800).await; // three virtual minutes
+    let mut runs: Vec<common::Run<leasehold::clock::MonoTime>> = Vec::new();
+    for (id, runner, _) in &nodes {
+        for (s, e, a, b) in runner.history() {
+            runs.push((s, e, id.clone(), a, b));
+        }
+    }
+    eprintln!("{runs:?}");
+    let o = common::overlaps(&runs);
+    assert!(o.is_empty(), "ran twice at once: {o:?} in {runs:?}");
+    // And the session was made again (at a higher epoch) and runs.
+    assert!(
+        runs.iter().any(|r| r.1 > 1 && r.4 >= clock.now()),
+        "{runs:?}"
+    );
+    shutdown.cancel();
+    settle(2).await;
+    for (_, _, t) in nodes {
+        t.await.unwrap().unwrap();
+    }
+}
+
 /// On a slow store a tick can outlast the TTL. A session must then be started
 /// with the lease's latest deadline, and a start refused because the node's
 /// own deadline passed must not mark the session failed (it once did, and

@@ -12,6 +12,7 @@ use leasehold::Name;
 mod common;
 
 use leasehold::clock::{Clock, Entropy, ManualClock, MonoTime, SeededEntropy};
+use leasehold::fleet::feed::{HintFaults, HintingStore};
 use leasehold::fleet::journal::Journal;
 use leasehold::fleet::manifest::{self, Spec};
 use leasehold::fleet::node::{self, NodeConfig, NodeDeps};
@@ -54,7 +55,26 @@ struct Adversary {
     churn: Option<(Duration, Duration)>,
     /// No injected request faults and no partitions: the adversary alone.
     calm: bool,
+    /// The change feed on (light passes between full listings every
+    /// `FEED_FULL_EVERY`), with every writer's hints lost, duplicated and
+    /// stamped late (reordered) as drawn from the seed.
+    feed: Option<HintFaults>,
 }
+
+/// The anti-entropy interval of nodes with the feed on: 5 ttls, 15 polls
+/// of `max_poll`, so most passes are light (an adversary schedule of 4 s
+/// has one full listing per node, at its start).
+const FEED_FULL_EVERY: Duration = Duration::from_millis(3_000);
+
+/// Hints as badly as the feed may treat them and still be of use: a fifth
+/// lost, a fifth doubled, each stamped up to two skew windows late (so
+/// some fall behind readers' cursors and are missed, and many land out of
+/// order).
+const HINT_FAULTS: HintFaults = HintFaults {
+    lose: 0.2,
+    duplicate: 0.2,
+    back_ms: 4_000,
+};
 
 /// Runs one schedule; returns every session run and the faults injected.
 async fn schedule(seed: u64, virtual_secs: u64) -> (Vec<Run>, u64) {
@@ -139,9 +159,24 @@ async fn schedule_with(
     leasehold::fleet::marker::init(&inner, entropy.as_ref(), 0, 1)
         .await
         .unwrap();
+    // Writers hint through the feed (with its faults) when it is on.
+    let hinted = |store: Arc<dyn Store>, salt: u64| -> Arc<dyn Store> {
+        match adversary.feed {
+            Some(f) => Arc::new(
+                HintingStore::new(
+                    store,
+                    dyn_clock.clone(),
+                    Arc::new(SeededEntropy::new(seed * 7 + salt)),
+                )
+                .with_faults(f),
+            ),
+            None => store,
+        }
+    };
+    let operator = hinted(inner.clone(), 100);
     let apply = async |name: &str| {
         let _ = manifest::apply(
-            &inner,
+            &operator,
             entropy.as_ref(),
             &Name::new(name).unwrap(),
             &Spec::new("sleep", &[]),
@@ -188,11 +223,14 @@ async fn schedule_with(
         cfg.poll = Duration::from_millis(50);
         cfg.max_poll = Duration::from_millis(200);
         cfg.grace = Duration::from_millis(100);
+        if adversary.feed.is_some() {
+            cfg.full_every = FEED_FULL_EVERY;
+        }
         let runner = Arc::new(RecordingRunner::new(dyn_clock.clone()));
         let deps = NodeDeps {
             entropy: Arc::new(SeededEntropy::new(seed * 17 + n)),
             journal: Arc::new(Journal::new(100_000, 64 << 20)),
-            ..NodeDeps::new(store.clone(), dyn_clock.clone(), runner.clone())
+            ..NodeDeps::new(hinted(store.clone(), n), dyn_clock.clone(), runner.clone())
         };
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(node::run(cfg, deps, shutdown.clone()));
@@ -346,6 +384,31 @@ async fn nodes_under_faults_and_partitions_never_run_a_session_twice() {
     assert!(total_faults > 10_000, "{total_faults} faults");
 }
 
+/// Issue #14: with the change feed on, most passes are light (they read
+/// only what hints name) and hints are lost, doubled and late; the
+/// never-twice checks hold under the same request faults and partitions,
+/// and sessions still move (a lost hint delays a change until the next
+/// full listing, never decides one).
+#[tokio::test(flavor = "current_thread")]
+async fn the_change_feed_under_lost_and_reordered_hints_never_runs_a_session_twice() {
+    let (mut total_runs, mut moved, mut total_faults) = (0, 0, 0);
+    for seed in 0..100 {
+        let adversary = Adversary {
+            feed: Some(HINT_FAULTS),
+            ..Adversary::default()
+        };
+        let ((runs, faults), _) = schedule_with(seed, 20, adversary).await;
+        total_runs += runs.len();
+        moved += runs.iter().filter(|r| r.1 > 1).count();
+        total_faults += faults;
+    }
+    eprintln!(
+        "100 schedules with the feed: {total_runs} session runs ({moved} after a takeover), {total_faults} faults injected"
+    );
+    assert!(total_runs > 100 * 6, "{total_runs} runs");
+    assert!(moved > 500, "{moved} runs after a takeover");
+}
+
 /// The same seed gives the same history, run for run, in one process: a
 /// failure found by the simulation can be replayed (across processes too:
 /// `a_seed_replays_across_processes`). (Seed 8 is the one that catches a
@@ -378,6 +441,8 @@ async fn adversary_schedules(from: u64, to: u64) {
             lock_free: pick == 6,
             churn: None,
             calm: false,
+            // Half the schedules with the feed and its faults.
+            feed: (seed % 2 == 1).then_some(HINT_FAULTS),
         };
         let ((runs, injected), ends) = schedule_with(seed, 4, adversary).await;
         runs_total += runs.len();
@@ -517,6 +582,17 @@ fn a_seed_replays_across_processes() {
                 };
                 let ((runs, faults), ends) = schedule_with(seed, 10, vandal).await;
                 d.push_str(&format!("vandal {seed}: {faults} {runs:?} {ends:?}; "));
+            }
+            // The change feed with its faults: hints' keys, their order in
+            // listings and which are lost all come from the seed.
+            for seed in [4, 12] {
+                let feed = Adversary {
+                    vandal: true,
+                    feed: Some(HINT_FAULTS),
+                    ..Adversary::default()
+                };
+                let ((runs, faults), ends) = schedule_with(seed, 10, feed).await;
+                d.push_str(&format!("feed {seed}: {faults} {runs:?} {ends:?}; "));
             }
             d
         })

@@ -309,6 +309,8 @@ enum LsWhat {
     Manifests,
 }
 
+// Parsed once per process: the size of `Run` does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 enum NodeOp {
     /// Take no new sessions on node ID (running ones stay), as `kubectl
@@ -370,6 +372,15 @@ enum NodeOp {
         /// the trade (docs/evidence.md).
         #[arg(long, value_parser = parse_duration, allow_hyphen_values = true)]
         max_poll: Option<Duration>,
+        /// Longest between two passes that list every manifest and claim
+        /// (anti-entropy; default: 60 ttls, 10 min at the default ttl).
+        /// Passes in between read the change feed (`changes/`) and only
+        /// the keys it names, so their cost does not grow with the number
+        /// of sessions. A change whose hint is lost, and a claim an
+        /// operator deletes by hand, wait up to this long (plus two ttls).
+        /// At or below --max-poll every pass lists everything.
+        #[arg(long, value_parser = parse_duration, allow_hyphen_values = true)]
+        full_every: Option<Duration>,
         /// A launcher prefixed to every session command, split on spaces
         /// (e.g. 'nice -n 10'). Default: run the spec's command directly.
         #[arg(long)]
@@ -730,6 +741,9 @@ fn apply_config_file() -> Result<(), Error> {
     Ok(())
 }
 
+/// `node run --full-every`'s default, in ttls.
+const DEFAULT_FULL_EVERY_TTLS: u32 = 60;
+
 /// Opens the store of a one-shot command. Refuses `memory://` (every
 /// process has its own, so a one-shot command would only ever see an empty
 /// store of its own) and a `file://` root that does not exist (a mistyped
@@ -757,7 +771,7 @@ pub(crate) async fn open(args: &StoreArgs) -> Result<Arc<dyn Store>, Error> {
             ),
         ));
     }
-    open_creating(args).await
+    Ok(hinting(open_creating(args).await?))
 }
 
 /// Opens the store, creating a `file://` root that does not exist yet (and
@@ -778,6 +792,16 @@ pub(crate) async fn open_creating(args: &StoreArgs) -> Result<Arc<dyn Store>, Er
         request_timeout: args.request_timeout,
     };
     open_store(&args.store, &opts).await
+}
+
+/// Every command that writes a manifest or a claim hints it in the change
+/// feed (`leasehold::fleet::feed`), so nodes find it without a full listing.
+fn hinting(store: Arc<dyn Store>) -> Arc<dyn Store> {
+    Arc::new(leasehold::fleet::feed::HintingStore::new(
+        store,
+        Arc::new(SystemClock::new()),
+        Arc::new(leasehold::clock::OsEntropy::new()),
+    ))
 }
 
 fn node_name(node: Option<String>) -> Result<Name, Error> {
@@ -1751,6 +1775,7 @@ async fn node(op: NodeOp) -> Result<(), Failure> {
         address,
         ttl,
         max_poll,
+        full_every,
         exec,
         stop_grace,
         listen,
@@ -1807,9 +1832,15 @@ async fn node(op: NodeOp) -> Result<(), Failure> {
         )
         .into());
     }
+    if let Some(f) = full_every
+        && !(ttl..=Duration::from_secs(24 * 3600)).contains(&f)
+    {
+        return Err(Error::invalid("--full-every", "between the ttl and 24h").into());
+    }
     let store = open_creating(&store).await?;
     let counting = Arc::new(leasehold::store::CountingStore::new(store));
-    let store: Arc<dyn Store> = counting.clone();
+    // Hints are counted with the rest of the node's requests.
+    let store: Arc<dyn Store> = hinting(counting.clone());
     let host = leasehold::hostlock::hostname();
     // A store this host's audit caught breaking its conditions stays refused
     // until `leasehold doctor` passes on it.
@@ -1856,6 +1887,7 @@ async fn node(op: NodeOp) -> Result<(), Failure> {
     if let Some(m) = max_poll {
         cfg.max_poll = m;
     }
+    cfg.full_every = full_every.unwrap_or(ttl.saturating_mul(DEFAULT_FULL_EVERY_TTLS));
     let journal = Arc::new(Journal::new(10_000, 4 << 20));
     let status: Arc<fleet_node::NodeStatus> = Default::default();
     let (claim_handle, claim_inbox) = fleet_node::claim_channel(&cfg.id);

@@ -435,6 +435,19 @@ pub struct Settings {
     pub ttl: Duration,
     /// `None`: the default (= ttl).
     pub max_poll: Option<Duration>,
+    /// `None`: the daemon's default (`node run --full-every`: 60 ttls).
+    /// At or below `max_poll` every pass lists everything (the feed off).
+    pub full_every: Option<Duration>,
+}
+
+/// `node run --full-every`'s default, in ttls (bin/cli).
+pub const DEFAULT_FULL_EVERY_TTLS: u32 = 60;
+
+impl Settings {
+    pub fn full_every(&self) -> Duration {
+        self.full_every
+            .unwrap_or(self.ttl * DEFAULT_FULL_EVERY_TTLS)
+    }
 }
 
 /// What one virtual hour measured.
@@ -454,7 +467,13 @@ async fn virtual_hour(n: usize, s: usize, set: Settings, failover: bool) -> Resu
     let clock = ManualClock::new();
     let dyn_clock: Arc<dyn Clock> = Arc::new(clock.clone());
     let counting = Arc::new(CountingStore::new(Arc::new(ObjectStoreBackend::memory())));
-    let store: Arc<dyn Store> = counting.clone();
+    // Every writer hints through the feed, as the CLI and the daemon do;
+    // the hints' writes are counted with everything else.
+    let store: Arc<dyn Store> = Arc::new(leasehold::fleet::feed::HintingStore::new(
+        counting.clone(),
+        dyn_clock.clone(),
+        Arc::new(OsEntropy::new()),
+    ));
     apply_sleepers(&store, s).await?;
     let nodes: Vec<SpikeNode> = (0..n)
         .map(|i| {
@@ -463,6 +482,7 @@ async fn virtual_hour(n: usize, s: usize, set: Settings, failover: bool) -> Resu
             if let Some(m) = set.max_poll {
                 cfg.max_poll = m;
             }
+            cfg.full_every = set.full_every();
             start_cfg(cfg, &store, &dyn_clock)
         })
         .collect();
@@ -475,8 +495,13 @@ async fn virtual_hour(n: usize, s: usize, set: Settings, failover: bool) -> Resu
             }
         }
     };
-    // Settle: ten of the longer of ttl and max_poll.
-    let settle = ttl.max(set.max_poll.unwrap_or(ttl)) * 10;
+    // Settle: ten of the longer of ttl and max_poll; with the feed on, also
+    // past the retention of the hints the setup wrote (a steady-state hour
+    // deletes as many hints as it writes, not the setup's).
+    let mut settle = ttl.max(set.max_poll.unwrap_or(ttl)) * 10;
+    if set.full_every() > set.max_poll.unwrap_or(ttl) {
+        settle = settle.max(leasehold::fleet::feed::RETENTION + set.full_every());
+    }
     advance(settle.as_millis() as u64 / 100).await;
     let placed = owners(&store).await?.len();
     let before = counting.counts();
@@ -576,6 +601,7 @@ pub async fn cost(n: usize, s: usize, set: Settings, failover: bool, json: bool)
     let row = serde_json::json!({
         "nodes": n, "sessions": s, "placed": placed, "ttl_ms": ttl.as_millis() as u64,
         "max_poll_ms": set.max_poll.unwrap_or(ttl).as_millis() as u64,
+        "full_every_ms": set.full_every().as_millis() as u64,
         "idle_fleet_hour": idle, "busy_fleet_hour": busy_used,
         "requests_per_node_hour": per_node,
         "idle_requests_per_node_hour": idle_per_node,
@@ -590,20 +616,22 @@ pub async fn cost(n: usize, s: usize, set: Settings, failover: bool, json: bool)
         return Ok(());
     }
     println!(
-        "one virtual hour at steady state, ttl {}ms, max_poll {}ms, {n} nodes, {s} sessions ({placed} placed)",
+        "one virtual hour at steady state, ttl {}ms, max_poll {}ms, full listings every {}ms, {n} nodes, {s} sessions ({placed} placed)",
         ttl.as_millis(),
-        set.max_poll.unwrap_or(ttl).as_millis()
+        set.max_poll.unwrap_or(ttl).as_millis(),
+        set.full_every().as_millis()
     );
     println!();
-    println!("| fleet | renew PUTs | list pages | GETs | creates | total |");
-    println!("|---|---|---|---|---|---|");
+    println!("| fleet | renew PUTs | list pages | GETs | creates | deletes | total |");
+    println!("|---|---|---|---|---|---|---|");
     for (label, c) in [("idle", &idle), ("busy", &busy_used)] {
         println!(
-            "| {label} | {} | {} | {} | {} | {} |",
+            "| {label} | {} | {} | {} | {} | {} | {} |",
             c.put_match,
             c.list_pages,
             c.get + c.get_if_changed,
             c.put_create,
+            c.delete,
             c.total()
         );
     }
@@ -642,26 +670,33 @@ pub async fn cost(n: usize, s: usize, set: Settings, failover: bool, json: bool)
 /// followed by the abort of the busiest node.
 pub async fn cost_sweep(n: usize, s: usize, json: bool) -> Result<()> {
     let sec = Duration::from_secs;
+    // (ttl, max_poll, full_every): None = the defaults.
     let rows = [
-        (sec(5), None),
-        (sec(10), None),
-        (sec(10), Some(sec(30))),
-        (sec(10), Some(sec(60))),
-        (sec(20), None),
-        (sec(30), None),
-        (sec(60), None),
+        (sec(10), None, Some(sec(10))),
+        (sec(5), None, None),
+        (sec(10), None, None),
+        (sec(10), None, Some(sec(1800))),
+        (sec(10), Some(sec(30)), None),
+        (sec(10), Some(sec(60)), None),
+        (sec(20), None, None),
+        (sec(30), None, None),
+        (sec(60), None, None),
     ];
     let mut out = Vec::new();
     if !json {
         println!("{n} nodes, {s} sessions; one virtual hour each, then the busiest node aborted");
         println!();
         println!(
-            "| ttl | max_poll | requests per node-hour | USD per node-month S3 | USD per node-month R2 | failover (virtual) |"
+            "| ttl | max_poll | full listings every | requests per node-hour | USD per node-month S3 | USD per node-month R2 | failover (virtual) |"
         );
-        println!("|---|---|---|---|---|---|");
+        println!("|---|---|---|---|---|---|---|");
     }
-    for (ttl, max_poll) in rows {
-        let set = Settings { ttl, max_poll };
+    for (ttl, max_poll, full_every) in rows {
+        let set = Settings {
+            ttl,
+            max_poll,
+            full_every,
+        };
         let h = virtual_hour_blocking(n, s, set, true)?;
         if h.placed != s {
             return Err(leasehold::Error::Internal(format!(
@@ -679,15 +714,17 @@ pub async fn cost_sweep(n: usize, s: usize, json: bool) -> Result<()> {
             out.push(serde_json::json!({
                 "ttl_ms": ttl.as_millis() as u64,
                 "max_poll_ms": max_poll.unwrap_or(ttl).as_millis() as u64,
+                "full_every_ms": set.full_every().as_millis() as u64,
                 "requests_per_node_hour": per_node,
                 "usd_per_node_month_s3": a, "usd_per_node_month_r2": b,
                 "failover_ms": f,
             }));
         } else {
             println!(
-                "| {} s | {} s | {per_node:.0} | {a:.2} | {b:.2} | {} |",
+                "| {} s | {} s | {} s | {per_node:.0} | {a:.2} | {b:.2} | {} |",
                 ttl.as_secs(),
                 max_poll.unwrap_or(ttl).as_secs(),
+                set.full_every().as_secs(),
                 f.map_or("never".to_string(), |ms| format!(
                     "{:.1} s",
                     ms as f64 / 1000.0

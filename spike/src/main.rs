@@ -115,6 +115,10 @@ enum Cmd {
         /// The nodes' `--max-poll` (default: the ttl).
         #[arg(long)]
         max_poll_ms: Option<u64>,
+        /// The nodes' `--full-every` (default: 60 ttls, the daemon's);
+        /// at or below max_poll the change feed is off.
+        #[arg(long)]
+        full_every_ms: Option<u64>,
         /// After the hour, abort the busiest node and time the failover.
         #[arg(long)]
         failover: bool,
@@ -224,6 +228,7 @@ async fn main() {
             sessions,
             ttl_ms,
             max_poll_ms,
+            full_every_ms,
             failover,
             json,
             ..
@@ -231,6 +236,7 @@ async fn main() {
             let set = fleet::Settings {
                 ttl: Duration::from_millis(ttl_ms),
                 max_poll: max_poll_ms.map(Duration::from_millis),
+                full_every: full_every_ms.map(Duration::from_millis),
             };
             fleet::cost(nodes, sessions, set, failover, json).await
         }

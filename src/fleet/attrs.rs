@@ -28,8 +28,10 @@ pub struct NodeAttrs {
     pub capacity: u32,
     /// Sessions it ran at its last renewal (lags by up to one renewal).
     pub load: u32,
-    /// Its longest pause between passes: a peer waiting out one of its
-    /// vanished claims waits its hold (`core::claim_hold`).
+    /// Its longest pause between the listings that confirm its claims (the
+    /// longer of its `max_poll` and its anti-entropy `full_every`): a peer
+    /// waiting out one of its vanished claims waits its hold
+    /// (`core::claim_hold`).
     pub max_poll_ms: u64,
     /// Cordoned by the operator: takes nothing new.
     pub cordoned: bool,

@@ -331,6 +331,33 @@ pub fn pace(poll: Duration, max_poll: Duration, idle_passes: u32) -> Duration {
         .min(max_poll)
 }
 
+/// Must this pass list all of `manifests/` and `sessions/` (anti-entropy),
+/// or may it be light (the change feed only)? Full when the feed is off, at
+/// the first pass (`since_full` None), when forced, and early enough that
+/// the pause after this pass (at most `max_poll`) cannot carry the next
+/// full listing past `full_every`: the belief in our claims is measured in
+/// `full_every` (`claim_belief`), so the listings that confirm them must
+/// come at least that often, as passes come at least every `max_poll`
+/// when the feed is off.
+pub fn full_listing_due(
+    feed_on: bool,
+    since_full: Option<Duration>,
+    full_every: Duration,
+    max_poll: Duration,
+    forced: bool,
+) -> bool {
+    !feed_on || forced || since_full.is_none_or(|d| d.saturating_add(max_poll) >= full_every)
+}
+
+/// The change feed's skew window: how far a light pass's cursor trails its
+/// own wall clock. It covers writers' clock offsets and the latency between
+/// a hint's stamp and its landing; a hint beyond it waits for the full
+/// listing. A ttl, at least 2 s: node clocks are trusted to about a
+/// second elsewhere too (the doctor warns beyond).
+pub fn feed_skew(ttl: Duration) -> Duration {
+    ttl.max(Duration::from_secs(2))
+}
+
 /// The idle count after a pass.
 pub fn idle_after(idle_passes: u32, changed: bool) -> u32 {
     if changed {
@@ -936,6 +963,48 @@ mod tests {
         assert_eq!(gate(&Candidate { claimable: None, ..c }, count), Gate::NotClaimable);
         assert_eq!(gate(&Candidate { claimable: pre, ..c }, count), Gate::Claim);
         assert_eq!(asked.get(), 0);
+    }
+
+    /// Full listings come at least every `full_every` counting the pause
+    /// after them; light passes only with the feed on, never first.
+    #[test]
+    fn full_listings_come_before_the_belief_runs_out() {
+        let (full, poll) = (ms(600_000), ms(10_000));
+        assert!(
+            full_listing_due(false, Some(ms(1)), full, poll, false),
+            "feed off"
+        );
+        assert!(
+            full_listing_due(true, None, full, poll, false),
+            "first pass"
+        );
+        assert!(
+            full_listing_due(true, Some(ms(1)), full, poll, true),
+            "forced"
+        );
+        assert!(!full_listing_due(true, Some(ms(1)), full, poll, false));
+        assert!(!full_listing_due(
+            true,
+            Some(ms(589_999)),
+            full,
+            poll,
+            false
+        ));
+        assert!(full_listing_due(true, Some(ms(590_000)), full, poll, false));
+        // Whatever the timing of passes (each pause at most max_poll), no
+        // two full listings are further apart than full_every.
+        for pause in [1, 999, 4_321, 10_000] {
+            let (mut t, mut last) = (0u64, 0u64);
+            while t < 5_000_000 {
+                t += pause;
+                if full_listing_due(true, Some(ms(t - last)), full, poll, false) {
+                    assert!(t - last <= 600_000, "pause {pause}: {}", t - last);
+                    last = t;
+                }
+            }
+        }
+        assert_eq!(feed_skew(ms(10_000)), ms(10_000));
+        assert_eq!(feed_skew(ms(600)), ms(2_000));
     }
 
     #[test]

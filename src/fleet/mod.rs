@@ -16,6 +16,7 @@ pub mod contain;
 pub mod control;
 pub mod core;
 pub mod explain;
+pub mod feed;
 pub mod gc;
 pub mod journal;
 pub mod manifest;

@@ -57,6 +57,16 @@ pub struct NodeConfig {
     /// claims is renewed by its listings, and peers wait for a vanished
     /// claim accordingly (see `Node::confirmed_until`).
     pub max_poll: Duration,
+    /// The anti-entropy interval: at most this long between two passes
+    /// that list all of `manifests/` and `sessions/`. Passes in between are
+    /// light: they list `nodes/` and the change feed from its cursor (see
+    /// [`super::feed`]) and read only the keys hints name, so their cost
+    /// does not grow with the number of sessions. The node's belief in its
+    /// claims comes only from full listings, so a peer waits for one of its
+    /// vanished claims for the longer of this and `max_poll` (published as
+    /// `max_poll_ms`). At or below `max_poll` (the library's default) every
+    /// pass is full and the feed is not read.
+    pub full_every: Duration,
     /// Placement delay per rank: the node ranked r waits r × grace. Keep it
     /// above `poll`, or rank 1 races rank 0.
     pub grace: Duration,
@@ -69,6 +79,32 @@ pub struct NodeConfig {
 }
 
 impl NodeConfig {
+    /// The longest between two listings that confirm this node's claims:
+    /// what it publishes as `max_poll_ms`, and what its belief and its
+    /// peers' waits are measured in (`core::claim_hold`).
+    pub fn confirm_every(&self) -> Duration {
+        self.max_poll.max(self.full_every)
+    }
+
+    /// How often a peer's record is read for its attributes when its
+    /// version changes as usual (`node_refresh`). With the feed on, nodes
+    /// hint their own attribute changes (cordon, the unproven mark), so the
+    /// periodic read is only the anti-entropy for a lost hint: every
+    /// `full_every`. Liveness never waits for it (it is judged on listed
+    /// versions), and a stale mark or cordon only delays placement.
+    pub fn peer_refresh(&self) -> Duration {
+        if self.feed_on() {
+            self.node_refresh.max(self.full_every)
+        } else {
+            self.node_refresh
+        }
+    }
+
+    /// Are passes between full listings light (the change feed on)?
+    pub fn feed_on(&self) -> bool {
+        self.full_every > self.max_poll
+    }
+
     pub fn new(id: Name, ttl: Duration) -> Self {
         NodeConfig {
             id,
@@ -78,6 +114,7 @@ impl NodeConfig {
             ttl,
             poll: ttl / 3,
             max_poll: ttl,
+            full_every: ttl,
             // More than one poll: the top-ranked node must get a full tick
             // (listing included) to claim before rank 1 tries. At grace =
             // poll, 21 nodes measured 0.07 conflicts per claim.
@@ -567,7 +604,7 @@ fn node_attrs(
     NodeAttrs {
         capacity: cfg.capacity,
         load,
-        max_poll_ms: u64::try_from(cfg.max_poll.as_millis()).unwrap_or(u64::MAX),
+        max_poll_ms: u64::try_from(cfg.confirm_every().as_millis()).unwrap_or(u64::MAX),
         cordoned,
         labels: cfg.labels.clone(),
         released_by: None,
@@ -733,6 +770,32 @@ struct Node {
     /// (its release, its expiry, or our host lock): its claims are ours at
     /// once even during the wait above, which is for instances before it.
     proven_predecessor: Option<String>,
+    /// The change feed's cursor (light passes; see [`super::feed`]).
+    feed: super::feed::FeedCursor,
+    /// When the last full listing of `manifests/` and `sessions/` was sent.
+    last_full: Option<MonoTime>,
+    /// The next pass lists everything (a hint showed a claim missing: the
+    /// absence rules run on full listings).
+    full_forced: bool,
+    /// The next pass looks at every manifest, not only those hints named
+    /// (peers came, went or stopped renewing; capacity or control changed).
+    rescan: bool,
+    /// The peers as the last pass saw them (id, instance, live, offers
+    /// capacity, unproven): a change means a rescan.
+    fleet_seen: Vec<(String, String, bool, bool, bool)>,
+    /// Names to look at again in the next pass whatever the hints say: those
+    /// the last pass did not claim and did not find unclaimable (grace,
+    /// rank, absence waits, a refused write, capacity).
+    revisit: std::collections::BTreeSet<String>,
+    /// The feed read of the pass in progress, committed at its end.
+    pending_feed: Option<super::feed::FeedRead>,
+    /// Set while a pass runs; still set at the next one if it failed.
+    pass_incomplete: bool,
+    /// When the feed was last covered (read, or a full listing sent).
+    feed_read_at: Option<MonoTime>,
+    /// The retention task, if one runs, and when it was last started.
+    expiring: Option<AbortOnDrop<()>>,
+    expired_at: Option<MonoTime>,
 }
 
 /// A serving node re-reads the fleet marker at least every this many ttls
@@ -769,6 +832,7 @@ impl Node {
             node: cfg.id.to_string(),
             instance: client.holder().instance.clone(),
         };
+        let cfg_skew = core::feed_skew(cfg.ttl);
         Node {
             cfg,
             deps,
@@ -799,6 +863,17 @@ impl Node {
             watch_missing: HashMap::new(),
             predecessor_unproven_until: None,
             proven_predecessor: None,
+            feed: super::feed::FeedCursor::new(cfg_skew),
+            last_full: None,
+            full_forced: false,
+            rescan: true,
+            fleet_seen: Vec::new(),
+            revisit: Default::default(),
+            pending_feed: None,
+            pass_incomplete: false,
+            feed_read_at: None,
+            expiring: None,
+            expired_at: None,
         }
     }
 
@@ -1573,7 +1648,7 @@ impl Node {
     /// shows our claim stops the session at once; a stalled pass lets the
     /// sessions' deadlines lapse (they restart at the next pass).
     fn confirmed_until(&self) -> Option<MonoTime> {
-        let belief = core::claim_belief(self.cfg.ttl, self.cfg.max_poll);
+        let belief = core::claim_belief(self.cfg.ttl, self.cfg.confirm_every());
         self.owned
             .values()
             .map(|o| o.confirmed)
@@ -1637,16 +1712,39 @@ impl Node {
         let key = crate::keys::session(name);
         let epoch = self.seen_claims.get(&key).copied().unwrap_or(0);
         let (put, marker) = self.put_marker(&key, epoch, Cond::Create).await;
-        if let Put::Committed(v) = put? {
-            self.event(
-                EventKind::Vanished,
-                Some(name),
-                Some(epoch),
-                "its claim vanished from the bucket; marked, to be made again after the hold period",
-            );
-            self.claims.insert(key, (v, marker));
+        match put? {
+            Put::Committed(v) => {
+                self.event(
+                    EventKind::Vanished,
+                    Some(name),
+                    Some(epoch),
+                    "its claim vanished from the bucket; marked, to be made again after the hold period",
+                );
+                self.claims.insert(key, (v, marker));
+            }
+            Put::Rejected(found) => self.cache_read_back(&key, found),
         }
         Ok(())
+    }
+
+    /// Caches what a rejected conditional write of claim `key` found there
+    /// (None: nothing, for an If-Match).
+    fn cache_read_back(&mut self, key: &str, found: Option<(Bytes, Version)>) {
+        match found {
+            Some((bytes, version)) => match ClaimRecord::decode(key, &bytes) {
+                Ok(c) => {
+                    self.corrupt.remove(key);
+                    self.claims.insert(key.to_string(), (version, c));
+                }
+                Err(_) => {
+                    self.corrupt.insert(key.to_string(), version);
+                }
+            },
+            None => {
+                self.claims.remove(key);
+            }
+        }
+        self.note_claim(key);
     }
 
     /// A vanished marker (at `version`, `epoch`) below the highest epoch we
@@ -1673,7 +1771,7 @@ impl Node {
         let ckey = crate::keys::session(name);
         let holds = core::Holds {
             own_ttl: self.cfg.ttl,
-            own_max_poll: self.cfg.max_poll,
+            own_max_poll: self.cfg.confirm_every(),
             // `longest` keeps every record we ever read, gone or not.
             longest_ttl: self.longest.0,
             longest_max_poll: self.longest.1,
@@ -1686,6 +1784,18 @@ impl Node {
                 .unchanged_for(&ckey, v, self.deps.clock.now())
         });
         core::vanished_claim_wait(holds, unchanged_for)
+    }
+
+    /// Has no listing shown the version standing where `name`'s claim
+    /// vanished (its marker) yet?
+    fn marker_unobserved(&self, name: &str) -> bool {
+        let ckey = crate::keys::session(name);
+        self.claims.get(&ckey).is_none_or(|(v, _)| {
+            self.client
+                .observer()
+                .unchanged_for(&ckey, v, self.deps.clock.now())
+                .is_none()
+        })
     }
 
     /// Is the claim at `key` (as last read) gone (`core::claim_gone`)?
@@ -1737,41 +1847,140 @@ impl Node {
             self.draining && !self.owned.is_empty(),
             self.pass,
             super::control::CONTROL_EVERY,
-        ) {
-            changed |= self.apply_control().await;
+        ) && self.apply_control().await
+        {
+            changed = true;
+            self.rescan = true;
         }
+        // A pass that failed half-way may have consumed state that says
+        // what to look at (the fleet's change, names left waiting): look at
+        // everything this time.
+        if std::mem::replace(&mut self.pass_incomplete, true) {
+            self.rescan = true;
+        }
+        let now = self.deps.clock.now();
+        let full = core::full_listing_due(
+            self.cfg.feed_on(),
+            self.last_full.map(|t| now.saturating_since(t)),
+            self.cfg.full_every,
+            self.cfg.max_poll,
+            self.full_forced
+                // Hints older than the retention may be gone unread.
+                || self.feed_read_at.is_some_and(|t| {
+                    now.saturating_since(t).saturating_add(core::feed_skew(self.cfg.ttl))
+                        >= super::feed::RETENTION
+                }),
+        );
         let listed_at = self.deps.clock.now();
+        // Sent before the listings below: every hint stamped from then on
+        // (less the skew window) is for a write they may not have shown.
+        let wall_at = self.deps.clock.wall_ms();
         let node_entries = self.client.observe_listing(crate::keys::NODES).await?;
         self.nodes_listed_at = listed_at;
-        // Manifests are never judged by expiry: listed without the observer,
-        // which then remembers nodes and claims only.
-        let manifest_entries = list_all(&self.deps.store, crate::keys::MANIFESTS).await?;
-        let claims_listed_at = self.deps.clock.now();
-        let claim_entries = self.client.observe_listing(crate::keys::SESSIONS).await?;
-        // Peers renew every ttl/3, so their versions always change: that is
-        // not news (it does not reset pacing) and needs no read.
-        self.refresh_nodes(&node_entries).await?;
+        // The feed, from the cursor: on a full pass for node records only
+        // (a full listing covers manifests and claims, not peers'
+        // attributes). Committed at the end of the pass, once acted on.
+        let read = if self.cfg.feed_on() {
+            Some(
+                self.feed
+                    .read(&self.deps.store, wall_at)
+                    .await
+                    .map_err(|e| Error::from_store("list", crate::keys::CHANGES, e))?,
+            )
+        } else {
+            None
+        };
+        let hinted_keys: Vec<String> = read
+            .as_ref()
+            .map(|r| r.keys.iter().cloned().collect())
+            .unwrap_or_default();
+        let (node_keys, keys): (Vec<String>, Vec<String>) = hinted_keys
+            .into_iter()
+            .partition(|k| k.starts_with(crate::keys::NODES));
+        // Names a hint named this pass (light passes only).
+        let mut hinted: std::collections::BTreeSet<String> = Default::default();
+        if full {
+            // Manifests are never judged by expiry: listed without the
+            // observer, which then remembers nodes and claims only.
+            let manifest_entries = list_all(&self.deps.store, crate::keys::MANIFESTS).await?;
+            let claims_listed_at = self.deps.clock.now();
+            let claim_entries = self.client.observe_listing(crate::keys::SESSIONS).await?;
+            // Peers renew every ttl/3, so their versions always change: that
+            // is not news (it does not reset pacing) and needs no read.
+            self.refresh_nodes(&node_entries).await?;
+            self.read_hinted_nodes(node_keys).await?;
+            changed |= refresh(
+                &self.deps.store,
+                crate::keys::MANIFESTS,
+                &manifest_entries,
+                &mut self.manifests,
+                &mut self.corrupt,
+                ManifestRecord::decode,
+            )
+            .await?;
+            changed |= refresh(
+                &self.deps.store,
+                crate::keys::SESSIONS,
+                &claim_entries,
+                &mut self.claims,
+                &mut self.corrupt,
+                ClaimRecord::decode,
+            )
+            .await?;
+            self.observe_claim_absence();
+            // Every claim we hold that this listing showed at our version is
+            // confirmed as of the listing's send time (see
+            // `confirmed_until`); one it did not show is not.
+            // (Compared through the refreshed cache, which holds the version
+            // a GET returned when the listing's differed: on a versioned
+            // bucket listings carry ETags only.)
+            for (name, o) in self.owned.iter_mut() {
+                if self
+                    .claims
+                    .get(&crate::keys::session(name))
+                    .is_some_and(|(v, _)| *v == o.version)
+                {
+                    o.confirmed = o.confirmed.max(claims_listed_at);
+                }
+            }
+            self.last_full = Some(listed_at);
+            self.full_forced = false;
+            self.rescan = true;
+        } else {
+            self.refresh_nodes(&node_entries).await?;
+            self.read_hinted_nodes(node_keys).await?;
+            let (manifest_keys, claim_keys): (Vec<String>, Vec<String>) = keys
+                .into_iter()
+                .partition(|k| k.starts_with(crate::keys::MANIFESTS));
+            changed |= refresh_keys(
+                &self.deps.store,
+                &manifest_keys,
+                &mut self.manifests,
+                &mut self.corrupt,
+                ManifestRecord::decode,
+            )
+            .await?;
+            changed |= refresh_keys(
+                &self.deps.store,
+                &claim_keys,
+                &mut self.claims,
+                &mut self.corrupt,
+                ClaimRecord::decode,
+            )
+            .await?;
+            for k in &claim_keys {
+                self.note_claim(k);
+            }
+            for k in manifest_keys.iter().chain(&claim_keys) {
+                hinted.insert(name_of(k).to_string());
+            }
+        }
+        if let Some(read) = read {
+            self.pending_feed = Some(read);
+        }
         let nodes = &self.nodes;
         self.watch_missing
             .retain(|k, v| nodes.get(k).is_some_and(|n| n.listed == *v));
-        changed |= refresh(
-            &self.deps.store,
-            crate::keys::MANIFESTS,
-            &manifest_entries,
-            &mut self.manifests,
-            &mut self.corrupt,
-            ManifestRecord::decode,
-        )
-        .await?;
-        changed |= refresh(
-            &self.deps.store,
-            crate::keys::SESSIONS,
-            &claim_entries,
-            &mut self.claims,
-            &mut self.corrupt,
-            ClaimRecord::decode,
-        )
-        .await?;
         self.deps.status.set_corrupt(
             self.corrupt
                 .keys()
@@ -1779,22 +1988,6 @@ impl Node {
                 .cloned()
                 .collect(),
         );
-        self.observe_claim_absence();
-        // Every claim we hold that this listing showed at our version is
-        // confirmed as of the listing's send time (see `confirmed_until`);
-        // one it did not show is not.
-        // (Compared through the refreshed cache, which holds the version a
-        // GET returned when the listing's differed: on a versioned bucket
-        // listings carry ETags only.)
-        for (name, o) in self.owned.iter_mut() {
-            if self
-                .claims
-                .get(&crate::keys::session(name))
-                .is_some_and(|(v, _)| *v == o.version)
-            {
-                o.confirmed = o.confirmed.max(claims_listed_at);
-            }
-        }
         // ZERO: no claims, no bound beyond the lease's.
         self.confirmed_tx
             .send_replace(self.confirmed_until().unwrap_or(MonoTime::ZERO));
@@ -1822,13 +2015,43 @@ impl Node {
         changed |= self.handle_exits().await;
         changed |= self.reconcile_owned().await;
 
-        // Claim what is claimable, within capacity, in rank order.
-        let mut names: Vec<String> = self
-            .manifests
-            .keys()
-            .map(|k| name_of(k).to_string())
+        // Claim what is claimable, within capacity, in rank order: every
+        // manifest after a full listing or a change in the fleet, else only
+        // those hints named and those left waiting by the last pass.
+        let mut seen: Vec<_> = views
+            .iter()
+            .map(|v| {
+                (
+                    v.id.clone(),
+                    v.instance.clone(),
+                    v.live,
+                    v.capacity > 0,
+                    v.unproven,
+                )
+            })
             .collect();
-        names.sort();
+        seen.sort();
+        if seen != self.fleet_seen {
+            self.rescan = true;
+            self.fleet_seen = seen;
+        }
+        let scan_all = std::mem::take(&mut self.rescan);
+        let names: Vec<String> = if scan_all {
+            let mut all: Vec<String> = self
+                .manifests
+                .keys()
+                .map(|k| name_of(k).to_string())
+                .collect();
+            all.sort();
+            all
+        } else {
+            let mut some = std::mem::take(&mut self.revisit);
+            some.extend(hinted.iter().cloned());
+            some.into_iter()
+                .filter(|n| self.manifests.contains_key(&crate::keys::manifest(n)))
+                .collect()
+        };
+        let mut revisit = std::collections::BTreeSet::new();
         for name in names {
             // A pass over 100,000 sessions is hundreds of milliseconds of
             // work with no I/O between claims; without a yield point it
@@ -1837,12 +2060,16 @@ impl Node {
             // node's) waits behind it past its deadline. Tokio's coop
             // budget yields once every 128 items, at no cost otherwise.
             tokio::task::coop::consume_budget().await;
-            if self.load() >= self.cfg.capacity {
-                break;
-            }
             if self.owned.contains_key(&name) {
                 continue;
             }
+            if self.load() >= self.cfg.capacity {
+                // What is left is looked at again once there is room.
+                self.rescan = true;
+                break;
+            }
+            // Unless found unclaimable or claimed below, looked at again.
+            revisit.insert(name.clone());
             let m = self.manifests[&crate::keys::manifest(&name)].1.clone();
             let mv = manifest_view(&m);
             let claim = self.claims.get(&crate::keys::session(&name)).cloned();
@@ -1896,6 +2123,7 @@ impl Node {
             match gate {
                 core::Gate::NotClaimable => {
                     self.first_claimable.remove(&name);
+                    revisit.remove(&name);
                     continue;
                 }
                 core::Gate::Skip | core::Gate::RefetchOwner => continue,
@@ -1909,7 +2137,16 @@ impl Node {
                     if let Err(e) = r {
                         tracing::warn!(session = name, error = %e, "writing a vanished marker");
                     }
-                    changed = true; // keep polling briskly meanwhile
+                    if !self.cfg.feed_on() {
+                        changed = true; // keep polling briskly meanwhile
+                    } else if self.marker_unobserved(&name) {
+                        // The wait runs from a listing's first sight of the
+                        // marker, then on time alone (the claim is made by
+                        // an If-Match on that very version): a full listing
+                        // next if none has seen it yet, else the usual pace
+                        // (the name is revisited every pass).
+                        self.full_forced = true;
+                    }
                     continue;
                 }
                 core::Gate::Unranked => {
@@ -1933,8 +2170,97 @@ impl Node {
                 continue;
             }
             changed |= self.claim(&name, m, claim).await?;
+            if self.owned.contains_key(&name) {
+                revisit.remove(&name);
+            }
         }
+        self.revisit = revisit;
+        // As a full listing forgets the epochs of sessions whose manifest
+        // is gone (`observe_claim_absence`), so that one deleted with
+        // `delete`, its tombstone collected by `gc` and applied again is
+        // placed at once: but only once the claim as we last read it (or
+        // wrote it: our own release this pass) has no holder. A claim
+        // deleted by hand under its holder writes no hint, so it still shows
+        // its holder here, and a placeholder over it is waited out as a
+        // vanished claim.
+        for name in &hinted {
+            let ckey = crate::keys::session(name);
+            if !self.manifests.contains_key(&crate::keys::manifest(name))
+                && self
+                    .claims
+                    .get(&ckey)
+                    .is_none_or(|(_, c)| c.state == ClaimState::Released)
+            {
+                self.seen_claims.remove(&ckey);
+            }
+        }
+        if let Some(read) = self.pending_feed.take() {
+            self.feed.commit(read);
+        }
+        if full || self.cfg.feed_on() {
+            // Covered by this pass's listings or the feed read.
+            self.feed_read_at = Some(listed_at);
+        }
+        if full {
+            self.feed.covered_until(wall_at);
+        }
+        // Retention of the feed: one node does it (the first live id), in a
+        // task of its own (a burst leaves hundreds of thousands of hints),
+        // every RETENTION / 2; others' deletes would only race it. Whether
+        // or not this node reads the feed: every CLI writer hints.
+        let first = views.iter().filter(|v| v.live).map(|v| &v.id).min() == Some(&self.me.node);
+        let due = self.expired_at.is_none_or(|t| {
+            self.deps.clock.now().saturating_since(t) >= super::feed::RETENTION / 2
+        });
+        let idle = self.expiring.as_ref().is_none_or(|t| t.0.is_finished());
+        if first && due && idle {
+            self.expired_at = Some(self.deps.clock.now());
+            let store = self.deps.store.clone();
+            let wall = self.deps.clock.wall_ms();
+            self.expiring = Some(AbortOnDrop(tokio::spawn(async move {
+                match super::feed::expire(&store, wall).await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::debug!(hints = n, "expired change hints"),
+                    Err(e) => tracing::warn!(error = %e, "expiring change hints"),
+                }
+            })));
+        }
+        self.pass_incomplete = false;
         Ok(changed)
+    }
+
+    /// Reads the records of peers whose nodes hinted an attribute change
+    /// (only peers the listing showed: a hint is not a listing).
+    async fn read_hinted_nodes(&mut self, keys: Vec<String>) -> Result<()> {
+        let mine = crate::keys::node(&self.me.node);
+        for k in keys {
+            if k != mine && self.nodes.contains_key(&k) {
+                self.fetch_node(&k, None).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A claim read outside a full listing (a hint, a write's answer): its
+    /// epoch joins `seen_claims` (a vanished claim is made again above
+    /// every epoch seen, whichever way it was seen), and if it is gone in
+    /// the absence rules' sense the next pass is a full one (those rules
+    /// run on listings).
+    fn note_claim(&mut self, key: &str) {
+        let Some(name) = crate::keys::name_in(crate::keys::SESSIONS, key) else {
+            return;
+        };
+        if !self.manifests.contains_key(&crate::keys::manifest(name)) {
+            return;
+        }
+        let seen = self.seen_claims.get(key).copied().unwrap_or(0);
+        let claim = self.claims.get(key).map(|(_, c)| c);
+        if let Some(c) = claim {
+            self.seen_claims.insert(key.to_string(), seen.max(c.epoch));
+        }
+        if core::claim_gone(claim, seen) {
+            self.full_forced = true;
+        }
     }
 
     /// Sessions held per node instance ("node/instance"), counted from the
@@ -2161,7 +2487,7 @@ impl Node {
                     }
                     stalled
                         || (n.fetched != e.version
-                            && now.saturating_since(n.fetched_at) >= self.cfg.node_refresh)
+                            && now.saturating_since(n.fetched_at) >= self.cfg.peer_refresh())
                 }
                 None => true,
             };
@@ -2256,7 +2582,9 @@ impl Node {
                         ),
                     },
                 );
-                self.claims.insert(key, (version.clone(), record.clone()));
+                self.claims
+                    .insert(key.clone(), (version.clone(), record.clone()));
+                self.note_claim(&key);
                 self.owned.insert(
                     name.to_string(),
                     Owned {
@@ -2275,8 +2603,12 @@ impl Node {
                 self.start(name, &manifest).await;
                 Ok(true)
             }
-            Put::Rejected(_) => {
-                // Another node claimed first: placement should make this rare.
+            Put::Rejected(found) => {
+                // Another node claimed first: placement should make this
+                // rare. What stands there now replaces our cached view (a
+                // light pass may have had a stale one), so the next pass
+                // does not repeat a write that cannot succeed.
+                self.cache_read_back(&key, found);
                 self.event(
                     EventKind::Conflict,
                     Some(name),
@@ -2761,6 +3093,76 @@ async fn refresh<T>(
     Ok(changed)
 }
 
+/// Brings `cache` in line with the bucket for `keys` (those the change feed
+/// named): a conditional GET for a cached key (a 304 is the cheapest
+/// answer), a GET otherwise. A missing key leaves the cache; a corrupt one
+/// is handled as `refresh` does. Returns whether anything changed.
+async fn refresh_keys<T>(
+    store: &Arc<dyn Store>,
+    keys: &[String],
+    cache: &mut HashMap<String, (Version, T)>,
+    corrupt: &mut HashMap<String, Version>,
+    decode: impl Fn(&str, &[u8]) -> Result<T>,
+) -> Result<bool> {
+    let asks: Vec<(String, Option<Version>)> = keys
+        .iter()
+        .map(|k| (k.clone(), cache.get(k).map(|(v, _)| v.clone())))
+        .collect();
+    let fetched: Vec<_> = futures::stream::iter(asks)
+        .map(|(key, known)| {
+            let store = store.clone();
+            async move {
+                let got = match &known {
+                    Some(v) => store.get_if_changed(&key, v).await,
+                    None => store.get(&key).await.map(|o| match o {
+                        Some(o) => crate::store::Conditional::Changed(o),
+                        None => crate::store::Conditional::Missing,
+                    }),
+                };
+                (key, got)
+            }
+        })
+        .buffer_unordered(REFRESH_CONCURRENCY)
+        .collect()
+        .await;
+    let mut changed = false;
+    // In key order: what a pass does next must not depend on which read
+    // came back first (seeded runs replay).
+    let mut fetched = fetched;
+    fetched.sort_by(|a, b| a.0.cmp(&b.0));
+    for (key, got) in fetched {
+        tokio::task::coop::consume_budget().await;
+        match got {
+            Ok(crate::store::Conditional::NotModified) => {}
+            Ok(crate::store::Conditional::Changed(o)) => {
+                changed = true;
+                match decode(&key, &o.bytes) {
+                    Ok(rec) => {
+                        corrupt.remove(&key);
+                        cache.insert(key, (o.version, rec));
+                    }
+                    Err(err) => {
+                        tracing::warn!(key, error = %err, "skipping a corrupt object (its session is left as it was)");
+                        corrupt.insert(key, o.version);
+                    }
+                }
+            }
+            Ok(crate::store::Conditional::Missing) => {
+                changed |= cache.remove(&key).is_some() | corrupt.remove(&key).is_some();
+            }
+            Err(
+                err @ (crate::store::StoreError::Corrupt { .. }
+                | crate::store::StoreError::Invalid { .. }),
+            ) => {
+                tracing::warn!(key, error = %err, "skipping a corrupt object (its session is left as it was)");
+                // No version to remember: the next full listing has one.
+            }
+            Err(err) => return Err(Error::from_store("get", &key, err)),
+        }
+    }
+    Ok(changed)
+}
+
 /// What the renew task shares with the pull loop.
 struct RenewLinks {
     /// Out: the lease's validity after each renewal.
@@ -2795,6 +3197,9 @@ async fn renew_task(
     } = links;
     let period = core::renew_period(cfg.ttl);
     let mut renewals: u64 = 0;
+    // The attributes peers need fresh (cordoned, unproven) as last written;
+    // a change is hinted in the feed (`NodeConfig::peer_refresh`).
+    let mut published: Option<(bool, bool)> = None;
     loop {
         let due = deps.clock.now() + period;
         tokio::select! {
@@ -2803,7 +3208,8 @@ async fn renew_task(
             _ = deps.clock.sleep(period) => {}
         }
         let unproven = unproven_until.is_some_and(|t| deps.clock.now() < t);
-        let attrs = node_attrs(&cfg, *load.borrow(), deps.status.cordoned(), unproven);
+        let news = (deps.status.cordoned(), unproven);
+        let attrs = node_attrs(&cfg, *load.borrow(), news.0, news.1);
         let t0 = deps.clock.now();
         deps.status.record_renew_late(t0.saturating_since(due));
         let mut with_attrs = true;
@@ -2835,6 +3241,25 @@ async fn renew_task(
         match (step, r) {
             (core::AfterRenew::Renewed { audit: due }, Ok(())) => {
                 renewals += 1;
+                if with_attrs && published != Some(news) {
+                    published = Some(news);
+                    if cfg.feed_on() {
+                        // Beside the renewals, never before the deadline is
+                        // announced: a slow PUT must not hold up the lease.
+                        let (store, entropy) = (deps.store.clone(), deps.entropy.clone());
+                        let (wall, id) = (deps.clock.wall_ms(), cfg.id.to_string());
+                        tokio::spawn(async move {
+                            super::feed::write_hint(
+                                &store,
+                                wall,
+                                entropy.as_ref(),
+                                crate::keys::Hinted::Node,
+                                &id,
+                            )
+                            .await;
+                        });
+                    }
+                }
                 if due {
                     let r = audit(
                         &deps.store,

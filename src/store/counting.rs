@@ -91,6 +91,27 @@ impl fmt::Display for CountingStore {
     }
 }
 
+impl CountingStore {
+    /// Counts a listing's pages: the first is requested even for an empty
+    /// listing; each further LIST_PAGE entries cost one more.
+    fn pages(
+        &self,
+        stream: BoxStream<'static, Result<Entry, StoreError>>,
+    ) -> BoxStream<'static, Result<Entry, StoreError>> {
+        self.c.list_pages.fetch_add(1, Ordering::Relaxed);
+        let c = self.c.clone();
+        let mut n = 0u64;
+        stream
+            .inspect(move |_| {
+                if n > 0 && n.is_multiple_of(LIST_PAGE) {
+                    c.list_pages.fetch_add(1, Ordering::Relaxed);
+                }
+                n += 1;
+            })
+            .boxed()
+    }
+}
+
 #[async_trait]
 impl Store for CountingStore {
     async fn get(&self, key: &str) -> Result<Option<Object>, StoreError> {
@@ -113,20 +134,16 @@ impl Store for CountingStore {
         self.inner.delete(key).await
     }
     fn list(&self, prefix: &str) -> BoxStream<'static, Result<Entry, StoreError>> {
-        // The first page is requested even for an empty listing; each further
-        // LIST_PAGE entries cost one more.
-        self.c.list_pages.fetch_add(1, Ordering::Relaxed);
-        let c = self.c.clone();
-        let mut n = 0u64;
-        self.inner
-            .list(prefix)
-            .inspect(move |_| {
-                if n > 0 && n.is_multiple_of(LIST_PAGE) {
-                    c.list_pages.fetch_add(1, Ordering::Relaxed);
-                }
-                n += 1;
-            })
-            .boxed()
+        self.pages(self.inner.list(prefix))
+    }
+
+    /// Counted as S3 charges `start-after`: pages of what follows the cursor.
+    fn list_after(
+        &self,
+        prefix: &str,
+        after: &str,
+    ) -> BoxStream<'static, Result<Entry, StoreError>> {
+        self.pages(self.inner.list_after(prefix, after))
     }
 
     fn identity(&self) -> String {

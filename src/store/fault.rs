@@ -220,6 +220,17 @@ impl Store for FaultStore {
         }
     }
 
+    fn list_after(
+        &self,
+        prefix: &str,
+        after: &str,
+    ) -> BoxStream<'static, Result<Entry, StoreError>> {
+        match self.draw() {
+            Fault::None | Fault::Delay(_) => self.inner.list_after(prefix, after),
+            _ => futures::stream::once(async { Err(injected(false)) }).boxed(),
+        }
+    }
+
     fn identity(&self) -> String {
         self.inner.identity()
     }
@@ -278,6 +289,14 @@ impl Store for IgnoreConditions {
     }
     fn list(&self, prefix: &str) -> BoxStream<'static, Result<Entry, StoreError>> {
         self.inner.list(prefix)
+    }
+
+    fn list_after(
+        &self,
+        prefix: &str,
+        after: &str,
+    ) -> BoxStream<'static, Result<Entry, StoreError>> {
+        self.inner.list_after(prefix, after)
     }
 
     fn identity(&self) -> String {
@@ -350,6 +369,14 @@ impl Store for LockFreeConditions {
     }
     fn list(&self, prefix: &str) -> BoxStream<'static, Result<Entry, StoreError>> {
         self.inner.list(prefix)
+    }
+
+    fn list_after(
+        &self,
+        prefix: &str,
+        after: &str,
+    ) -> BoxStream<'static, Result<Entry, StoreError>> {
+        self.inner.list_after(prefix, after)
     }
 
     fn identity(&self) -> String {

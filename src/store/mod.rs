@@ -21,7 +21,8 @@
 //! - `get` returns the bytes and version of one committed write, never a mix.
 //! - `get_if_changed` answers `NotModified` when the version still matches.
 //! - `list` returns every key under the prefix with its current version, in
-//!   lexicographic order, paginating internally.
+//!   lexicographic order, paginating internally. `list_after` returns the
+//!   part of that listing after a given key.
 //! - Keys are relative, `/`-separated, non-empty segments without `.` or `..`.
 //!
 //! These properties are exactly what the store probe (`crate::probe`) checks on
@@ -29,6 +30,7 @@
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use futures::StreamExt;
 use futures::stream::BoxStream;
 use std::fmt::{Debug, Display};
 
@@ -241,6 +243,24 @@ pub trait Store: Send + Sync + Debug + Display + 'static {
     /// Unconditional delete; only garbage collection and probe clean-up use it.
     async fn delete(&self, key: &str) -> Result<(), StoreError>;
     fn list(&self, prefix: &str) -> BoxStream<'static, Result<Entry, StoreError>>;
+
+    /// The listing of `prefix` from after `after` (a whole key, which need
+    /// not exist): exactly the entries of `list(prefix)` whose key sorts
+    /// after it, in the same order (S3's `start-after`). The change feed
+    /// reads from a cursor with it, so on S3 a pass pays for the hints after
+    /// the cursor only. The default filters `list`; a backend whose service
+    /// takes an offset overrides it, and wrappers forward it.
+    fn list_after(
+        &self,
+        prefix: &str,
+        after: &str,
+    ) -> BoxStream<'static, Result<Entry, StoreError>> {
+        use futures::TryStreamExt;
+        let after = after.to_string();
+        self.list(prefix)
+            .try_filter(move |e| futures::future::ready(e.key.as_str() > after.as_str()))
+            .boxed()
+    }
 
     /// The store's canonical identity: equal for two handles on the same
     /// bucket and prefix however their URLs were spelled (trailing or

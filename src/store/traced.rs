@@ -84,6 +84,35 @@ impl fmt::Display for TracedStore {
     }
 }
 
+impl TracedStore {
+    fn traced_list(
+        &self,
+        op: &'static str,
+        prefix: &str,
+        inner: BoxStream<'static, Result<Entry, StoreError>>,
+    ) -> BoxStream<'static, Result<Entry, StoreError>> {
+        let span = tracing::debug_span!(
+            "bucket",
+            otel.name = "bucket list",
+            otel.kind = "client",
+            otel.status_code = tracing::field::Empty,
+            op,
+            prefix,
+            outcome = tracing::field::Empty,
+            entries = tracing::field::Empty,
+            latency_ms = tracing::field::Empty,
+        );
+        Box::pin(TracedList {
+            inner,
+            span,
+            clock: self.clock.clone(),
+            t0: self.clock.now(),
+            entries: 0,
+            done: false,
+        })
+    }
+}
+
 #[async_trait]
 impl Store for TracedStore {
     async fn get(&self, key: &str) -> Result<Option<Object>, StoreError> {
@@ -104,25 +133,15 @@ impl Store for TracedStore {
         self.traced("delete", key, self.inner.delete(key)).await
     }
     fn list(&self, prefix: &str) -> BoxStream<'static, Result<Entry, StoreError>> {
-        let span = tracing::debug_span!(
-            "bucket",
-            otel.name = "bucket list",
-            otel.kind = "client",
-            otel.status_code = tracing::field::Empty,
-            op = "list",
-            prefix,
-            outcome = tracing::field::Empty,
-            entries = tracing::field::Empty,
-            latency_ms = tracing::field::Empty,
-        );
-        Box::pin(TracedList {
-            inner: self.inner.list(prefix),
-            span,
-            clock: self.clock.clone(),
-            t0: self.clock.now(),
-            entries: 0,
-            done: false,
-        })
+        self.traced_list("list", prefix, self.inner.list(prefix))
+    }
+
+    fn list_after(
+        &self,
+        prefix: &str,
+        after: &str,
+    ) -> BoxStream<'static, Result<Entry, StoreError>> {
+        self.traced_list("list_after", prefix, self.inner.list_after(prefix, after))
     }
 
     fn identity(&self) -> String {

@@ -41,6 +41,7 @@ pub async fn run_all(make: MakeStore<'_>) {
     store_update_of_missing_is_precondition(make().await).await;
     store_conditional_get(make().await).await;
     store_list(make().await).await;
+    store_list_after(make().await).await;
     store_delete_and_recreate(make().await).await;
     store_races_have_one_winner(make().await).await;
     store_refuses_bad_keys(make().await).await;
@@ -203,6 +204,62 @@ async fn store_list(s: Arc<dyn Store>) {
     assert_eq!(all.len(), 5, "{s}: {all:?}");
     let none: Vec<_> = s.list("leases/").map(|r| r.unwrap().key).collect().await;
     assert!(none.is_empty());
+}
+
+/// `list_after` is the listing with everything up to the cursor cut off:
+/// the cursor itself is excluded, need not exist, and never lets a key from
+/// outside the prefix in (the change feed's cursors are full keys).
+async fn store_list_after(s: Arc<dyn Store>) {
+    for k in [
+        "changes/0002-b",
+        "changes/0001-a",
+        "changes/0003-c",
+        "changes/00031-d",
+        "changesx/0009",
+        "manifests/m",
+    ] {
+        s.put(k, Bytes::from_static(b"h"), Cond::Create)
+            .await
+            .unwrap();
+    }
+    let after = |cursor: &'static str| {
+        let s = s.clone();
+        async move {
+            s.list_after("changes/", cursor)
+                .map(|r| r.unwrap().key)
+                .collect::<Vec<_>>()
+                .await
+        }
+    };
+    assert_eq!(
+        after("changes/0001-a").await,
+        ["changes/0002-b", "changes/0003-c", "changes/00031-d"],
+        "{s}: the cursor itself is excluded"
+    );
+    assert_eq!(
+        after("changes/0002").await,
+        ["changes/0002-b", "changes/0003-c", "changes/00031-d"],
+        "{s}: a cursor that is no key"
+    );
+    assert_eq!(
+        after("changes/0003-c").await,
+        ["changes/00031-d"],
+        "{s}: lexicographic, not numeric"
+    );
+    assert_eq!(
+        after("changes/").await.len(),
+        4,
+        "{s}: the prefix as cursor is the whole listing"
+    );
+    assert!(
+        after("changes/9").await.is_empty(),
+        "{s}: nothing after the last key, and nothing from beyond the prefix"
+    );
+    assert_eq!(
+        after("a").await.len(),
+        4,
+        "{s}: a cursor before the prefix lists all of it"
+    );
 }
 
 async fn store_delete_and_recreate(s: Arc<dyn Store>) {

@@ -57,7 +57,10 @@ impl Env {
     }
 
     /// `leasehold node run` with a 1 s TTL and `extra` arguments; its stderr
-    /// goes to `<id>-<n>.log`.
+    /// goes to `<id>-<n>.log`. The change feed is on, as by default, with
+    /// full listings every 2 s instead of 60 ttls: what only a full listing
+    /// notices (a claim or manifest deleted by hand) is then seen within the
+    /// tests' limits, and every other pass is light.
     pub fn node(&self, id: &str, extra: &[&str]) -> Node {
         self.node_in(id, &self.url, "locks", extra, |_| {})
     }
@@ -82,6 +85,8 @@ impl Env {
             id,
             "--ttl",
             "1s",
+            "--full-every",
+            "2s",
             "--stop-grace",
             "500ms",
         ])
