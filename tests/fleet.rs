@@ -672,6 +672,17 @@ async fn steady_state_requests_per_node_hour() {
     assert!(busy.total() <= idle.total() + 20, "{busy:?} vs {idle:?}");
 }
 
+/// Advances a manual clock `steps` × 100 ms, letting every task run
+/// between steps (a current-thread runtime: the nodes never lag the clock).
+async fn step_virtual(clock: &leasehold::clock::ManualClock, steps: u32) {
+    for _ in 0..steps {
+        clock.advance(Duration::from_millis(100));
+        for _ in 0..20 {
+            tokio::task::yield_now().await;
+        }
+    }
+}
+
 /// Issue #14, the change feed: a node whose full listings are an hour apart
 /// starts a manifest applied after its first pass within one idle pause,
 /// because `apply`'s hint names it (a light pass reads only that). With
@@ -709,13 +720,7 @@ async fn the_change_feed_places_a_new_manifest_without_a_full_listing() {
         };
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(node::run(cfg, deps, shutdown.clone()));
-        let step = Duration::from_millis(100);
-        let settle = async || {
-            clock.advance(step);
-            for _ in 0..20 {
-                tokio::task::yield_now().await;
-            }
-        };
+        let settle = async || step_virtual(&clock, 1).await;
         // Registered, first (full) pass done, backed off to idle.
         for _ in 0..600 {
             settle().await;
@@ -832,14 +837,7 @@ async fn a_peer_record_is_read_when_its_node_hints_a_change() {
         };
         tasks.push(tokio::spawn(node::run(cfg, deps, shutdown.clone())));
     }
-    let settle = async |n: u32| {
-        for _ in 0..n {
-            clock.advance(Duration::from_millis(100));
-            for _ in 0..20 {
-                tokio::task::yield_now().await;
-            }
-        }
-    };
+    let settle = async |n: u32| step_virtual(&clock, n).await;
     settle(600).await; // a minute: registered, b's first renewal hinted
     let before = reads.load(Ordering::SeqCst);
     assert!(before >= 1, "a read b's record when it first listed it");
@@ -885,14 +883,7 @@ async fn a_claim_seen_only_through_hints_is_not_made_again_at_its_epoch() {
         ))
     };
     apply(&hinting(99), "x", &spec("sleep")).await;
-    let settle = async |n: u32| {
-        for _ in 0..n {
-            clock.advance(Duration::from_millis(100));
-            for _ in 0..20 {
-                tokio::task::yield_now().await;
-            }
-        }
-    };
+    let settle = async |n: u32| step_virtual(&clock, n).await;
     let shutdown = CancellationToken::new();
     let mut nodes = Vec::new();
     for (i, id) in ["c", "a", "b"].into_iter().enumerate() {
@@ -944,6 +935,77 @@ async fn a_claim_seen_only_through_hints_is_not_made_again_at_its_epoch() {
     survivor.2.await.unwrap().unwrap();
 }
 
+/// Issue #14 (found in review): a claim deleted by hand, then the session
+/// deleted with `delete` and applied again, all between two full listings.
+/// The holder's refused release is hinted, so every node reads the claim
+/// missing through the feed; that must not make it forget the epoch it saw
+/// (only a holder's own release does), or the placeholder `apply` writes
+/// over the gap reads as a new session and epoch 1 is issued again.
+#[tokio::test(flavor = "current_thread")]
+async fn a_claim_deleted_by_hand_then_redeployed_is_not_issued_its_epoch_again() {
+    use leasehold::clock::{ManualClock, SeededEntropy};
+    use leasehold::fleet::feed::HintingStore;
+    let clock = ManualClock::new();
+    let dyn_clock: Arc<dyn Clock> = Arc::new(clock.clone());
+    let bucket: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());
+    init_marker(&bucket).await;
+    let hinting = |salt: u64| -> Arc<dyn Store> {
+        Arc::new(HintingStore::new(
+            bucket.clone(),
+            dyn_clock.clone(),
+            Arc::new(SeededEntropy::new(salt)),
+        ))
+    };
+    let operator = hinting(99);
+    apply(&operator, "x", &spec("sleep")).await;
+    let shutdown = CancellationToken::new();
+    let mut nodes = Vec::new();
+    for (i, id) in ["a", "b"].into_iter().enumerate() {
+        let mut cfg = NodeConfig::new(Name::new(id).unwrap(), Duration::from_secs(10));
+        cfg.probe = false;
+        cfg.full_every = Duration::from_secs(3600);
+        let runner = Arc::new(RecordingRunner::new(dyn_clock.clone()));
+        let deps = NodeDeps {
+            journal: Arc::new(Journal::new(1000, 1 << 20)),
+            ..NodeDeps::new(hinting(i as u64), dyn_clock.clone(), runner.clone())
+        };
+        nodes.push((
+            id.to_string(),
+            runner,
+            tokio::spawn(node::run(cfg, deps, shutdown.clone())),
+        ));
+    }
+    step_virtual(&clock, 300).await;
+    bucket.delete("sessions/x").await.unwrap(); // by hand: no hint
+    step_virtual(&clock, 50).await;
+    manifest::delete(&operator, &Name::new("x").unwrap())
+        .await
+        .unwrap();
+    step_virtual(&clock, 300).await; // the holder stops; its release is refused
+    apply(&operator, "x", &spec("sleep")).await;
+    step_virtual(&clock, 2 * 36_000).await;
+    let mut runs: Vec<common::Run<leasehold::clock::MonoTime>> = Vec::new();
+    for (id, runner, _) in &nodes {
+        for (s, e, a, b) in runner.history() {
+            runs.push((s, e, id.clone(), a, b));
+        }
+    }
+    runs.sort_by_key(|r| r.3);
+    eprintln!("{runs:?}");
+    assert_eq!(runs[0].1, 1, "{runs:?}");
+    assert!(runs.len() >= 2, "applied again, it runs again: {runs:?}");
+    assert!(
+        runs[1..].iter().all(|r| r.1 >= 2),
+        "epoch 1 issued again: {runs:?}"
+    );
+    common::assert_never_twice("", &runs);
+    shutdown.cancel();
+    step_virtual(&clock, 2).await;
+    for (_, _, t) in nodes {
+        t.await.unwrap().unwrap();
+    }
+}
+
 /// Issue #14: a node whose full listings are a minute apart believes in its
 /// claims for that minute (plus a ttl, less the margin), so it publishes
 /// that minute as `max_poll_ms` and a peer waits it out before making one
@@ -961,15 +1023,7 @@ async fn a_node_with_rare_full_listings_is_waited_out_for_them() {
     let bucket: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());
     init_marker(&bucket).await;
     apply(&bucket, "s", &spec("sleep")).await;
-    let step = Duration::from_millis(100);
-    let settle = async |n: u32| {
-        for _ in 0..n {
-            clock.advance(step);
-            for _ in 0..20 {
-                tokio::task::yield_now().await;
-            }
-        }
-    };
+    let settle = async |n: u32| step_virtual(&clock, n).await;
     let shutdown = CancellationToken::new();
     let mut nodes = Vec::new();
     for (i, full_every) in [(1u64, 60u64), (2, 10)] {

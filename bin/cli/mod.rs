@@ -376,8 +376,8 @@ enum NodeOp {
         /// (anti-entropy; default: 60 ttls, 10 min at the default ttl).
         /// Passes in between read the change feed (`changes/`) and only
         /// the keys it names, so their cost does not grow with the number
-        /// of sessions. A change whose hint is lost, and a claim an
-        /// operator deletes by hand, wait up to this long (plus two ttls).
+        /// of sessions. A change whose hint is lost waits up to this long;
+        /// a claim an operator deletes by hand, about twice as long.
         /// At or below --max-poll every pass lists everything.
         #[arg(long, value_parser = parse_duration, allow_hyphen_values = true)]
         full_every: Option<Duration>,

@@ -2177,19 +2177,19 @@ impl Node {
         self.revisit = revisit;
         // As a full listing forgets the epochs of sessions whose manifest
         // is gone (`observe_claim_absence`), so that one deleted with
-        // `delete`, its tombstone collected by `gc` and applied again is
-        // placed at once: but only once the claim as we last read it (or
-        // wrote it: our own release this pass) has no holder. A claim
-        // deleted by hand under its holder writes no hint, so it still shows
-        // its holder here, and a placeholder over it is waited out as a
-        // vanished claim.
+        // `delete`, its tombstone collected by `gc` (which raises the epoch
+        // floor) and applied again is placed at once: but only over a
+        // holder's own release (a tombstone, not apply's placeholder nor a
+        // vanished marker, which are released too), read or written this
+        // pass. A missing claim is what the absence rules wait out (a claim
+        // deleted by hand), so its epoch is kept: a placeholder over it is
+        // then a vanished claim, made again above it.
         for name in &hinted {
             let ckey = crate::keys::session(name);
             if !self.manifests.contains_key(&crate::keys::manifest(name))
-                && self
-                    .claims
-                    .get(&ckey)
-                    .is_none_or(|(_, c)| c.state == ClaimState::Released)
+                && self.claims.get(&ckey).is_some_and(|(_, c)| {
+                    c.state == ClaimState::Released && !c.is_vanished() && !c.is_placeholder()
+                })
             {
                 self.seen_claims.remove(&ckey);
             }
