@@ -683,6 +683,111 @@ async fn step_virtual(clock: &leasehold::clock::ManualClock, steps: u32) {
     }
 }
 
+/// Issue #14's fleets: nodes on one manual clock and one in-memory bucket,
+/// at ttl 10 s, each writing through a hinting store (the change feed).
+struct FeedFleet {
+    clock: leasehold::clock::ManualClock,
+    dyn_clock: Arc<dyn Clock>,
+    bucket: Arc<dyn Store>,
+    shutdown: CancellationToken,
+    nodes: Vec<FeedNode>,
+}
+
+struct FeedNode {
+    id: String,
+    runner: Arc<RecordingRunner>,
+    status: Arc<leasehold::fleet::node::NodeStatus>,
+    task: tokio::task::JoinHandle<leasehold::Result<()>>,
+}
+
+impl FeedFleet {
+    async fn new() -> Self {
+        let clock = leasehold::clock::ManualClock::new();
+        let bucket: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());
+        init_marker(&bucket).await;
+        FeedFleet {
+            dyn_clock: Arc::new(clock.clone()),
+            clock,
+            bucket,
+            shutdown: CancellationToken::new(),
+            nodes: Vec::new(),
+        }
+    }
+
+    /// `store` (the bucket, or a wrapper of it) writing hints, a fraction
+    /// `lose` of them lost.
+    fn hinting_over(&self, store: Arc<dyn Store>, salt: u64, lose: f64) -> Arc<dyn Store> {
+        use leasehold::fleet::feed::{HintFaults, HintingStore};
+        Arc::new(
+            HintingStore::new(
+                store,
+                self.dyn_clock.clone(),
+                Arc::new(leasehold::clock::SeededEntropy::new(salt)),
+            )
+            .with_faults(HintFaults {
+                lose,
+                ..HintFaults::default()
+            }),
+        )
+    }
+
+    fn hinting(&self, salt: u64, lose: f64) -> Arc<dyn Store> {
+        self.hinting_over(self.bucket.clone(), salt, lose)
+    }
+
+    /// Starts node `id` on `store`, full listings every `full_every`.
+    fn start(&mut self, id: &str, full_every: Duration, store: Arc<dyn Store>) {
+        let mut cfg = NodeConfig::new(Name::new(id).unwrap(), Duration::from_secs(10));
+        cfg.probe = false;
+        cfg.full_every = full_every;
+        let runner = Arc::new(RecordingRunner::new(self.dyn_clock.clone()));
+        let status: Arc<leasehold::fleet::node::NodeStatus> = Default::default();
+        let deps = NodeDeps {
+            journal: Arc::new(Journal::new(1000, 1 << 20)),
+            status: status.clone(),
+            ..NodeDeps::new(store, self.dyn_clock.clone(), runner.clone())
+        };
+        self.nodes.push(FeedNode {
+            id: id.to_string(),
+            runner,
+            status,
+            task: tokio::spawn(node::run(cfg, deps, self.shutdown.clone())),
+        });
+    }
+
+    async fn step(&self, steps: u32) {
+        step_virtual(&self.clock, steps).await;
+    }
+
+    fn running(&self, i: usize) -> usize {
+        leasehold::fleet::runner::Runner::running(self.nodes[i].runner.as_ref()).len()
+    }
+
+    /// Every run of every node, by start time.
+    fn runs(&self) -> Vec<common::Run<leasehold::clock::MonoTime>> {
+        let mut runs = Vec::new();
+        for n in &self.nodes {
+            for (s, e, a, b) in n.runner.history() {
+                runs.push((s, e, n.id.clone(), a, b));
+            }
+        }
+        runs.sort_by_key(|r| r.3);
+        runs
+    }
+
+    /// Shuts every node down; each ends cleanly (or was aborted by the test).
+    async fn finish(self) {
+        self.shutdown.cancel();
+        self.step(2).await;
+        for n in self.nodes {
+            match n.task.await {
+                Ok(r) => r.unwrap(),
+                Err(e) => assert!(e.is_cancelled(), "{e}"),
+            }
+        }
+    }
+}
+
 /// Issue #14, the change feed: a node whose full listings are an hour apart
 /// starts a manifest applied after its first pass within one idle pause,
 /// because `apply`'s hint names it (a light pass reads only that). With
@@ -690,55 +795,23 @@ async fn step_virtual(clock: &leasehold::clock::ManualClock, steps: u32) {
 /// it is the feed that placed it, not a listing), and is placed then.
 #[tokio::test(flavor = "current_thread")]
 async fn the_change_feed_places_a_new_manifest_without_a_full_listing() {
-    use leasehold::clock::{ManualClock, SeededEntropy};
-    use leasehold::fleet::feed::{HintFaults, HintingStore};
     async fn placed_after(lose: f64) -> Option<Duration> {
-        let clock = ManualClock::new();
-        let dyn_clock: Arc<dyn Clock> = Arc::new(clock.clone());
-        let bucket: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());
-        let hinting = |salt: u64| -> Arc<dyn Store> {
-            Arc::new(
-                HintingStore::new(
-                    bucket.clone(),
-                    dyn_clock.clone(),
-                    Arc::new(SeededEntropy::new(salt)),
-                )
-                .with_faults(HintFaults {
-                    lose,
-                    ..HintFaults::default()
-                }),
-            )
-        };
-        init_marker(&bucket).await;
-        let mut cfg = NodeConfig::new(Name::new("n1").unwrap(), Duration::from_secs(10));
-        cfg.probe = false;
-        cfg.full_every = Duration::from_secs(3600);
-        let runner = Arc::new(RecordingRunner::new(dyn_clock.clone()));
-        let deps = NodeDeps {
-            journal: Arc::new(Journal::new(1000, 1 << 20)),
-            ..NodeDeps::new(hinting(1), dyn_clock.clone(), runner.clone())
-        };
-        let shutdown = CancellationToken::new();
-        let task = tokio::spawn(node::run(cfg, deps, shutdown.clone()));
-        let settle = async || step_virtual(&clock, 1).await;
+        let mut f = FeedFleet::new().await;
+        f.start("n1", Duration::from_secs(3600), f.hinting(1, lose));
         // Registered, first (full) pass done, backed off to idle.
-        for _ in 0..600 {
-            settle().await;
-        }
-        apply(&hinting(2), "late", &spec("sleep")).await;
-        let t0 = clock.now();
+        f.step(600).await;
+        apply(&f.hinting(2, lose), "late", &spec("sleep")).await;
+        let t0 = f.clock.now();
         let mut placed = None;
         // Up to just past the next full listing (an hour after the first).
         for _ in 0..36_200 {
-            settle().await;
-            if !leasehold::fleet::runner::Runner::running(runner.as_ref()).is_empty() {
-                placed = Some(clock.now().saturating_since(t0));
+            f.step(1).await;
+            if f.running(0) > 0 {
+                placed = Some(f.clock.now().saturating_since(t0));
                 break;
             }
         }
-        shutdown.cancel();
-        settle().await;
-        task.await.unwrap().unwrap();
+        f.finish().await;
         placed
     }
     let hinted = placed_after(0.0).await.expect("placed with hints");
@@ -761,8 +834,7 @@ async fn the_change_feed_places_a_new_manifest_without_a_full_listing() {
 async fn a_peer_record_is_read_when_its_node_hints_a_change() {
     use async_trait::async_trait;
     use futures::stream::BoxStream;
-    use leasehold::clock::{ManualClock, SeededEntropy};
-    use leasehold::fleet::feed::HintingStore;
+    use leasehold::clock::SeededEntropy;
     use leasehold::store::{Cond, Conditional, Entry, Object, StoreError, Version};
     use std::sync::atomic::{AtomicU64, Ordering};
     /// Counts this node's reads of one key.
@@ -800,65 +872,32 @@ async fn a_peer_record_is_read_when_its_node_hints_a_change() {
             self.0.list_after(p, a)
         }
     }
-    let clock = ManualClock::new();
-    let dyn_clock: Arc<dyn Clock> = Arc::new(clock.clone());
-    let bucket: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());
-    init_marker(&bucket).await;
+    let mut f = FeedFleet::new().await;
     let reads = Arc::new(AtomicU64::new(0));
-    let shutdown = CancellationToken::new();
-    let mut tasks = Vec::new();
-    let mut b_status = None;
-    for (i, id) in ["a", "b"].into_iter().enumerate() {
-        let mut cfg = NodeConfig::new(Name::new(id).unwrap(), Duration::from_secs(10));
-        cfg.probe = false;
-        cfg.full_every = Duration::from_secs(3600);
-        let counted: Arc<dyn Store> = if id == "a" {
-            Arc::new(ReadsOf(bucket.clone(), "nodes/b", reads.clone()))
-        } else {
-            bucket.clone()
-        };
-        let store: Arc<dyn Store> = Arc::new(HintingStore::new(
-            counted,
-            dyn_clock.clone(),
-            Arc::new(SeededEntropy::new(i as u64)),
-        ));
-        let status: Arc<leasehold::fleet::node::NodeStatus> = Default::default();
-        if id == "b" {
-            b_status = Some(status.clone());
-        }
-        let deps = NodeDeps {
-            journal: Arc::new(Journal::new(1000, 1 << 20)),
-            status,
-            ..NodeDeps::new(
-                store,
-                dyn_clock.clone(),
-                Arc::new(RecordingRunner::new(dyn_clock.clone())),
-            )
-        };
-        tasks.push(tokio::spawn(node::run(cfg, deps, shutdown.clone())));
-    }
-    let settle = async |n: u32| step_virtual(&clock, n).await;
-    settle(600).await; // a minute: registered, b's first renewal hinted
+    let counted: Arc<dyn Store> = Arc::new(ReadsOf(f.bucket.clone(), "nodes/b", reads.clone()));
+    f.start(
+        "a",
+        Duration::from_secs(3600),
+        f.hinting_over(counted, 0, 0.0),
+    );
+    f.start("b", Duration::from_secs(3600), f.hinting(1, 0.0));
+    f.step(600).await; // a minute: registered, b's first renewal hinted
     let before = reads.load(Ordering::SeqCst);
     assert!(before >= 1, "a read b's record when it first listed it");
-    settle(6000).await; // ten idle minutes
+    f.step(6000).await; // ten idle minutes
     let idle = reads.load(Ordering::SeqCst) - before;
     assert_eq!(idle, 0, "no periodic reads of b's record with the feed on");
-    leasehold::fleet::control::set(&bucket, &SeededEntropy::new(9), "b", false, 0)
+    leasehold::fleet::control::set(&f.bucket, &SeededEntropy::new(9), "b", false, 0)
         .await
         .unwrap();
-    b_status.unwrap().nudge();
-    settle(300).await; // b's next pass and renewal, then a's light pass
+    f.nodes[1].status.nudge();
+    f.step(300).await; // b's next pass and renewal, then a's light pass
     let after = reads.load(Ordering::SeqCst) - before;
     assert!(
         after >= 1,
         "b's cordon was hinted and a read it ({after} reads)"
     );
-    shutdown.cancel();
-    settle(2).await;
-    for t in tasks {
-        t.await.unwrap().unwrap();
-    }
+    f.finish().await;
 }
 
 /// Issue #14 (found in review): with the feed on, a takeover between full
@@ -869,56 +908,23 @@ async fn a_peer_record_is_read_when_its_node_hints_a_change() {
 /// epoch 2, the epoch the takeover had already run.)
 #[tokio::test(flavor = "current_thread")]
 async fn a_claim_seen_only_through_hints_is_not_made_again_at_its_epoch() {
-    use leasehold::clock::{ManualClock, SeededEntropy};
-    use leasehold::fleet::feed::HintingStore;
-    let clock = ManualClock::new();
-    let dyn_clock: Arc<dyn Clock> = Arc::new(clock.clone());
-    let bucket: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());
-    init_marker(&bucket).await;
-    let hinting = |salt: u64| -> Arc<dyn Store> {
-        Arc::new(HintingStore::new(
-            bucket.clone(),
-            dyn_clock.clone(),
-            Arc::new(SeededEntropy::new(salt)),
-        ))
-    };
-    apply(&hinting(99), "x", &spec("sleep")).await;
-    let settle = async |n: u32| step_virtual(&clock, n).await;
-    let shutdown = CancellationToken::new();
-    let mut nodes = Vec::new();
+    let mut f = FeedFleet::new().await;
+    apply(&f.hinting(99, 0.0), "x", &spec("sleep")).await;
     for (i, id) in ["c", "a", "b"].into_iter().enumerate() {
-        let mut cfg = NodeConfig::new(Name::new(id).unwrap(), Duration::from_secs(10));
-        cfg.probe = false;
-        cfg.full_every = Duration::from_secs(3600);
-        let runner = Arc::new(RecordingRunner::new(dyn_clock.clone()));
-        let deps = NodeDeps {
-            journal: Arc::new(Journal::new(1000, 1 << 20)),
-            ..NodeDeps::new(hinting(i as u64), dyn_clock.clone(), runner.clone())
-        };
-        let task = tokio::spawn(node::run(cfg, deps, shutdown.clone()));
-        nodes.push((id.to_string(), runner, task));
-        settle(300).await; // c claims x first
+        f.start(id, Duration::from_secs(3600), f.hinting(i as u64, 0.0));
+        f.step(300).await; // c claims x first
     }
-    let running = |r: &Arc<RecordingRunner>| leasehold::fleet::runner::Runner::running(r.as_ref());
-    assert_eq!(running(&nodes[0].1).len(), 1, "c runs x");
-    nodes[0].2.abort(); // kill -9: no release
-    settle(900).await; // c expires; a or b takes x over in a light pass
-    let holder = nodes[1..]
-        .iter()
-        .position(|(_, r, _)| !running(r).is_empty())
-        .expect("x taken over");
+    assert_eq!(f.running(0), 1, "c runs x");
+    f.nodes[0].task.abort(); // kill -9: no release
+    f.step(900).await; // c expires; a or b takes x over in a light pass
+    let holder = 1 + (1..3).position(|i| f.running(i) > 0).expect("x taken over");
     // The holder dies too, and its claim is deleted by hand (no hint): the
     // survivor saw epoch 2 only through the takeover's hint.
-    nodes[1 + holder].2.abort();
-    bucket.delete("sessions/x").await.unwrap();
-    settle(2 * 36_000).await; // past the next full listings and the hold
-    let mut runs: Vec<common::Run<leasehold::clock::MonoTime>> = Vec::new();
-    for (id, runner, _) in &nodes {
-        for (s, e, a, b) in runner.history() {
-            runs.push((s, e, id.clone(), a, b));
-        }
-    }
-    eprintln!("holder {}: {runs:?}", nodes[1 + holder].0);
+    f.nodes[holder].task.abort();
+    f.bucket.delete("sessions/x").await.unwrap();
+    f.step(2 * 36_000).await; // past the next full listings and the hold
+    let runs = f.runs();
+    eprintln!("holder {}: {runs:?}", f.nodes[holder].id);
     assert!(
         runs.iter().any(|r| r.1 == 2),
         "the takeover ran at epoch 2: {runs:?}"
@@ -929,10 +935,7 @@ async fn a_claim_seen_only_through_hints_is_not_made_again_at_its_epoch() {
         "made again above the takeover's epoch: {runs:?}"
     );
     common::assert_never_twice("", &runs);
-    shutdown.cancel();
-    settle(2).await;
-    let survivor = nodes.remove(2 - holder);
-    survivor.2.await.unwrap().unwrap();
+    f.finish().await;
 }
 
 /// Issue #14 (found in review): a claim deleted by hand, then the session
@@ -943,54 +946,22 @@ async fn a_claim_seen_only_through_hints_is_not_made_again_at_its_epoch() {
 /// over the gap reads as a new session and epoch 1 is issued again.
 #[tokio::test(flavor = "current_thread")]
 async fn a_claim_deleted_by_hand_then_redeployed_is_not_issued_its_epoch_again() {
-    use leasehold::clock::{ManualClock, SeededEntropy};
-    use leasehold::fleet::feed::HintingStore;
-    let clock = ManualClock::new();
-    let dyn_clock: Arc<dyn Clock> = Arc::new(clock.clone());
-    let bucket: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());
-    init_marker(&bucket).await;
-    let hinting = |salt: u64| -> Arc<dyn Store> {
-        Arc::new(HintingStore::new(
-            bucket.clone(),
-            dyn_clock.clone(),
-            Arc::new(SeededEntropy::new(salt)),
-        ))
-    };
-    let operator = hinting(99);
+    let mut f = FeedFleet::new().await;
+    let operator = f.hinting(99, 0.0);
     apply(&operator, "x", &spec("sleep")).await;
-    let shutdown = CancellationToken::new();
-    let mut nodes = Vec::new();
     for (i, id) in ["a", "b"].into_iter().enumerate() {
-        let mut cfg = NodeConfig::new(Name::new(id).unwrap(), Duration::from_secs(10));
-        cfg.probe = false;
-        cfg.full_every = Duration::from_secs(3600);
-        let runner = Arc::new(RecordingRunner::new(dyn_clock.clone()));
-        let deps = NodeDeps {
-            journal: Arc::new(Journal::new(1000, 1 << 20)),
-            ..NodeDeps::new(hinting(i as u64), dyn_clock.clone(), runner.clone())
-        };
-        nodes.push((
-            id.to_string(),
-            runner,
-            tokio::spawn(node::run(cfg, deps, shutdown.clone())),
-        ));
+        f.start(id, Duration::from_secs(3600), f.hinting(i as u64, 0.0));
     }
-    step_virtual(&clock, 300).await;
-    bucket.delete("sessions/x").await.unwrap(); // by hand: no hint
-    step_virtual(&clock, 50).await;
+    f.step(300).await;
+    f.bucket.delete("sessions/x").await.unwrap(); // by hand: no hint
+    f.step(50).await;
     manifest::delete(&operator, &Name::new("x").unwrap())
         .await
         .unwrap();
-    step_virtual(&clock, 300).await; // the holder stops; its release is refused
+    f.step(300).await; // the holder stops; its release is refused
     apply(&operator, "x", &spec("sleep")).await;
-    step_virtual(&clock, 2 * 36_000).await;
-    let mut runs: Vec<common::Run<leasehold::clock::MonoTime>> = Vec::new();
-    for (id, runner, _) in &nodes {
-        for (s, e, a, b) in runner.history() {
-            runs.push((s, e, id.clone(), a, b));
-        }
-    }
-    runs.sort_by_key(|r| r.3);
+    f.step(2 * 36_000).await;
+    let runs = f.runs();
     eprintln!("{runs:?}");
     assert_eq!(runs[0].1, 1, "{runs:?}");
     assert!(runs.len() >= 2, "applied again, it runs again: {runs:?}");
@@ -999,11 +970,7 @@ async fn a_claim_deleted_by_hand_then_redeployed_is_not_issued_its_epoch_again()
         "epoch 1 issued again: {runs:?}"
     );
     common::assert_never_twice("", &runs);
-    shutdown.cancel();
-    step_virtual(&clock, 2).await;
-    for (_, _, t) in nodes {
-        t.await.unwrap().unwrap();
-    }
+    f.finish().await;
 }
 
 /// Issue #14: a node whose full listings are a minute apart believes in its
@@ -1016,68 +983,31 @@ async fn a_claim_deleted_by_hand_then_redeployed_is_not_issued_its_epoch_again()
 /// session until its next full listing, up to a minute later.
 #[tokio::test(flavor = "current_thread")]
 async fn a_node_with_rare_full_listings_is_waited_out_for_them() {
-    use leasehold::clock::{ManualClock, SeededEntropy};
-    use leasehold::fleet::feed::{HintFaults, HintingStore};
-    let clock = ManualClock::new();
-    let dyn_clock: Arc<dyn Clock> = Arc::new(clock.clone());
-    let bucket: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());
-    init_marker(&bucket).await;
-    apply(&bucket, "s", &spec("sleep")).await;
-    let settle = async |n: u32| step_virtual(&clock, n).await;
-    let shutdown = CancellationToken::new();
-    let mut nodes = Vec::new();
+    let mut f = FeedFleet::new().await;
+    apply(&f.bucket, "s", &spec("sleep")).await;
     for (i, full_every) in [(1u64, 60u64), (2, 10)] {
-        let mut cfg = NodeConfig::new(Name::new(format!("n{i}")).unwrap(), Duration::from_secs(10));
-        cfg.probe = false;
-        cfg.full_every = Duration::from_secs(full_every);
-        let store: Arc<dyn Store> = Arc::new(
-            HintingStore::new(
-                bucket.clone(),
-                dyn_clock.clone(),
-                Arc::new(SeededEntropy::new(i)),
-            )
-            .with_faults(HintFaults {
-                lose: 1.0,
-                ..HintFaults::default()
-            }),
+        f.start(
+            &format!("n{i}"),
+            Duration::from_secs(full_every),
+            f.hinting(i, 1.0),
         );
-        let runner = Arc::new(RecordingRunner::new(dyn_clock.clone()));
-        let deps = NodeDeps {
-            journal: Arc::new(Journal::new(1000, 1 << 20)),
-            ..NodeDeps::new(store, dyn_clock.clone(), runner.clone())
-        };
-        let task = tokio::spawn(node::run(cfg, deps, shutdown.clone()));
-        nodes.push((format!("n{i}"), runner, task));
         // n1 registers, lists everything and claims before n2 starts.
-        settle(30).await;
+        f.step(30).await;
     }
-    assert_eq!(
-        leasehold::fleet::runner::Runner::running(nodes[0].1.as_ref()).len(),
-        1,
-        "n1 runs s"
-    );
-    settle(20).await;
-    bucket.delete("sessions/s").await.unwrap();
-    settle(1800).await; // three virtual minutes
-    let mut runs: Vec<common::Run<leasehold::clock::MonoTime>> = Vec::new();
-    for (id, runner, _) in &nodes {
-        for (s, e, a, b) in runner.history() {
-            runs.push((s, e, id.clone(), a, b));
-        }
-    }
+    assert_eq!(f.running(0), 1, "n1 runs s");
+    f.step(20).await;
+    f.bucket.delete("sessions/s").await.unwrap();
+    f.step(1800).await; // three virtual minutes
+    let runs = f.runs();
     eprintln!("{runs:?}");
     let o = common::overlaps(&runs);
     assert!(o.is_empty(), "ran twice at once: {o:?} in {runs:?}");
     // And the session was made again (at a higher epoch) and runs.
     assert!(
-        runs.iter().any(|r| r.1 > 1 && r.4 >= clock.now()),
+        runs.iter().any(|r| r.1 > 1 && r.4 >= f.clock.now()),
         "{runs:?}"
     );
-    shutdown.cancel();
-    settle(2).await;
-    for (_, _, t) in nodes {
-        t.await.unwrap().unwrap();
-    }
+    f.finish().await;
 }
 
 /// On a slow store a tick can outlast the TTL. A session must then be started
