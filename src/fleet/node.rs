@@ -787,8 +787,6 @@ struct Node {
     /// the last pass did not claim and did not find unclaimable (grace,
     /// rank, absence waits, a refused write, capacity).
     revisit: std::collections::BTreeSet<String>,
-    /// The feed read of the pass in progress, committed at its end.
-    pending_feed: Option<super::feed::FeedRead>,
     /// Set while a pass runs; still set at the next one if it failed.
     pass_incomplete: bool,
     /// When the feed was last covered (read, or a full listing sent).
@@ -869,7 +867,6 @@ impl Node {
             rescan: true,
             fleet_seen: Vec::new(),
             revisit: Default::default(),
-            pending_feed: None,
             pass_incomplete: false,
             feed_read_at: None,
             expiring: None,
@@ -1975,9 +1972,6 @@ impl Node {
                 hinted.insert(name_of(k).to_string());
             }
         }
-        if let Some(read) = read {
-            self.pending_feed = Some(read);
-        }
         let nodes = &self.nodes;
         self.watch_missing
             .retain(|k, v| nodes.get(k).is_some_and(|n| n.listed == *v));
@@ -2194,7 +2188,9 @@ impl Node {
                 self.seen_claims.remove(&ckey);
             }
         }
-        if let Some(read) = self.pending_feed.take() {
+        // Acted on: the feed's hints are seen (a pass that returned early
+        // with an error reads them again).
+        if let Some(read) = read {
             self.feed.commit(read);
         }
         if full || self.cfg.feed_on() {
