@@ -291,6 +291,16 @@ enum Done {
     Naive(Option<u64>),
 }
 
+/// Held while a host lock is taken, and while this test binary spawns a
+/// child (`a_seed_replays_across_processes`). A child holds a copy of every
+/// open descriptor between its fork and its exec (close-on-exec closes them
+/// only then), and an `flock` stays held while any copy of its descriptor
+/// is open: a crashed sim node's lock, dropped in that window, would still
+/// be held when its next instance tries to take it. (A node daemon never
+/// meets this: its predecessor is another process, whose descriptors died
+/// with it; the sessions it spawns exec at once.)
+static NO_FORK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 struct Node {
     id: String,
     host: String,
@@ -314,8 +324,11 @@ struct Node {
 impl Node {
     fn start(&mut self) {
         self.incarnation += 1;
-        let lock = HostLock::acquire(&self.lock_dir, "sim", &self.id, &self.host)
-            .expect("the previous instance is dead, so its host lock is free");
+        let lock = {
+            let _no_fork = NO_FORK.lock().unwrap_or_else(|p| p.into_inner());
+            HostLock::acquire(&self.lock_dir, "sim", &self.id, &self.host)
+                .expect("the previous instance is dead, so its host lock is free")
+        };
         let client = LeaseClient::builder(self.faults.clone(), Name::new(self.id.clone()).unwrap())
             .host_lock(lock)
             .clock(Arc::new(self.clock.clone()))
@@ -797,12 +810,19 @@ fn a_seed_replays_across_processes() {
         return;
     }
     let here = digest();
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "a_seed_replays_across_processes", "--nocapture"])
-        .env("LEASEHOLD_SIM_REPLAY_CHILD", "1")
-        .env_remove("LEASEHOLD_SIM_SEED")
-        .output()
-        .unwrap();
+    let child = {
+        // Spawned (forked and exec'd) while no sim node takes a host lock.
+        let _no_fork = NO_FORK.lock().unwrap_or_else(|p| p.into_inner());
+        std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "a_seed_replays_across_processes", "--nocapture"])
+            .env("LEASEHOLD_SIM_REPLAY_CHILD", "1")
+            .env_remove("LEASEHOLD_SIM_SEED")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let out = child.wait_with_output().unwrap();
     assert!(
         out.status.success(),
         "{}",
