@@ -16,6 +16,7 @@
 //! | `leases/<name>` | a standalone lease | `lease acquire/renew/release`, the library |
 //! | `control/<id>` | an operator's cordon / drain of a node | `node cordon/drain/uncordon` |
 //! | `changes/<ms>-<nonce>-<m\|s\|n>-<name>` | a hint that a manifest (`m`), a claim (`s`) or a node record's attributes (`n`) were written | every writer of those ([`crate::fleet::feed`]); deleted by retention |
+//! | `bell` | a nonce; each new version asks every node to run a pass now | a node that fenced a peer or released its claims ([`crate::fleet::feed::ring_bell`]) |
 
 use std::fmt::Display;
 
@@ -33,6 +34,9 @@ pub const LEASES: &str = "leases/";
 pub const CONTROL: &str = "control/";
 /// The change feed: hints, never authority (see `crate::fleet::feed`).
 pub const CHANGES: &str = "changes/";
+/// The fleet's bell: one object whose every new version asks each node to
+/// run a pass now (a hint, never authority; see `crate::fleet::feed`).
+pub const BELL: &str = "bell";
 
 /// What a hint says was written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

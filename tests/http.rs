@@ -505,3 +505,44 @@ fn events_query_parsing_never_panics() {
         }
     }
 }
+
+/// The nudge a node sends the ranked takers of a peer it fenced
+/// (`fleet::nudge::HttpNudge`): `POST /v1/nudge` with the fleet's token
+/// reaches the peer's pull loop; a wrong token, an address that is not the
+/// node API's plain HTTP, no address, or nobody listening is a plain
+/// "not answered", never an error or a panic.
+#[tokio::test]
+async fn a_peer_nudge_reaches_the_node_with_the_fleet_token_only() {
+    use leasehold::fleet::nudge::{HttpNudge, Nudge};
+    let s = server(10).await;
+    let at = format!("http://{}", s.addr);
+    let wrong = HttpNudge::new(b"another-token-0123456789").unwrap();
+    assert!(!wrong.nudge("n1", Some(&at)).await);
+    assert!(!s.status.nudge_pending(), "a refused nudge does nothing");
+    let right = HttpNudge::new(TOKEN.as_bytes()).unwrap();
+    assert!(!right.nudge("n1", None).await);
+    assert!(
+        !right
+            .nudge("n1", Some(&format!("https://{}", s.addr)))
+            .await
+    );
+    assert!(!right.nudge("n1", Some("not a url")).await);
+    assert!(!s.status.nudge_pending());
+    assert!(right.nudge("n1", Some(&format!("{at}/"))).await);
+    assert!(
+        s.status.nudge_pending(),
+        "the pull loop's next pause is cut short"
+    );
+    // Nobody listening there any more: not answered.
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    assert!(
+        !right
+            .nudge("n1", Some(&format!("http://127.0.0.1:{port}")))
+            .await
+    );
+    // The token never shows in the handle's debug form.
+    assert!(!format!("{right:?}").contains(TOKEN));
+}

@@ -1685,12 +1685,7 @@ pub(crate) async fn nudge_nodes(
             return 0;
         }
     };
-    let token = String::from_utf8_lossy(&token).into_owned();
-    let Ok(client) = reqwest::Client::builder()
-        .connect_timeout(Duration::from_millis(500))
-        .timeout(Duration::from_secs(2))
-        .build()
-    else {
+    let Ok(nudge) = leasehold::fleet::nudge::HttpNudge::new(&token) else {
         return 0;
     };
     let mut n = 0;
@@ -1702,19 +1697,8 @@ pub(crate) async fn nudge_nodes(
         let Ok(r) = leasehold::record::LeaseRecord::decode(&key, &o.bytes, Kind::Node) else {
             continue;
         };
-        let Some(a) = r
-            .address
-            .filter(|a| a.starts_with("http://") && !r.released)
-        else {
-            continue;
-        };
-        let url = format!("{}/v1/nudge", a.trim_end_matches('/'));
-        if client
-            .post(url)
-            .bearer_auth(&token)
-            .send()
-            .await
-            .is_ok_and(|r| r.status().is_success())
+        if !r.released
+            && leasehold::fleet::nudge::Nudge::nudge(&nudge, id, r.address.as_deref()).await
         {
             n += 1;
         }
@@ -1891,11 +1875,19 @@ async fn node(op: NodeOp) -> Result<(), Failure> {
     let journal = Arc::new(Journal::new(10_000, 4 << 20));
     let status: Arc<fleet_node::NodeStatus> = Default::default();
     let (claim_handle, claim_inbox) = fleet_node::claim_channel(&cfg.id);
+    // With the fleet's token, a node that fences a dead peer nudges the
+    // nodes ranked to take its sessions (peers accept the same token).
+    let nudge = match &http {
+        Some((_, token, _)) => Some(Arc::new(leasehold::fleet::nudge::HttpNudge::new(token)?)
+            as Arc<dyn leasehold::fleet::nudge::Nudge>),
+        None => None,
+    };
     let deps = fleet_node::NodeDeps {
         host_lock: Some(Arc::new(lock)),
         journal: journal.clone(),
         status: status.clone(),
         claims: Some(claim_inbox),
+        nudge,
         ..fleet_node::NodeDeps::new(store, clock, runner)
     };
     let shutdown = tokio_util::sync::CancellationToken::new();

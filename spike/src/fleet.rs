@@ -64,12 +64,23 @@ fn start(
     start_cfg(cfg, store, clock)
 }
 
-fn start_cfg(mut cfg: NodeConfig, store: &Arc<dyn Store>, clock: &Arc<dyn Clock>) -> SpikeNode {
+fn start_cfg(cfg: NodeConfig, store: &Arc<dyn Store>, clock: &Arc<dyn Clock>) -> SpikeNode {
+    start_nudged(cfg, store, clock, None)
+}
+
+/// As `start_cfg`, reachable through (and nudging through) `nudge`.
+fn start_nudged(
+    mut cfg: NodeConfig,
+    store: &Arc<dyn Store>,
+    clock: &Arc<dyn Clock>,
+    nudge: Option<&leasehold::fleet::nudge::LocalNudge>,
+) -> SpikeNode {
     cfg.probe = false;
     let id = cfg.id.to_string();
     let journal = Arc::new(Journal::new(1_000_000, 256 << 20));
     let deps = NodeDeps {
         journal: journal.clone(),
+        nudge: nudge.map(|n| Arc::new(n.clone()) as Arc<dyn leasehold::fleet::nudge::Nudge>),
         ..NodeDeps::new(
             store.clone(),
             clock.clone(),
@@ -77,6 +88,9 @@ fn start_cfg(mut cfg: NodeConfig, store: &Arc<dyn Store>, clock: &Arc<dyn Clock>
         )
     };
     let status = deps.status.clone();
+    if let Some(n) = nudge {
+        n.register(&id, status.clone());
+    }
     let shutdown = CancellationToken::new();
     let init_store = store.clone();
     let stop = shutdown.clone();
@@ -438,6 +452,9 @@ pub struct Settings {
     /// `None`: the daemon's default (`node run --full-every`: 60 ttls).
     /// At or below `max_poll` every pass lists everything (the feed off).
     pub full_every: Option<Duration>,
+    /// Nodes nudge the ranked takers of a peer they fence (`node run` with
+    /// `--listen` and `--token-file`; here in-process, `fleet::nudge::LocalNudge`).
+    pub nudge: bool,
 }
 
 /// `node run --full-every`'s default, in ttls (bin/cli).
@@ -455,14 +472,44 @@ struct Hour {
     used: RequestCounts,
     placed: usize,
     /// Abort of the busiest node → every one of its sessions running on a
-    /// survivor, in virtual time (`None` if not asked, or never).
-    failover: Option<Duration>,
+    /// survivor, in virtual time, one per kill asked for (`None`: never,
+    /// within 20 ttls).
+    failover: Vec<Option<Duration>>,
+}
+
+impl Hour {
+    /// The failover samples' p50, p99 and max (a failover that never ended
+    /// counts as the longest); `None` without samples.
+    fn failover_stats(&self) -> Option<(Duration, Duration, Duration)> {
+        let mut v: Vec<Duration> = self
+            .failover
+            .iter()
+            .map(|f| f.unwrap_or(Duration::MAX))
+            .collect();
+        if v.is_empty() {
+            return None;
+        }
+        v.sort();
+        let at = |q: f64| v[((v.len() as f64 * q).ceil() as usize).clamp(1, v.len()) - 1];
+        Some((at(0.5), at(0.99), *v.last().unwrap()))
+    }
+}
+
+fn secs(d: Duration) -> String {
+    if d == Duration::MAX {
+        "never".to_string()
+    } else {
+        format!("{:.1} s", d.as_secs_f64())
+    }
 }
 
 /// One virtual hour of steady state with `n` nodes and `s` sessions; then,
-/// if asked, the busiest node aborted (as kill -9: no release) and the time
-/// until its sessions run elsewhere.
-async fn virtual_hour(n: usize, s: usize, set: Settings, failover: bool) -> Result<Hour> {
+/// `kills` times, the busiest node aborted (as kill -9: no release) and the
+/// time until its sessions run elsewhere, a fresh node started in its place
+/// before the next kill. The kills fall at different phases of the nodes'
+/// renewals and passes (an offset stepped by 737 ms, modulo two ttls), so
+/// the samples spread over the cases a real kill meets.
+async fn virtual_hour(n: usize, s: usize, set: Settings, kills: usize) -> Result<Hour> {
     let ttl = set.ttl;
     let clock = ManualClock::new();
     let dyn_clock: Arc<dyn Clock> = Arc::new(clock.clone());
@@ -475,6 +522,7 @@ async fn virtual_hour(n: usize, s: usize, set: Settings, failover: bool) -> Resu
         Arc::new(OsEntropy::new()),
     ));
     apply_sleepers(&store, s).await?;
+    let nudges = leasehold::fleet::nudge::LocalNudge::new();
     let nodes: Vec<SpikeNode> = (0..n)
         .map(|i| {
             let mut cfg = NodeConfig::new(Name::new(format!("n{i:02}")).unwrap(), ttl);
@@ -483,7 +531,7 @@ async fn virtual_hour(n: usize, s: usize, set: Settings, failover: bool) -> Resu
                 cfg.max_poll = m;
             }
             cfg.full_every = set.full_every();
-            start_cfg(cfg, &store, &dyn_clock)
+            start_nudged(cfg, &store, &dyn_clock, set.nudge.then_some(&nudges))
         })
         .collect();
     let step = Duration::from_millis(100);
@@ -507,34 +555,79 @@ async fn virtual_hour(n: usize, s: usize, set: Settings, failover: bool) -> Resu
     let before = counting.counts();
     advance(36_000).await;
     let used = counting.counts().since(&before);
-    let mut failover_time = None;
+    let mut failover = Vec::new();
     let mut nodes = nodes;
-    if failover && s > 0 {
+    let fresh_cfg = |id: String| {
+        let mut cfg = NodeConfig::new(Name::new(id).unwrap(), ttl);
+        cfg.capacity = s.max(1) as u32;
+        if let Some(m) = set.max_poll {
+            cfg.max_poll = m;
+        }
+        cfg.full_every = set.full_every();
+        cfg
+    };
+    for k in 0..if s > 0 { kills } else { 0 } {
+        if k > 0 {
+            // The replacement registers and every node lists it (three
+            // ttls), then the kill's phase.
+            let phase = (k as u64 * 737) % (ttl.as_millis() as u64 * 2);
+            advance(ttl.as_millis() as u64 * 3 / 100 + phase / 100).await;
+        }
         let placement = owners(&store).await?;
         let mut per_node: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for (name, (node, _)) in &placement {
             per_node.entry(node.clone()).or_default().push(name.clone());
         }
-        if let Some((victim, theirs)) = per_node.into_iter().max_by_key(|(_, v)| v.len()) {
-            let i = nodes.iter().position(|nd| nd.id == victim).unwrap();
-            let nd = nodes.remove(i);
-            nd.task.abort();
-            let _ = nd.task.await;
-            let t0 = clock.now();
-            // Checked once per virtual second, for at most 20 ttls.
-            let limit = (ttl * 20).as_secs().max(60);
-            for _ in 0..limit {
-                advance(10).await;
-                let now = owners(&store).await?;
-                if theirs
-                    .iter()
-                    .all(|x| now.get(x).is_some_and(|(node, _)| *node != victim))
-                {
-                    failover_time = Some(clock.now().saturating_since(t0));
-                    break;
+        let Some((victim, theirs)) = per_node.into_iter().max_by_key(|(_, v)| v.len()) else {
+            break;
+        };
+        let i = nodes.iter().position(|nd| nd.id == victim).unwrap();
+        let nd = nodes.remove(i);
+        nd.task.abort();
+        let _ = nd.task.await;
+        let t0 = clock.now();
+        // Checked every virtual 100 ms, for at most 20 ttls.
+        let limit = (ttl * 20).as_millis() as u64 / 100;
+        let mut took = None;
+        for _ in 0..limit {
+            advance(1).await;
+            let now = owners(&store).await?;
+            if theirs
+                .iter()
+                .all(|x| now.get(x).is_some_and(|(node, _)| *node != victim))
+            {
+                took = Some(clock.now().saturating_since(t0));
+                break;
+            }
+        }
+        if std::env::var_os("SPIKE_DEBUG_FAILOVER").is_some() {
+            let t0_wall = clock.wall_ms() - clock.now().saturating_since(t0).as_millis() as u64;
+            eprintln!(
+                "kill {k}: {victim} ({} sessions), took {took:?}",
+                theirs.len()
+            );
+            for nd in &nodes {
+                if let Ok(p) = nd.journal.after(0, usize::MAX) {
+                    for e in p.events.iter().filter(|e| e.at_ms + 20_000 >= t0_wall) {
+                        eprintln!(
+                            "  {} {:+} ms {} {:?} {}",
+                            nd.id,
+                            e.at_ms as i64 - t0_wall as i64,
+                            e.kind.as_str(),
+                            e.session,
+                            e.detail
+                        );
+                    }
                 }
             }
         }
+        failover.push(took);
+        nodes.push(start_nudged(
+            fresh_cfg(format!("r{k:02}")),
+            &store,
+            &dyn_clock,
+            set.nudge.then_some(&nudges),
+        ));
     }
     for nd in nodes {
         nd.shutdown.cancel();
@@ -545,20 +638,20 @@ async fn virtual_hour(n: usize, s: usize, set: Settings, failover: bool) -> Resu
     Ok(Hour {
         used,
         placed,
-        failover: failover_time,
+        failover,
     })
 }
 
 /// Runs a virtual hour on a current-thread runtime of its own: there, each
 /// `yield_now` hands every ready node task its turn, so the manual clock never
 /// outruns the nodes (on a multi-threaded runtime it would).
-fn virtual_hour_blocking(n: usize, s: usize, set: Settings, failover: bool) -> Result<Hour> {
+fn virtual_hour_blocking(n: usize, s: usize, set: Settings, kills: usize) -> Result<Hour> {
     std::thread::spawn(move || {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .expect("runtime")
-            .block_on(virtual_hour(n, s, set, failover))
+            .block_on(virtual_hour(n, s, set, kills))
     })
     .join()
     .expect("virtual hour thread")
@@ -579,10 +672,10 @@ fn r2(c: &RequestCounts) -> f64 {
 /// Hours in a month, as cloud price sheets count them.
 const MONTH_H: f64 = 730.0;
 
-pub async fn cost(n: usize, s: usize, set: Settings, failover: bool, json: bool) -> Result<()> {
+pub async fn cost(n: usize, s: usize, set: Settings, kills: usize, json: bool) -> Result<()> {
     let ttl = set.ttl;
-    let idle = virtual_hour_blocking(n, 0, set, false)?.used;
-    let busy = virtual_hour_blocking(n, s, set, failover)?;
+    let idle = virtual_hour_blocking(n, 0, set, 0)?.used;
+    let busy = virtual_hour_blocking(n, s, set, kills)?;
     let placed = busy.placed;
     if placed != s {
         return Err(leasehold::Error::Internal(format!(
@@ -608,7 +701,7 @@ pub async fn cost(n: usize, s: usize, set: Settings, failover: bool, json: bool)
         "requests_per_session_hour": per_session,
         "usd_per_node_month_s3": s3(&busy_used) / n as f64 * MONTH_H,
         "usd_per_node_month_r2": r2(&busy_used) / n as f64 * MONTH_H,
-        "failover_ms": busy.failover.map(|d| d.as_millis() as u64),
+        "failover_ms": busy.failover.iter().map(|f| f.map(|d| d.as_millis() as u64)).collect::<Vec<_>>(),
         "one_object_per_session_requests_per_session_hour": per_session_alt,
     });
     if json {
@@ -656,10 +749,15 @@ pub async fn cost(n: usize, s: usize, set: Settings, failover: bool, json: bool)
         per_session * 0.005 / 1000.0,
         per_session_alt * 0.005 / 1000.0
     );
-    if let Some(f) = busy.failover {
+    if let Some((p50, p99, max)) = busy.failover_stats() {
+        let goal = ttl + leasehold::lease::default_margin(ttl) + Duration::from_secs(2);
         println!(
-            "| failover after an abort (virtual) | {} ms | |",
-            f.as_millis()
+            "| failover after an abort (virtual; {} kills): p50 / p99 / max | {} / {} / {} | goal p99 ≤ ttl + margin + 2 s = {} |",
+            busy.failover.len(),
+            secs(p50),
+            secs(p99),
+            secs(max),
+            secs(goal)
         );
     }
     Ok(())
@@ -696,8 +794,9 @@ pub async fn cost_sweep(n: usize, s: usize, json: bool) -> Result<()> {
             ttl,
             max_poll,
             full_every,
+            nudge: false,
         };
-        let h = virtual_hour_blocking(n, s, set, true)?;
+        let h = virtual_hour_blocking(n, s, set, 1)?;
         if h.placed != s {
             return Err(leasehold::Error::Internal(format!(
                 "ttl {ttl:?}: only {} of {s} sessions placed before measuring",
@@ -709,7 +808,12 @@ pub async fn cost_sweep(n: usize, s: usize, json: bool) -> Result<()> {
             s3(&h.used) / n as f64 * MONTH_H,
             r2(&h.used) / n as f64 * MONTH_H,
         );
-        let f = h.failover.map(|d| d.as_millis() as u64);
+        let f = h
+            .failover
+            .first()
+            .copied()
+            .flatten()
+            .map(|d| d.as_millis() as u64);
         if json {
             out.push(serde_json::json!({
                 "ttl_ms": ttl.as_millis() as u64,

@@ -119,9 +119,18 @@ enum Cmd {
         /// at or below max_poll the change feed is off.
         #[arg(long)]
         full_every_ms: Option<u64>,
-        /// After the hour, abort the busiest node and time the failover.
+        /// After the hour, abort the busiest node and time the failover
+        /// (as `--kills 1`).
         #[arg(long)]
         failover: bool,
+        /// After the hour, this many failovers: each aborts the busiest
+        /// node at a different phase, times it, and starts a fresh node.
+        #[arg(long, default_value_t = 0)]
+        kills: usize,
+        /// Nodes nudge the ranked takers of a peer they fence (as `node run
+        /// --listen --token-file` does over HTTP).
+        #[arg(long)]
+        nudge: bool,
         /// Instead of one hour: a table of cost against failover time for
         /// the ttl and max-poll settings a user can choose.
         #[arg(long)]
@@ -230,6 +239,8 @@ async fn main() {
             max_poll_ms,
             full_every_ms,
             failover,
+            kills,
+            nudge,
             json,
             ..
         } => {
@@ -237,8 +248,9 @@ async fn main() {
                 ttl: Duration::from_millis(ttl_ms),
                 max_poll: max_poll_ms.map(Duration::from_millis),
                 full_every: full_every_ms.map(Duration::from_millis),
+                nudge,
             };
-            fleet::cost(nodes, sessions, set, failover, json).await
+            fleet::cost(nodes, sessions, set, kills.max(usize::from(failover)), json).await
         }
         Cmd::Admit {
             store,

@@ -781,22 +781,109 @@ pub fn ring_successors<'a>(me: &str, peers: &[&'a str], k: usize) -> Vec<&'a str
         .collect()
 }
 
-/// How often the watched peers' records are read (a conditional GET each,
-/// "not modified" while they renew): half a ttl. A dead peer is then
-/// noticed within ttl + margin + ttl/2 of its last renewal, however long
-/// the idle pause between passes (`max_poll`).
-pub fn watch_period(ttl: Duration) -> Duration {
-    ttl / 2
+/// How often a watched peer's record is read when nothing better is known
+/// (a conditional GET each, "not modified" while nothing changed), by its
+/// place among our ring successors: the first twice per renewal period of
+/// its ttl, the second (a stand-in for when the first died with it) every
+/// ttl/2. The first is read sooner when its renewals can be foreseen
+/// (`watch_wait`).
+pub fn watch_period(ttl: Duration, position: usize) -> Duration {
+    if position == 0 {
+        renew_period(ttl) / 2
+    } else {
+        ttl / 2
+    }
 }
 
-/// Is a pause of this length long enough to watch peers during it? A pause
-/// of at most a ttl (the default `max_poll`) already notices a dead peer
-/// within about ttl + margin + a ttl, and listings carry the same news; a
-/// longer one (a cheaper idle fleet, `--max-poll`) would stretch that to
-/// two pauses, which the watch's conditional GETs (about 12 times cheaper
-/// than a list page on S3) bound instead.
+/// How long after a renewal is expected to have landed the first watched
+/// peer is read: the write's own latency.
+pub fn watch_slack(ttl: Duration) -> Duration {
+    ttl / 50
+}
+
+/// How often the first watched peer is read again while a renewal it was
+/// expected to have made has not shown (a late write, or a dead peer).
+pub fn watch_retry(ttl: Duration) -> Duration {
+    ttl / 40
+}
+
+/// How long until a watched peer's record is read again.
+///
+/// Why it matters: a dead node is judged by how long its *last* version
+/// has stood still since a response carrying it arrived (DESIGN, "Time"),
+/// so every second between that renewal landing and a watcher reading it
+/// is a second added to failover. Read every ttl/2 that lag was up to 5 s
+/// at the default ttl.
+///
+/// - The first successor (`position` 0) is read when its next renewal is
+///   expected to have landed (`expected_in`, from the last record read:
+///   its `renewed_at_ms` + its renewal period, on wall clocks; `None` once
+///   that instant has passed or if nothing foresaw it) plus `watch_slack`.
+///   A wall clock only schedules a read here, never judges: a skewed one
+///   makes the read early (then retried every `watch_retry` while the
+///   version has stood still less than 1.5 renewal periods) or late (by at
+///   most a renewal period). In steady state that is one GET per renewal,
+///   landing about `watch_slack` after it.
+/// - Otherwise every `watch_period` since the last read (`since_read`;
+///   `None`: never read, so now).
+/// - And never later than the instant its version will have stood still
+///   for ttl + margin (`unchanged_for`, as of now), once: that read judges,
+///   so a dead peer is seen dead at its deadline. A read at or past the
+///   deadline has judged, and the next waits for the period again. In
+///   steady state this costs nothing: a live peer's version changes every
+///   ttl/3, long before its deadline.
+pub fn watch_wait(
+    ttl: Duration,
+    position: usize,
+    since_read: Option<Duration>,
+    unchanged_for: Option<Duration>,
+    expected_in: Option<Duration>,
+) -> Duration {
+    let period = renew_period(ttl);
+    let by_period = match (since_read, expected_in) {
+        (None, _) => Duration::ZERO,
+        (Some(_), Some(e)) if position == 0 => e.saturating_add(watch_slack(ttl)),
+        (Some(r), None)
+            if position == 0 && unchanged_for.is_some_and(|u| u < period + period / 2) =>
+        {
+            watch_retry(ttl).saturating_sub(r)
+        }
+        (Some(r), _) => watch_period(ttl, position).saturating_sub(r),
+    };
+    let need = ttl.saturating_add(default_margin(ttl));
+    let by_deadline = match (unchanged_for, since_read) {
+        (Some(u), _) if u < need => need - u,
+        // The deadline passed since our last read: that read did not judge.
+        (Some(u), Some(r)) if r > u - need => Duration::ZERO,
+        // Judged already (or never read): the period alone.
+        _ => Duration::MAX,
+    };
+    by_period.min(by_deadline)
+}
+
+/// When, from a record just read, its holder's next renewal is expected to
+/// have been sent: `renewed_at_ms` + its renewal period, as a wait from our
+/// wall clock's `now_ms`, at most one renewal period (a clock far off must
+/// not postpone the watch). `None` if that instant has passed by our clock.
+pub fn next_renewal_in(ttl: Duration, renewed_at_ms: u64, now_ms: u64) -> Option<Duration> {
+    let period = renew_period(ttl);
+    let at = renewed_at_ms.saturating_add(u64::try_from(period.as_millis()).unwrap_or(u64::MAX));
+    (at > now_ms).then(|| Duration::from_millis(at - now_ms).min(period))
+}
+
+/// How often a node reads the fleet's bell (`keys::BELL`) during a pause:
+/// twice per renewal period, like the first watched peer. A ring (a new
+/// version) runs a pass at once.
+pub fn bell_period(ttl: Duration) -> Duration {
+    renew_period(ttl) / 2
+}
+
+/// Is a pause of this length long enough to watch peers during it? Any
+/// pause longer than the closest watch period: a pass lists `nodes/`
+/// anyway, so a pause shorter than that learns as much from its next
+/// listing.
 pub fn watch_during(pause: Duration, ttl: Duration) -> bool {
-    pause > ttl
+    pause > watch_period(ttl, 0)
 }
 
 /// What a watch read of a peer's record showed.
@@ -1375,12 +1462,65 @@ mod tests {
         assert!(watch_says_pass(Watched::Missing, ttl));
         assert!(!watch_says_pass(Watched::Renewed, ttl));
         assert!(!watch_says_pass(Watched::Unknown, ttl));
-        assert_eq!(watch_period(ttl), S * 5);
-        assert!(
-            !watch_during(ttl, ttl),
-            "the default pause lists often enough"
+    }
+
+    #[test]
+    fn the_first_successor_is_read_as_its_renewal_lands_and_at_its_deadline() {
+        let ttl = S * 10;
+        let ms = Duration::from_millis;
+        let r = renew_period(ttl);
+        assert_eq!(watch_period(ttl, 0), r / 2);
+        assert_eq!(watch_period(ttl, 1), S * 5);
+        assert!(watch_during(ttl, ttl), "the default pause watches");
+        assert!(!watch_during(r / 2, ttl));
+        // Never read: now.
+        assert_eq!(watch_wait(ttl, 0, None, None, None), Duration::ZERO);
+        assert_eq!(watch_wait(ttl, 1, None, Some(S), Some(S)), Duration::ZERO);
+        // Foreseen: when the next renewal has landed (slack 200 ms).
+        assert_eq!(
+            watch_wait(ttl, 0, Some(ms(10)), Some(ms(10)), Some(S * 3)),
+            ms(3200)
         );
-        assert!(watch_during(ttl * 3, ttl));
+        // Not foreseen, and the version is young: the period.
+        assert_eq!(
+            watch_wait(ttl, 0, Some(ms(500)), Some(S * 6), None),
+            r / 2 - ms(500)
+        );
+        // The expected renewal has not shown yet: retried every 250 ms...
+        assert_eq!(
+            watch_wait(ttl, 0, Some(ms(100)), Some(S * 4), None),
+            ms(150)
+        );
+        // ...while younger than 1.5 periods (5 s), then the period.
+        assert_eq!(
+            watch_wait(ttl, 0, Some(ms(100)), Some(ms(5100)), None),
+            r / 2 - ms(100)
+        );
+        // The second: every ttl/2, no foresight.
+        assert_eq!(watch_wait(ttl, 1, Some(S), Some(S), Some(S)), S * 4);
+        // But no later than the deadline (ttl + margin = 11 s standing still).
+        assert_eq!(watch_wait(ttl, 1, Some(S), Some(ms(10_500)), None), ms(500));
+        assert_eq!(
+            watch_wait(ttl, 0, Some(ms(100)), Some(S * 10), Some(S * 3)),
+            S
+        );
+        // Past it: read once more if the last read came before it...
+        assert_eq!(
+            watch_wait(ttl, 0, Some(S * 9), Some(S * 12), None),
+            Duration::ZERO
+        );
+        // ...and not again before the period if it came after (no spinning
+        // on a peer the watch cannot hurry, e.g. a release).
+        assert_eq!(watch_wait(ttl, 1, Some(S), Some(S * 12), None), S * 4);
+        // The foresight: from the record's wall time, at most one period.
+        assert_eq!(next_renewal_in(ttl, 100_000, 101_000), Some(ms(2333)));
+        assert_eq!(next_renewal_in(ttl, 100_000, 103_334), None, "passed");
+        assert_eq!(
+            next_renewal_in(ttl, 200_000, 100_000),
+            Some(r),
+            "a clock far ahead"
+        );
+        assert_eq!(bell_period(ttl), r / 2);
     }
 
     /// The core stays pure: no runtime, store, clock or randomness in its

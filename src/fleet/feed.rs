@@ -134,6 +134,33 @@ impl HintingStore {
 
 /// Writes one hint stamped `ms`. Best effort: a hint that fails is
 /// repaired by the next full listing, so the failure is only logged.
+/// Rings the fleet's bell (`keys::BELL`): a new version of one small
+/// object, which every node reads with a conditional GET twice per renewal
+/// period while it pauses (`core::bell_period`) and answers with a pass.
+/// Rung after this node's hints are written (a rung pass must find them)
+/// by a node that fenced a peer or released its claims, so that the nodes
+/// placement ranks for those sessions look now, not at their next pass.
+///
+/// A hint like any other: a ring carries nothing but a fresh version, a
+/// lost ring delays, and a flood of rings (a foreign writer) costs each
+/// node at most a pass per bell period. Written conditionally like every
+/// object (If-Match on the version read, create if absent); losing that
+/// race means another node just rang it, which is as good.
+pub async fn ring_bell(store: &Arc<dyn Store>, entropy: &dyn Entropy) {
+    let body = Bytes::from(format!("{:016x}", entropy.next_u64()));
+    let cond = match store.get(keys::BELL).await {
+        Ok(Some(o)) => Cond::Match(o.version),
+        Ok(None) => Cond::Create,
+        Err(e) => {
+            tracing::debug!(error = %e, "reading the bell");
+            return;
+        }
+    };
+    if let Err(e) = store.put(keys::BELL, body, cond).await {
+        tracing::debug!(error = %e, "the bell was not rung (or rung by another)");
+    }
+}
+
 pub async fn write_hint(
     store: &Arc<dyn Store>,
     ms: u64,

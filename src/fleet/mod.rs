@@ -22,6 +22,7 @@ pub mod journal;
 pub mod manifest;
 pub mod marker;
 pub mod node;
+pub mod nudge;
 pub mod plan;
 pub mod runner;
 pub mod watchdog;

@@ -114,7 +114,9 @@ impl NodeConfig {
             ttl,
             poll: ttl / 3,
             max_poll: ttl,
-            full_every: ttl,
+            // Every pass full, the feed off, whatever `max_poll` is set to
+            // (a library user's writers may not hint).
+            full_every: Duration::ZERO,
             // More than one poll: the top-ranked node must get a full tick
             // (listing included) to claim before rank 1 tries. At grace =
             // poll, 21 nodes measured 0.07 conflicts per claim.
@@ -224,6 +226,11 @@ impl NodeStatus {
     pub fn nudge(&self) {
         self.nudged.store(true, std::sync::atomic::Ordering::SeqCst);
         self.nudge.notify_one();
+    }
+
+    /// Whether a nudge is waiting for the next pass (which clears it).
+    pub fn nudge_pending(&self) -> bool {
+        self.nudged.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Whether this node is cordoned (takes no new sessions).
@@ -341,6 +348,9 @@ pub struct NodeDeps {
     pub status: Arc<NodeStatus>,
     /// Requests to claim a session now (the wake path); see [`claim_channel`].
     pub claims: Option<ClaimInbox>,
+    /// How this node nudges the ranked takers of a peer it fences
+    /// (`super::nudge`); `None`: they notice at their own pace.
+    pub nudge: Option<Arc<dyn super::nudge::Nudge>>,
 }
 
 impl NodeDeps {
@@ -358,6 +368,7 @@ impl NodeDeps {
             journal: Arc::new(Journal::new(10_000, 4 << 20)),
             status: Default::default(),
             claims: None,
+            nudge: None,
         }
     }
 }
@@ -476,6 +487,21 @@ struct Watch {
     pass: bool,
     /// Watched records found missing, with the version the listing showed.
     missing: Vec<(String, Version)>,
+    /// The peers read, when each response arrived, and (for a new version
+    /// whose record decoded) when its next renewal is expected.
+    read: Vec<(String, MonoTime, Option<Option<MonoTime>>)>,
+    /// The bell, if read: when, and the version it showed.
+    bell: Option<(MonoTime, Option<Version>)>,
+}
+
+/// What the ring watch remembers of a watched peer (`core::watch_wait`).
+#[derive(Debug, Clone, Copy)]
+struct WatchedPeer {
+    /// When the last read's response arrived.
+    read_at: MonoTime,
+    /// When its next renewal is expected to have been sent (from the last
+    /// record read: a schedule only, never a judgement).
+    expect_at: Option<MonoTime>,
 }
 
 /// A session this node holds the claim for.
@@ -759,6 +785,11 @@ struct Node {
     /// Watched peers whose record a watch read found missing, with the
     /// listed version then: each hurries one pass (see `watch_peers`).
     watch_missing: HashMap<String, Version>,
+    /// What the ring watch remembers of each watched peer.
+    watch_read: HashMap<String, WatchedPeer>,
+    /// The fleet's bell as last read (`feed::ring_bell`): when, and the
+    /// version it showed (`None`: missing).
+    bell: Option<(MonoTime, Option<Version>)>,
     /// Until when another instance of this node id is not known to have
     /// stopped: set when this instance's registration *created* its node
     /// record (an operator deleted it, or gc did). Without the host lock's
@@ -793,6 +824,10 @@ struct Node {
     feed_read_at: Option<MonoTime>,
     /// The retention task, if one runs, and when it was last started.
     expiring: Option<AbortOnDrop<()>>,
+    /// Peers this node fenced whose ranked takers are not nudged yet.
+    fenced_now: Vec<String>,
+    /// The nudges in flight (best effort; aborted when the node ends).
+    nudges: tokio::task::JoinSet<()>,
     expired_at: Option<MonoTime>,
 }
 
@@ -859,6 +894,8 @@ impl Node {
             pass: 0,
             marker_checked: None,
             watch_missing: HashMap::new(),
+            watch_read: HashMap::new(),
+            bell: None,
             predecessor_unproven_until: None,
             proven_predecessor: None,
             feed: super::feed::FeedCursor::new(cfg_skew),
@@ -870,6 +907,8 @@ impl Node {
             pass_incomplete: false,
             feed_read_at: None,
             expiring: None,
+            fenced_now: Vec::new(),
+            nudges: tokio::task::JoinSet::new(),
             expired_at: None,
         }
     }
@@ -1034,13 +1073,15 @@ impl Node {
             let status = self.deps.status.clone();
             let nudge = &status.nudge;
             let mut shortened = false;
-            // Between passes, the ring successors' records are read every
-            // watch period (only when the pause is longer than a ttl): a
-            // dead peer is noticed within about ttl + margin + ttl/2, not
-            // at the end of a long idle pause.
-            let period = core::watch_period(self.cfg.ttl);
+            // Between passes, the ring successors' records are read on the
+            // watch's schedule (`core::watch_wait`: the first successor
+            // twice per renewal period, the second every ttl/2, each once
+            // more at its deadline): a dead peer is noticed within about
+            // ttl + margin + ttl/6 of its last renewal, not at the end of an
+            // idle pause.
+            let period = core::watch_period(self.cfg.ttl, 0);
             let watching = core::watch_during(pause, self.cfg.ttl);
-            let watch = self.deps.clock.sleep(period);
+            let watch = self.deps.clock.sleep(self.watch_wait().unwrap_or(pause));
             tokio::pin!(watch);
             loop {
                 // `biased`: branches are tried in this order, not tokio's
@@ -1088,12 +1129,26 @@ impl Node {
                         };
                         if let Some(w) = w {
                             self.watch_missing.extend(w.missing);
+                            for (key, read_at, expected) in w.read {
+                                let prior = self.watch_read.get(&key).and_then(|p| p.expect_at);
+                                let expect_at = expected.unwrap_or(prior);
+                                self.watch_read.insert(key, WatchedPeer { read_at, expect_at });
+                            }
+                            if w.bell.is_some() {
+                                self.bell = w.bell;
+                            }
+                            let nodes = &self.nodes;
+                            self.watch_read.retain(|k, _| nodes.contains_key(k));
                             if w.pass {
                                 self.idle_ticks = 0;
                                 break;
                             }
                         }
-                        watch.set(self.deps.clock.sleep(period));
+                        // At least a tenth of the closest period between
+                        // rounds: a round that failed, or a store that
+                        // answers at once, never spins.
+                        let next = self.watch_wait().unwrap_or(pause).max(period / 10);
+                        watch.set(self.deps.clock.sleep(next));
                     }
                 }
             }
@@ -1106,7 +1161,13 @@ impl Node {
             .map_err(|e| Error::Internal(format!("renew task: {e}")))?;
         if let Ended::Shutdown = ended {
             self.stop_all("shutting down").await;
+            let held = !self.owned.is_empty();
             self.release_claims(true).await;
+            if held {
+                // The released sessions' ranked takers look now, not at
+                // their next pass (their claims were hinted as written).
+                super::feed::ring_bell(&self.deps.store, self.deps.entropy.as_ref()).await;
+            }
             if let Some(l) = lease {
                 let epoch = l.epoch();
                 match l.release().await {
@@ -1130,17 +1191,11 @@ impl Node {
             .is_some_and(|t| self.deps.clock.now() < t)
     }
 
-    /// Reads the watched peers' node records (a conditional GET each, on
-    /// the version the last listing showed), feeding what they show to the
-    /// same observer the listings feed. Returns whether a pass should run
-    /// now: a watched peer has stood still past its ttl + margin, or its
-    /// record is missing. A hint only: the pass judges again from its own
-    /// listing, and the observation it adds is a response's arrival like
-    /// any other (never earlier than the write that made the version).
-    async fn watch_peers(&self) -> Watch {
-        // The peers the last pass judged live: one already expired (a dead
-        // node with no sessions that nobody fenced) was dealt with, and
-        // must not hurry every pause from now on.
+    /// The peers the ring watch reads, with their place among our ring
+    /// successors and their ttl: the peers the last pass judged live (one
+    /// already expired, a dead node with no sessions that nobody fenced,
+    /// was dealt with, and must not hurry every pause from now on).
+    fn watched(&self) -> Vec<(String, usize, Duration)> {
         let observer = self.client.observer();
         let ids: Vec<&str> = self
             .nodes
@@ -1156,10 +1211,113 @@ impl Node {
             })
             .map(|(_, n)| n.record.holder.node.as_str())
             .collect();
-        let watched: Vec<String> = core::ring_successors(&self.me.node, &ids, core::WATCHED)
+        core::ring_successors(&self.me.node, &ids, core::WATCHED)
             .into_iter()
-            .map(crate::keys::node)
+            .enumerate()
+            .filter_map(|(position, id)| {
+                let key = crate::keys::node(id);
+                let ttl = Duration::from_millis(self.nodes.get(&key)?.record.ttl_ms);
+                Some((key, position, ttl))
+            })
+            .collect()
+    }
+
+    /// How long until the watched peer `key` is due a read (`core::watch_wait`).
+    fn watch_wait_for(&self, key: &str, position: usize, ttl: Duration, now: MonoTime) -> Duration {
+        let observer = self.client.observer();
+        let unchanged = observer
+            .version(key)
+            .and_then(|v| observer.unchanged_for(key, &v, now));
+        let peer = self.watch_read.get(key);
+        let since_read = peer.map(|p| now.saturating_since(p.read_at));
+        let expected_in = peer
+            .and_then(|p| p.expect_at)
+            .filter(|t| *t > now)
+            .map(|t| t.saturating_since(now));
+        core::watch_wait(ttl, position, since_read, unchanged, expected_in)
+    }
+
+    /// How long until the next watch read is due (a watched peer's or the
+    /// bell's), if any peer is watched.
+    fn watch_wait(&self) -> Option<Duration> {
+        let now = self.deps.clock.now();
+        let peers = self
+            .watched()
+            .into_iter()
+            .map(|(key, position, ttl)| self.watch_wait_for(&key, position, ttl, now))
+            .min()?;
+        Some(peers.min(self.bell_wait(now)))
+    }
+
+    /// How long until the bell is due a read (now if never read).
+    fn bell_wait(&self, now: MonoTime) -> Duration {
+        self.bell.as_ref().map_or(Duration::ZERO, |(at, _)| {
+            core::bell_period(self.cfg.ttl).saturating_sub(now.saturating_since(*at))
+        })
+    }
+
+    /// Reads the bell (a conditional GET on the version last seen). Returns
+    /// what to remember, and whether it rang: a version other than the one
+    /// an earlier read showed, a first one where it was missing included
+    /// (this node's first read only learns it; a bell found missing is no
+    /// ring, and is created).
+    async fn read_bell(&self) -> (Option<(MonoTime, Option<Version>)>, bool) {
+        let read_before = self.bell.is_some();
+        let known = self.bell.as_ref().and_then(|(_, v)| v.clone());
+        let read = match &known {
+            Some(v) => self.deps.store.get_if_changed(crate::keys::BELL, v).await,
+            None => self
+                .deps
+                .store
+                .get(crate::keys::BELL)
+                .await
+                .map(|o| o.map_or(Conditional::Missing, Conditional::Changed)),
+        };
+        let at = self.deps.clock.now();
+        match read {
+            Ok(Conditional::NotModified) => (Some((at, known)), false),
+            Ok(Conditional::Changed(o)) => (Some((at, Some(o.version))), read_before),
+            Ok(Conditional::Missing) => {
+                // Created where missing (never yet rung, or deleted), so
+                // that every later read is a conditional GET answered "not
+                // modified". Peers that saw it missing take this for a
+                // ring: one pass each, once.
+                let body = Bytes::from(format!("{:016x}", self.deps.entropy.next_u64()));
+                match self
+                    .deps
+                    .store
+                    .put(crate::keys::BELL, body, Cond::Create)
+                    .await
+                {
+                    Ok(v) => (Some((at, Some(v))), false),
+                    Err(_) => (Some((at, None)), false),
+                }
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "reading the bell");
+                (Some((at, known)), false)
+            }
+        }
+    }
+
+    /// Reads the watched peers' node records (a conditional GET each, on
+    /// the version the last listing showed), feeding what they show to the
+    /// same observer the listings feed. Returns whether a pass should run
+    /// now: a watched peer has stood still past its ttl + margin, or its
+    /// record is missing. A hint only: the pass judges again from its own
+    /// listing, and the observation it adds is a response's arrival like
+    /// any other (never earlier than the write that made the version).
+    async fn watch_peers(&self) -> Watch {
+        let now = self.deps.clock.now();
+        let watched: Vec<String> = self
+            .watched()
+            .into_iter()
+            .filter(|(key, position, ttl)| {
+                self.watch_wait_for(key, *position, *ttl, now) == Duration::ZERO
+            })
+            .map(|(key, _, _)| key)
             .collect();
+        let observer = self.client.observer();
         // Both reads at once: the pause is waiting on them.
         let reads = watched.into_iter().filter_map(|key| {
             let n = self.nodes.get(&key)?;
@@ -1176,6 +1334,7 @@ impl Node {
             Some(async move {
                 let read = self.deps.store.get_if_changed(&key, &known).await;
                 let arrived = self.deps.clock.now();
+                let mut expected = None;
                 let seen = match read {
                     Ok(Conditional::NotModified) => core::Watched::Unchanged {
                         for_: observer.observe(&key, &known, arrived),
@@ -1183,6 +1342,20 @@ impl Node {
                     },
                     Ok(Conditional::Changed(o)) => {
                         observer.observe(&key, &o.version, arrived);
+                        // When its next renewal should land, by its own
+                        // record's wall time: only when to read next.
+                        expected = Some(
+                            LeaseRecord::decode(&key, &o.bytes, Kind::Node)
+                                .ok()
+                                .and_then(|r| {
+                                    core::next_renewal_in(
+                                        Duration::from_millis(r.ttl_ms),
+                                        r.renewed_at_ms,
+                                        self.deps.clock.wall_ms(),
+                                    )
+                                })
+                                .map(|d| arrived + d),
+                        );
                         core::Watched::Renewed
                     }
                     Ok(Conditional::Missing) if hurried => core::Watched::Unknown,
@@ -1192,12 +1365,36 @@ impl Node {
                         core::Watched::Unknown
                     }
                 };
-                (key, listed, seen, core::watch_says_pass(seen, ttl))
+                (
+                    key,
+                    listed,
+                    seen,
+                    core::watch_says_pass(seen, ttl),
+                    arrived,
+                    expected,
+                )
             })
         });
+        let bell_due = self.bell_wait(now) == Duration::ZERO;
+        let bell = async {
+            if bell_due {
+                Some(self.read_bell().await)
+            } else {
+                None
+            }
+        };
+        let (reads, bell) = futures::future::join(futures::future::join_all(reads), bell).await;
         let mut w = Watch::default();
-        for (key, listed, seen, pass) in futures::future::join_all(reads).await {
+        if let Some((remember, rang)) = bell {
+            w.bell = remember;
+            if rang {
+                tracing::debug!("the bell rang: a pass now");
+                w.pass = true;
+            }
+        }
+        for (key, listed, seen, pass, arrived, expected) in reads {
             w.pass |= pass;
+            w.read.push((key.clone(), arrived, expected));
             if seen == core::Watched::Missing {
                 w.missing.push((key, listed));
             }
@@ -1319,6 +1516,7 @@ impl Node {
         match put {
             Put::Committed(version) => {
                 self.audit(&key, &tomb.nonce, tomb.epoch).await;
+                self.fenced_now.push(tomb.holder.node.clone());
                 self.event(
                     EventKind::Fenced,
                     None,
@@ -2145,11 +2343,17 @@ impl Node {
                 }
                 core::Gate::Unranked => {
                     self.first_claimable.entry(name.clone()).or_insert(now);
+                    if let Some((_, c)) = &claim {
+                        self.fence_for_takers(c, &views).await?;
+                    }
                     continue;
                 }
                 core::Gate::Grace => {
                     self.first_claimable.entry(name.clone()).or_insert(now);
                     changed = true; // keep polling briskly while a claim is pending
+                    if let Some((_, c)) = &claim {
+                        self.fence_for_takers(c, &views).await?;
+                    }
                     continue;
                 }
                 core::Gate::Claim => {
@@ -2163,6 +2367,7 @@ impl Node {
                 changed = true;
                 continue;
             }
+            self.after_fence(&views);
             changed |= self.claim(&name, m, claim).await?;
             if self.owned.contains_key(&name) {
                 revisit.remove(&name);
@@ -2223,6 +2428,129 @@ impl Node {
         }
         self.pass_incomplete = false;
         Ok(changed)
+    }
+
+    /// A claimable session this node will not take now (ranked after
+    /// others, or not at all): if its owner is a peer whose record we hold
+    /// and it is not final yet, fence it now rather than leave that to the
+    /// first taker (one write per dead node, the same rule as before a
+    /// takeover), then hint the tombstone, ring the bell and nudge the
+    /// ranked takers (`after_fence`). Why: a dead node's record is read
+    /// closely only by its ring watchers, and the nodes ranked for its
+    /// sessions are mostly others, who would judge it dead themselves only
+    /// at their own next pass and a ttl + margin after their own first
+    /// sight of its last version. An owner we hold no record of, or one
+    /// already released or fenced, costs nothing here (no read per session
+    /// per pass).
+    async fn fence_for_takers(&mut self, c: &ClaimRecord, views: &[NodeView]) -> Result<()> {
+        if c.owner.node == self.me.node || c.state == ClaimState::Released {
+            return Ok(());
+        }
+        let key = crate::keys::node(&c.owner.node);
+        if self.nodes.get(&key).is_none_or(|n| n.record.released) {
+            return Ok(());
+        }
+        self.fence_owner(c).await?;
+        self.after_fence(views);
+        Ok(())
+    }
+
+    /// After this node fenced peers (their tombstones landed): hints each
+    /// fenced record in the change feed, then nudges the nodes placement
+    /// ranks first for their sessions, from a task beside the pass.
+    ///
+    /// Why the hint: a light pass sees a peer's record only as a version in
+    /// the `nodes/` listing, and reads its body on a hint (or once per
+    /// `--full-every`). Without it a tombstone looks like one more renewal,
+    /// and the ranked takers would wait for it to stand still for a ttl +
+    /// margin of their own before taking anything.
+    ///
+    /// Why the nudge (`super::nudge`): with it the ranked takers run a pass
+    /// within `NUDGE_MIN_GAP`, read the hinted tombstone, and claim at once
+    /// by the usual rules, instead of at their next pass (up to an idle
+    /// pause later). Two per session, as `apply` nudges (views of load
+    /// differ a little between nodes), at most `MAX_NUDGED` in all.
+    fn after_fence(&mut self, views: &[NodeView]) {
+        while self.nudges.try_join_next().is_some() {}
+        if self.fenced_now.is_empty() {
+            return;
+        }
+        let dead: Vec<String> = {
+            let mut d = std::mem::take(&mut self.fenced_now);
+            d.sort();
+            d.dedup();
+            d
+        };
+        let mut takers = std::collections::BTreeSet::new();
+        if self.deps.nudge.is_some() {
+            for (ckey, (_, c)) in &self.claims {
+                if takers.len() >= super::nudge::MAX_NUDGED {
+                    break;
+                }
+                if !dead.contains(&c.owner.node) || c.state == ClaimState::Released {
+                    continue;
+                }
+                let Some(name) = crate::keys::name_in(crate::keys::SESSIONS, ckey) else {
+                    continue;
+                };
+                let Some((_, m)) = self.manifests.get(&crate::keys::manifest(name)) else {
+                    continue;
+                };
+                let mv = manifest_view(m);
+                for v in plan::rank(&mv, views)
+                    .into_iter()
+                    .filter(|v| !dead.contains(&v.id))
+                    .take(2)
+                {
+                    if v.id != self.me.node.as_str() {
+                        takers.insert(v.id.clone());
+                    }
+                }
+            }
+        }
+        let peers: Vec<(String, Option<String>)> = takers
+            .into_iter()
+            .take(super::nudge::MAX_NUDGED)
+            .map(|id| {
+                let address = self
+                    .nodes
+                    .get(&crate::keys::node(&id))
+                    .and_then(|n| n.record.address.clone());
+                (id, address)
+            })
+            .collect();
+        let hint = self.cfg.feed_on();
+        let (store, entropy) = (self.deps.store.clone(), self.deps.entropy.clone());
+        let wall = self.deps.clock.wall_ms();
+        let nudge = self.deps.nudge.clone();
+        self.nudges.spawn(async move {
+            if hint {
+                for id in &dead {
+                    super::feed::write_hint(
+                        &store,
+                        wall,
+                        entropy.as_ref(),
+                        crate::keys::Hinted::Node,
+                        id,
+                    )
+                    .await;
+                }
+            }
+            // After the hints: a rung or nudged pass must find them.
+            super::feed::ring_bell(&store, entropy.as_ref()).await;
+            if let Some(nudge) = nudge
+                && !peers.is_empty()
+            {
+                tracing::debug!(
+                    peers = peers.len(),
+                    "nudging the ranked takers of a fenced peer"
+                );
+                let each = peers
+                    .iter()
+                    .map(|(id, address)| nudge.nudge(id, address.as_deref()));
+                futures::future::join_all(each).await;
+            }
+        });
     }
 
     /// Reads the records of peers whose nodes hinted an attribute change
