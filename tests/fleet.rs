@@ -999,6 +999,53 @@ async fn failover_at_the_defaults(phase_ms: u32, preferred: &[&str]) -> Duration
     took
 }
 
+/// Issue #14, apply → running without a nudge: `apply` (through the
+/// hinting store, as the CLI writes) rings the bell after its hint, and
+/// every idle node reads the bell every ttl/6, so a new manifest starts
+/// within about ttl/6 of its apply at any phase of the nodes' idle pauses
+/// (10 s at the defaults), and a deleted one stops as soon. Without the
+/// ring it waits for a node's next pass: up to the pause.
+#[tokio::test(flavor = "current_thread")]
+async fn an_apply_rings_the_bell_and_an_idle_fleet_acts_within_a_bell_period() {
+    let mut f = FeedFleet::new().await;
+    f.start("n1", Duration::from_secs(600), f.hinting(1, 0.0));
+    f.start("n2", Duration::from_secs(600), f.hinting(2, 0.0));
+    f.step(600).await; // registered, listed each other, idle
+    let writer = f.hinting(100, 0.0);
+    let running = |f: &FeedFleet| f.running(0) + f.running(1);
+    let mut up = Vec::new();
+    let mut down = Vec::new();
+    for (i, phase) in [0u32, 17, 33, 51, 68, 86].into_iter().enumerate() {
+        f.step(phase).await;
+        apply(&writer, &format!("a{i}"), &spec("sleep")).await;
+        let t0 = f.clock.now();
+        while running(&f) < 1 {
+            f.step(1).await;
+            assert!(f.clock.now().saturating_since(t0) < Duration::from_secs(60));
+        }
+        up.push(f.clock.now().saturating_since(t0));
+        f.step(200 + phase).await; // idle again, at another phase
+        leasehold::fleet::manifest::delete(&writer, &Name::new(format!("a{i}")).unwrap())
+            .await
+            .unwrap();
+        let t1 = f.clock.now();
+        while running(&f) > 0 {
+            f.step(1).await;
+            assert!(f.clock.now().saturating_since(t1) < Duration::from_secs(60));
+        }
+        down.push(f.clock.now().saturating_since(t1));
+        f.step(200).await;
+    }
+    eprintln!("apply → running {up:?}; delete → stopped {down:?}");
+    let bound =
+        leasehold::fleet::core::bell_period(Duration::from_secs(10)) + Duration::from_millis(300);
+    assert!(
+        up.iter().chain(&down).all(|d| *d <= bound),
+        "{up:?} {down:?}"
+    );
+    f.finish().await;
+}
+
 /// Issue #14: with the feed on, a node reads a peer's record only when the
 /// peer hints that its attributes changed (or once per full listing): none
 /// in ten idle minutes, then one within a pass or two of the peer's cordon.

@@ -111,10 +111,22 @@ fn start_nudged(
 
 /// See `Cmd::Admit`.
 pub async fn admit(url: &str, n: usize, ttl: Duration, samples: usize, json: bool) -> Result<()> {
-    let store = open_store(url, &OpenOptions::default()).await?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+    // As the CLI and the daemon write: through the hinting store (a hint
+    // per manifest and claim write, a ring of the bell per manifest write).
+    let store: Arc<dyn Store> = Arc::new(leasehold::fleet::feed::HintingStore::new(
+        open_store(url, &OpenOptions::default()).await?,
+        clock.clone(),
+        Arc::new(OsEntropy::new()),
+    ));
+    // The daemon's defaults: full listings every 60 ttls.
     let nodes: Vec<SpikeNode> = (0..n)
-        .map(|i| start(&format!("n{i}"), &store, &clock, ttl, 1000, None))
+        .map(|i| {
+            let mut cfg = NodeConfig::new(Name::new(format!("n{i}")).unwrap(), ttl);
+            cfg.capacity = 1000;
+            cfg.full_every = ttl * DEFAULT_FULL_EVERY_TTLS;
+            start_cfg(cfg, &store, &clock)
+        })
         .collect();
     // Idle: a node backs off to one pass per max_poll (= ttl) after about
     // three quiet passes (ttl/3, 2ttl/3, ttl).

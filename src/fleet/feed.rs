@@ -29,10 +29,11 @@
 //!   `RETENTION` − its skew window lists everything instead.
 //!
 //! Writing the hints is [`HintingStore`]'s job: a `Store` wrapper that adds
-//! one create-if-absent per write or delete of a manifest or claim, so every
-//! writer that goes through it (the CLI, the node daemon) hints without
-//! knowing. Embedders that write manifests through their own store handle
-//! wrap it the same way, or their changes wait for the full listing.
+//! one create-if-absent per write or delete of a manifest or claim (and a
+//! ring of the bell, [`ring_bell`], after a manifest's), so every writer
+//! that goes through it (the CLI, the node daemon) hints without knowing.
+//! Embedders that write manifests through their own store handle wrap it
+//! the same way, or their changes wait for the full listing.
 
 use crate::clock::{Clock, Entropy};
 use crate::keys::{self, Hinted};
@@ -129,17 +130,23 @@ impl HintingStore {
             let ms = self.clock.wall_ms().saturating_sub(back);
             write_hint(&self.inner, ms, self.entropy.as_ref(), kind, name).await;
         }
+        // A manifest written or deleted: every node looks now. (Claims
+        // are written by nodes, whose rings are their own business.)
+        if kind == Hinted::Manifest {
+            ring_bell(&self.inner, self.entropy.as_ref()).await;
+        }
     }
 }
 
-/// Writes one hint stamped `ms`. Best effort: a hint that fails is
-/// repaired by the next full listing, so the failure is only logged.
 /// Rings the fleet's bell (`keys::BELL`): a new version of one small
 /// object, which every node reads with a conditional GET twice per renewal
 /// period while it pauses (`core::bell_period`) and answers with a pass.
-/// Rung after this node's hints are written (a rung pass must find them)
-/// by a node that fenced a peer or released its claims, so that the nodes
-/// placement ranks for those sessions look now, not at their next pass.
+/// Rung after the hints are written (a rung pass must find them): by a
+/// node that fenced a peer or released its claims, so that the nodes
+/// placement ranks for those sessions look now, not at their next pass;
+/// and by [`HintingStore`] after each write or delete of a manifest (the
+/// CLI's `apply` and `delete`), so that a new or deleted session is acted
+/// on within about ttl/6 without a nudge.
 ///
 /// A hint like any other: a ring carries nothing but a fresh version, a
 /// lost ring delays, and a flood of rings (a foreign writer) costs each
@@ -161,6 +168,8 @@ pub async fn ring_bell(store: &Arc<dyn Store>, entropy: &dyn Entropy) {
     }
 }
 
+/// Writes one hint stamped `ms`. Best effort: a hint that fails is
+/// repaired by the next full listing, so the failure is only logged.
 pub async fn write_hint(
     store: &Arc<dyn Store>,
     ms: u64,
