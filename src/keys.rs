@@ -16,7 +16,7 @@
 //! | `leases/<name>` | a standalone lease | `lease acquire/renew/release`, the library |
 //! | `control/<id>` | an operator's cordon / drain of a node | `node cordon/drain/uncordon` |
 //! | `changes/<ms>-<nonce>-<m\|s\|n>-<name>` | a hint that a manifest (`m`), a claim (`s`) or a node record's attributes (`n`) were written | every writer of those ([`crate::fleet::feed`]); deleted by retention |
-//! | `bell` | a nonce; each new version asks every node to run a pass now | a node that fenced a peer or released its claims ([`crate::fleet::feed::ring_bell`]) |
+//! | `bell` | a nonce; each new version asks every node to run a pass now | `init`; a node that fenced a peer or released its claims; every manifest write through `HintingStore` ([`crate::fleet::feed::ring_bell`]) |
 
 use std::fmt::Display;
 

@@ -610,6 +610,10 @@ fn node_run_refuses_bad_http_flags_before_starting() {
             ],
             "between ttl/3",
         ),
+        (
+            vec!["node", "run", "--store", &s, "--id", "n1", "--nudge-peers"],
+            "invalid --nudge-peers: needs --listen and --token-file",
+        ),
     ] {
         let o = run(&args);
         assert_eq!(code(&o), 2, "{args:?}: {}", stderr(&o));

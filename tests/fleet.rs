@@ -869,10 +869,11 @@ async fn a_dead_node_is_replaced_within_ttl_margin_and_2s_at_the_defaults() {
 
 /// As above, where only a node that does not watch the dead one may take
 /// its sessions: they select `zone=b` (n3 and n4) and prefer n3, so all
-/// run there; n2 and n1 watch n3, n4 does not. The watcher that judges n3
-/// dead is ranked nowhere for them, so it used to leave the fencing to the
-/// taker; it fences at once instead, and the bell sends n4 (before: n4
-/// took them when its own judgement came, up to an idle pause later).
+/// run there; n2 and n1 watch n3, n4 does not. The first watcher, n2, is
+/// ranked nowhere for them and cordoned besides, so it used to leave the
+/// fencing to the taker; it fences at once instead
+/// (`fence_dead_peers`, before the claims), and the bell sends n4 (before:
+/// n4 took them when its own judgement came, up to an idle pause later).
 #[tokio::test(flavor = "current_thread")]
 async fn a_watcher_ranked_after_others_fences_a_dead_peer_at_once() {
     let mut took = Vec::new();
@@ -929,11 +930,21 @@ async fn a_node_that_fences_a_peer_nudges_its_ranked_takers() {
     assert_eq!(running, 12, "every session taken over");
     let sent = rec.sent.lock().unwrap().clone();
     let dead = f.nodes[victim].id.clone();
-    eprintln!("{dead} died; nudged {sent:?}");
+    // Who fenced it: its tombstone says.
+    let key = leasehold::keys::node(&dead);
+    let o = f.bucket.get(&key).await.unwrap().expect("the tombstone");
+    let tomb =
+        leasehold::record::LeaseRecord::decode(&key, &o.bytes, leasehold::record::Kind::Node)
+            .unwrap();
+    assert!(tomb.released);
+    let fencer = leasehold::fleet::attrs::NodeAttrs::of(&tomb)
+        .released_by
+        .expect("fenced by a peer");
+    eprintln!("{dead} died, {fencer} fenced it and nudged {sent:?}");
     assert!(!sent.is_empty(), "the fencer nudged the ranked takers");
     assert!(
         sent.iter()
-            .all(|n| *n != dead && f.nodes.iter().any(|x| x.id == *n)),
+            .all(|n| *n != dead && *n != fencer && f.nodes.iter().any(|x| x.id == *n)),
         "{sent:?}"
     );
     f.finish().await;
@@ -947,6 +958,18 @@ const FAILOVER_GOAL: Duration = Duration::from_secs(13);
 /// idle; how long until every one of its sessions runs on a survivor.
 async fn failover_at_the_defaults(phase_ms: u32, preferred: &[&str]) -> Duration {
     let mut f = FeedFleet::new().await;
+    if !preferred.is_empty() {
+        // n3's first watcher is cordoned: it takes nothing new at all.
+        leasehold::fleet::control::set(
+            &f.bucket,
+            &leasehold::clock::SeededEntropy::new(9),
+            "n2",
+            false,
+            0,
+        )
+        .await
+        .unwrap();
+    }
     for (i, id) in ["n1", "n2", "n3", "n4"].iter().enumerate() {
         let store = f.hinting(i as u64 + 1, 0.0);
         let zone = if i < 2 { "a" } else { "b" };

@@ -395,6 +395,15 @@ enum NodeOp {
         /// File holding the bearer token for /v1/* (required with --listen).
         #[arg(long)]
         token_file: Option<std::path::PathBuf>,
+        /// After fencing a dead peer, nudge the nodes ranked for its
+        /// sessions (`POST /v1/nudge` with this node's token, at the
+        /// addresses their records publish), so they act within 200 ms
+        /// rather than at their next read of the bell (ttl/6). Needs
+        /// --token-file; every node must accept the same token. The token
+        /// goes over plain HTTP to whatever address a node record names:
+        /// use it only on a network you trust, with one token per fleet.
+        #[arg(long)]
+        nudge_peers: bool,
         /// How session process trees are contained: auto (a cgroup v2 per
         /// session where the host allows one, else the subreaper sweep),
         /// cgroup (refuse to run without), subreaper.
@@ -1764,6 +1773,7 @@ async fn node(op: NodeOp) -> Result<(), Failure> {
         stop_grace,
         listen,
         token_file,
+        nudge_peers,
         containment,
         log_dir,
         log_max_bytes,
@@ -1776,6 +1786,9 @@ async fn node(op: NodeOp) -> Result<(), Failure> {
     let id = Name::new(id)?;
     // HTTP first: a bad address or token fails before anything is written.
     let http = match (&listen, &token_file) {
+        (None, None) if nudge_peers => {
+            return Err(Error::invalid("--nudge-peers", "needs --listen and --token-file").into());
+        }
         (None, None) => None,
         (None, Some(_)) => return Err(Error::invalid("--token-file", "needs --listen").into()),
         (Some(_), None) => {
@@ -1877,10 +1890,12 @@ async fn node(op: NodeOp) -> Result<(), Failure> {
     let (claim_handle, claim_inbox) = fleet_node::claim_channel(&cfg.id);
     // With the fleet's token, a node that fences a dead peer nudges the
     // nodes ranked to take its sessions (peers accept the same token).
-    let nudge = match &http {
-        Some((_, token, _)) => Some(Arc::new(leasehold::fleet::nudge::HttpNudge::new(token)?)
-            as Arc<dyn leasehold::fleet::nudge::Nudge>),
-        None => None,
+    let nudge = match (&http, nudge_peers) {
+        (Some((_, token, _)), true) => {
+            Some(Arc::new(leasehold::fleet::nudge::HttpNudge::new(token)?)
+                as Arc<dyn leasehold::fleet::nudge::Nudge>)
+        }
+        _ => None,
     };
     let deps = fleet_node::NodeDeps {
         host_lock: Some(Arc::new(lock)),

@@ -142,6 +142,10 @@ pub async fn admit(url: &str, n: usize, ttl: Duration, samples: usize, json: boo
             }
         }
     };
+    // Spread over one ttl, deterministically.
+    let phase = |i: usize, k: u64| {
+        Duration::from_millis((i as u64 * 2_719 + k * 1_123) % ttl.as_millis().max(1) as u64)
+    };
     let mut results = BTreeMap::new();
     for nudge in [false, true] {
         let (mut up, mut down) = (Vec::new(), Vec::new());
@@ -160,7 +164,10 @@ pub async fn admit(url: &str, n: usize, ttl: Duration, samples: usize, json: boo
                 clock.sleep(Duration::from_millis(5)).await;
             }
             up.push(clock.now().saturating_since(t0));
-            clock.sleep(idle).await;
+            // Idle again, at another phase of the nodes' bell reads and
+            // passes (a whole number of bell periods would land every
+            // sample at the same point of them).
+            clock.sleep(idle + phase(i, 1)).await;
             let t1 = clock.now();
             manifest::delete(&store, &name).await?;
             if nudge {
@@ -172,7 +179,7 @@ pub async fn admit(url: &str, n: usize, ttl: Duration, samples: usize, json: boo
                 clock.sleep(Duration::from_millis(5)).await;
             }
             down.push(clock.now().saturating_since(t1));
-            clock.sleep(idle).await;
+            clock.sleep(idle + phase(i, 2)).await;
         }
         results.insert(if nudge { "nudged" } else { "plain" }, (up, down));
     }

@@ -807,6 +807,19 @@ pub fn watch_retry(ttl: Duration) -> Duration {
     ttl / 40
 }
 
+/// When a watched peer's next renewal is expected to have been sent, as
+/// of now (from its last record read: `next_renewal_in`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Foreseen {
+    /// Nothing foresees it (no record read yet, or its time could not be
+    /// used).
+    Unknown,
+    /// In this long.
+    In(Duration),
+    /// This long ago.
+    Overdue(Duration),
+}
+
 /// How long until a watched peer's record is read again.
 ///
 /// Why it matters: a dead node is judged by how long its *last* version
@@ -816,14 +829,14 @@ pub fn watch_retry(ttl: Duration) -> Duration {
 /// at the default ttl.
 ///
 /// - The first successor (`position` 0) is read when its next renewal is
-///   expected to have landed (`expected_in`, from the last record read:
-///   its `renewed_at_ms` + its renewal period, on wall clocks; `None` once
-///   that instant has passed or if nothing foresaw it) plus `watch_slack`.
-///   A wall clock only schedules a read here, never judges: a skewed one
-///   makes the read early (then retried every `watch_retry` while the
-///   version has stood still less than 1.5 renewal periods) or late (by at
-///   most a renewal period). In steady state that is one GET per renewal,
-///   landing about `watch_slack` after it.
+///   expected to have landed (`foreseen`: its record's `renewed_at_ms` +
+///   its renewal period, on wall clocks) plus `watch_slack`; while that
+///   renewal is overdue but by less than a quarter period, every
+///   `watch_retry`; past that, every `watch_period`. A wall clock only
+///   schedules a read here, never judges: a peer's clock behind ours
+///   makes the reads early (at most four retries per renewal), one ahead
+///   makes them late (by at most a renewal period). In steady state with
+///   clocks in step: one GET per renewal, about `watch_slack` after it.
 /// - Otherwise every `watch_period` since the last read (`since_read`;
 ///   `None`: never read, so now).
 /// - And never later than the instant its version will have stood still
@@ -837,15 +850,13 @@ pub fn watch_wait(
     position: usize,
     since_read: Option<Duration>,
     unchanged_for: Option<Duration>,
-    expected_in: Option<Duration>,
+    foreseen: Foreseen,
 ) -> Duration {
     let period = renew_period(ttl);
-    let by_period = match (since_read, expected_in) {
+    let by_period = match (since_read, foreseen) {
         (None, _) => Duration::ZERO,
-        (Some(_), Some(e)) if position == 0 => e.saturating_add(watch_slack(ttl)),
-        (Some(r), None)
-            if position == 0 && unchanged_for.is_some_and(|u| u < period + period / 2) =>
-        {
+        (Some(_), Foreseen::In(e)) if position == 0 => e.saturating_add(watch_slack(ttl)),
+        (Some(r), Foreseen::Overdue(o)) if position == 0 && o < period / 4 => {
             watch_retry(ttl).saturating_sub(r)
         }
         (Some(r), _) => watch_period(ttl, position).saturating_sub(r),
@@ -1473,45 +1484,50 @@ mod tests {
         assert_eq!(watch_period(ttl, 1), S * 5);
         assert!(watch_during(ttl, ttl), "the default pause watches");
         assert!(!watch_during(r / 2, ttl));
+        use Foreseen::*;
         // Never read: now.
-        assert_eq!(watch_wait(ttl, 0, None, None, None), Duration::ZERO);
-        assert_eq!(watch_wait(ttl, 1, None, Some(S), Some(S)), Duration::ZERO);
+        assert_eq!(watch_wait(ttl, 0, None, None, Unknown), Duration::ZERO);
+        assert_eq!(watch_wait(ttl, 1, None, Some(S), In(S)), Duration::ZERO);
         // Foreseen: when the next renewal has landed (slack 200 ms).
         assert_eq!(
-            watch_wait(ttl, 0, Some(ms(10)), Some(ms(10)), Some(S * 3)),
+            watch_wait(ttl, 0, Some(ms(10)), Some(ms(10)), In(S * 3)),
             ms(3200)
         );
-        // Not foreseen, and the version is young: the period.
+        // Not foreseen: the period.
         assert_eq!(
-            watch_wait(ttl, 0, Some(ms(500)), Some(S * 6), None),
+            watch_wait(ttl, 0, Some(ms(500)), Some(S * 6), Unknown),
             r / 2 - ms(500)
         );
         // The expected renewal has not shown yet: retried every 250 ms...
         assert_eq!(
-            watch_wait(ttl, 0, Some(ms(100)), Some(S * 4), None),
+            watch_wait(ttl, 0, Some(ms(100)), Some(S * 4), Overdue(ms(300))),
             ms(150)
         );
-        // ...while younger than 1.5 periods (5 s), then the period.
+        // ...for a quarter period (833 ms), then the period (a clock far
+        // off, or a dead peer: its deadline read comes anyway).
         assert_eq!(
-            watch_wait(ttl, 0, Some(ms(100)), Some(ms(5100)), None),
+            watch_wait(ttl, 0, Some(ms(100)), Some(S * 4), Overdue(ms(900))),
             r / 2 - ms(100)
         );
         // The second: every ttl/2, no foresight.
-        assert_eq!(watch_wait(ttl, 1, Some(S), Some(S), Some(S)), S * 4);
+        assert_eq!(watch_wait(ttl, 1, Some(S), Some(S), In(S)), S * 4);
         // But no later than the deadline (ttl + margin = 11 s standing still).
-        assert_eq!(watch_wait(ttl, 1, Some(S), Some(ms(10_500)), None), ms(500));
         assert_eq!(
-            watch_wait(ttl, 0, Some(ms(100)), Some(S * 10), Some(S * 3)),
+            watch_wait(ttl, 1, Some(S), Some(ms(10_500)), Unknown),
+            ms(500)
+        );
+        assert_eq!(
+            watch_wait(ttl, 0, Some(ms(100)), Some(S * 10), In(S * 3)),
             S
         );
         // Past it: read once more if the last read came before it...
         assert_eq!(
-            watch_wait(ttl, 0, Some(S * 9), Some(S * 12), None),
+            watch_wait(ttl, 0, Some(S * 9), Some(S * 12), Overdue(S)),
             Duration::ZERO
         );
         // ...and not again before the period if it came after (no spinning
         // on a peer the watch cannot hurry, e.g. a release).
-        assert_eq!(watch_wait(ttl, 1, Some(S), Some(S * 12), None), S * 4);
+        assert_eq!(watch_wait(ttl, 1, Some(S), Some(S * 12), Unknown), S * 4);
         // The foresight: from the record's wall time, at most one period.
         assert_eq!(next_renewal_in(ttl, 100_000, 101_000), Some(ms(2333)));
         assert_eq!(next_renewal_in(ttl, 100_000, 103_334), None, "passed");

@@ -64,8 +64,9 @@ pub struct NodeConfig {
     /// does not grow with the number of sessions. The node's belief in its
     /// claims comes only from full listings, so a peer waits for one of its
     /// vanished claims for the longer of this and `max_poll` (published as
-    /// `max_poll_ms`). At or below `max_poll` (the library's default) every
-    /// pass is full and the feed is not read.
+    /// `max_poll_ms`). At or below `max_poll` every pass is full and the
+    /// feed is not read: the library's default is zero, since a library
+    /// user's writers may not hint (the daemon's is 60 ttls).
     pub full_every: Duration,
     /// Placement delay per rank: the node ranked r waits r × grace. Keep it
     /// above `poll`, or rank 1 races rank 0.
@@ -1127,6 +1128,7 @@ impl Node {
                             _ = clock.sleep(period) => None,
                             w = self.watch_peers() => Some(w),
                         };
+                        let cut_off = w.is_none();
                         if let Some(w) = w {
                             self.watch_missing.extend(w.missing);
                             for (key, read_at, expected) in w.read {
@@ -1146,8 +1148,13 @@ impl Node {
                         }
                         // At least a tenth of the closest period between
                         // rounds: a round that failed, or a store that
-                        // answers at once, never spins.
-                        let next = self.watch_wait().unwrap_or(pause).max(period / 10);
+                        // answers at once, never spins; a round cut off by
+                        // a store slower than the period waits a period.
+                        let next = if cut_off {
+                            period
+                        } else {
+                            self.watch_wait().unwrap_or(pause).max(period / 10)
+                        };
                         watch.set(self.deps.clock.sleep(next));
                     }
                 }
@@ -1230,11 +1237,12 @@ impl Node {
             .and_then(|v| observer.unchanged_for(key, &v, now));
         let peer = self.watch_read.get(key);
         let since_read = peer.map(|p| now.saturating_since(p.read_at));
-        let expected_in = peer
-            .and_then(|p| p.expect_at)
-            .filter(|t| *t > now)
-            .map(|t| t.saturating_since(now));
-        core::watch_wait(ttl, position, since_read, unchanged, expected_in)
+        let foreseen = match peer.and_then(|p| p.expect_at) {
+            None => core::Foreseen::Unknown,
+            Some(t) if t > now => core::Foreseen::In(t.saturating_since(now)),
+            Some(t) => core::Foreseen::Overdue(now.saturating_since(t)),
+        };
+        core::watch_wait(ttl, position, since_read, unchanged, foreseen)
     }
 
     /// How long until the next watch read is due (a watched peer's or the
@@ -1260,7 +1268,7 @@ impl Node {
     /// what to remember, and whether it rang: a version other than the one
     /// an earlier read showed, a first one where it was missing included
     /// (this node's first read only learns it; a bell found missing is no
-    /// ring, and is created).
+    /// ring).
     async fn read_bell(&self) -> (Option<(MonoTime, Option<Version>)>, bool) {
         let read_before = self.bell.is_some();
         let known = self.bell.as_ref().and_then(|(_, v)| v.clone());
@@ -1277,22 +1285,10 @@ impl Node {
         match read {
             Ok(Conditional::NotModified) => (Some((at, known)), false),
             Ok(Conditional::Changed(o)) => (Some((at, Some(o.version))), read_before),
-            Ok(Conditional::Missing) => {
-                // Created where missing (never yet rung, or deleted), so
-                // that every later read is a conditional GET answered "not
-                // modified". Peers that saw it missing take this for a
-                // ring: one pass each, once.
-                let body = Bytes::from(format!("{:016x}", self.deps.entropy.next_u64()));
-                match self
-                    .deps
-                    .store
-                    .put(crate::keys::BELL, body, Cond::Create)
-                    .await
-                {
-                    Ok(v) => (Some((at, Some(v))), false),
-                    Err(_) => (Some((at, None)), false),
-                }
-            }
+            // Never rung since `init` made it, or deleted: a plain GET
+            // each time until a ring creates it again (a reader does not:
+            // it must not write into a bucket that may have been wiped).
+            Ok(Conditional::Missing) => (Some((at, None)), false),
             Err(e) => {
                 tracing::debug!(error = %e, "reading the bell");
                 (Some((at, known)), false)
@@ -1680,6 +1676,8 @@ impl Node {
                     "its owner renewed its lease, or its absence is too recent",
                 ));
             }
+            // Its other sessions' takers: hinted, rung, nudged.
+            self.after_fence(&views);
             round_trips += 1;
         }
         round_trips += 1;
@@ -2243,6 +2241,7 @@ impl Node {
                 .filter(|n| self.manifests.contains_key(&crate::keys::manifest(n)))
                 .collect()
         };
+        self.fence_dead_peers(&views, &loads).await?;
         let mut revisit = std::collections::BTreeSet::new();
         for name in names {
             // A pass over 100,000 sessions is hundreds of milliseconds of
@@ -2343,17 +2342,11 @@ impl Node {
                 }
                 core::Gate::Unranked => {
                     self.first_claimable.entry(name.clone()).or_insert(now);
-                    if let Some((_, c)) = &claim {
-                        self.fence_for_takers(c, &views).await?;
-                    }
                     continue;
                 }
                 core::Gate::Grace => {
                     self.first_claimable.entry(name.clone()).or_insert(now);
                     changed = true; // keep polling briskly while a claim is pending
-                    if let Some((_, c)) = &claim {
-                        self.fence_for_takers(c, &views).await?;
-                    }
                     continue;
                 }
                 core::Gate::Claim => {
@@ -2430,27 +2423,57 @@ impl Node {
         Ok(changed)
     }
 
-    /// A claimable session this node will not take now (ranked after
-    /// others, or not at all): if its owner is a peer whose record we hold
-    /// and it is not final yet, fence it now rather than leave that to the
-    /// first taker (one write per dead node, the same rule as before a
-    /// takeover), then hint the tombstone, ring the bell and nudge the
-    /// ranked takers (`after_fence`). Why: a dead node's record is read
-    /// closely only by its ring watchers, and the nodes ranked for its
-    /// sessions are mostly others, who would judge it dead themselves only
-    /// at their own next pass and a ttl + margin after their own first
-    /// sight of its last version. An owner we hold no record of, or one
-    /// already released or fenced, costs nothing here (no read per session
-    /// per pass).
-    async fn fence_for_takers(&mut self, c: &ClaimRecord, views: &[NodeView]) -> Result<()> {
-        if c.owner.node == self.me.node || c.state == ClaimState::Released {
-            return Ok(());
+    /// Fences, once per pass, each peer this pass judges dead that still
+    /// holds sessions: its listed version has stood still for its ttl +
+    /// margin (`live` false in `views`), its record is not a release or a
+    /// fence already, and `loads` counts claims of its current instance.
+    /// Then hints the tombstones, rings the bell and nudges the ranked
+    /// takers (`after_fence`).
+    ///
+    /// Why here, before the claims and whatever this node's rank, room or
+    /// cordon: a dead node's record is read closely only by its ring
+    /// watchers, and the nodes ranked for its sessions are mostly others,
+    /// who would judge it dead themselves only at their own next pass and
+    /// a ttl + margin after their own first sight of its last version. The
+    /// fence is the same write, under the same rule, as the first taker's
+    /// (`fence_owner`: If-Match on the version judged); fencing is not
+    /// claiming, so a full or cordoned node may do it. A peer that renewed
+    /// after all rejects it, and the pass goes on.
+    async fn fence_dead_peers(
+        &mut self,
+        views: &[NodeView],
+        loads: &HashMap<String, u32>,
+    ) -> Result<()> {
+        let dead: Vec<(String, String)> = views
+            .iter()
+            .filter(|v| !v.live && v.id != self.me.node.as_str())
+            .filter(|v| {
+                self.nodes
+                    .get(&crate::keys::node(&v.id))
+                    .is_some_and(|n| !n.record.released && n.record.holder.instance == v.instance)
+            })
+            .filter(|v| {
+                loads
+                    .get(&format!("{}/{}", v.id, v.instance))
+                    .is_some_and(|n| *n > 0)
+            })
+            .map(|v| (v.id.clone(), v.instance.clone()))
+            .collect();
+        for (id, instance) in dead {
+            let claim = self
+                .claims
+                .values()
+                .find(|(_, c)| {
+                    c.owner.node == id
+                        && c.owner.instance == instance
+                        && c.state != ClaimState::Released
+                        && !c.state.is_terminal()
+                })
+                .map(|(_, c)| c.clone());
+            if let Some(c) = claim {
+                self.fence_owner(&c).await?;
+            }
         }
-        let key = crate::keys::node(&c.owner.node);
-        if self.nodes.get(&key).is_none_or(|n| n.record.released) {
-            return Ok(());
-        }
-        self.fence_owner(c).await?;
         self.after_fence(views);
         Ok(())
     }
