@@ -1075,11 +1075,12 @@ impl Node {
             let nudge = &status.nudge;
             let mut shortened = false;
             // Between passes, the ring successors' records are read on the
-            // watch's schedule (`core::watch_wait`: the first successor
-            // twice per renewal period, the second every ttl/2, each once
-            // more at its deadline): a dead peer is noticed within about
-            // ttl + margin + ttl/6 of its last renewal, not at the end of an
-            // idle pause.
+            // watch's schedule (`core::watch_wait`: the first as each of its
+            // renewals lands, the second every ttl/2, each once more at its
+            // deadline), and the bell every ttl/6: a dead peer is noticed
+            // about ttl + margin after its last renewal, and its sessions'
+            // takers hear of it within about ttl/6 more, not at the end of
+            // an idle pause.
             let period = core::watch_period(self.cfg.ttl, 0);
             let watching = core::watch_during(pause, self.cfg.ttl);
             let watch = self.deps.clock.sleep(self.watch_wait().unwrap_or(pause));
@@ -1269,7 +1270,7 @@ impl Node {
     /// an earlier read showed, a first one where it was missing included
     /// (this node's first read only learns it; a bell found missing is no
     /// ring).
-    async fn read_bell(&self) -> (Option<(MonoTime, Option<Version>)>, bool) {
+    async fn read_bell(&self) -> ((MonoTime, Option<Version>), bool) {
         let read_before = self.bell.is_some();
         let known = self.bell.as_ref().and_then(|(_, v)| v.clone());
         let read = match &known {
@@ -1283,15 +1284,15 @@ impl Node {
         };
         let at = self.deps.clock.now();
         match read {
-            Ok(Conditional::NotModified) => (Some((at, known)), false),
-            Ok(Conditional::Changed(o)) => (Some((at, Some(o.version))), read_before),
+            Ok(Conditional::NotModified) => ((at, known), false),
+            Ok(Conditional::Changed(o)) => ((at, Some(o.version)), read_before),
             // Never rung since `init` made it, or deleted: a plain GET
             // each time until a ring creates it again (a reader does not:
             // it must not write into a bucket that may have been wiped).
-            Ok(Conditional::Missing) => (Some((at, None)), false),
+            Ok(Conditional::Missing) => ((at, None), false),
             Err(e) => {
                 tracing::debug!(error = %e, "reading the bell");
-                (Some((at, known)), false)
+                ((at, known), false)
             }
         }
     }
@@ -1382,7 +1383,7 @@ impl Node {
         let (reads, bell) = futures::future::join(futures::future::join_all(reads), bell).await;
         let mut w = Watch::default();
         if let Some((remember, rang)) = bell {
-            w.bell = remember;
+            w.bell = Some(remember);
             if rang {
                 tracing::debug!("the bell rang: a pass now");
                 w.pass = true;
