@@ -160,6 +160,16 @@ pub async fn init(
         Err(StoreError::AlreadyExists | StoreError::Ambiguous { .. }) => false,
         Err(e) => return Err(Error::from_store("put", KEY, e)),
     };
+    // The fleet's bell (`feed::ring_bell`), so that nodes read it with
+    // conditional GETs from the start rather than plain GETs until the
+    // first ring. Best effort: a ring creates it too.
+    let _ = store
+        .put(
+            crate::keys::BELL,
+            Bytes::from(entropy.hex_id()),
+            Cond::Create,
+        )
+        .await;
     let (there, _) = read(store).await?.ok_or_else(|| Error::Unavailable {
         op: "put",
         key: KEY.into(),
