@@ -160,16 +160,6 @@ pub async fn init(
         Err(StoreError::AlreadyExists | StoreError::Ambiguous { .. }) => false,
         Err(e) => return Err(Error::from_store("put", KEY, e)),
     };
-    // The fleet's bell (`feed::ring_bell`), so that nodes read it with
-    // conditional GETs from the start rather than plain GETs until the
-    // first ring. Best effort: a ring creates it too.
-    let _ = store
-        .put(
-            crate::keys::BELL,
-            Bytes::from(entropy.hex_id()),
-            Cond::Create,
-        )
-        .await;
     let (there, _) = read(store).await?.ok_or_else(|| Error::Unavailable {
         op: "put",
         key: KEY.into(),
@@ -177,10 +167,7 @@ pub async fn init(
             message: "the marker did not land; try again".into(),
         },
     })?;
-    if there.nonce == m.nonce {
-        return Ok((there, true));
-    }
-    if there.generation != generation {
+    if there.nonce != m.nonce && there.generation != generation {
         return Err(Error::Conflict {
             key: format!(
                 "{KEY}: this bucket is already {}; a new generation is for a wiped bucket only",
@@ -188,6 +175,18 @@ pub async fn init(
             ),
         });
     }
+    // The fleet's bell (`feed::ring_bell`), once the marker is ours or the
+    // same generation's, so that nodes read it with conditional GETs from
+    // the start rather than plain GETs until the first ring. Best effort:
+    // a ring creates it too; running `init` again creates it where missing.
+    let _ = store
+        .put(
+            crate::keys::BELL,
+            Bytes::from(entropy.hex_id()),
+            Cond::Create,
+        )
+        .await;
     let _ = created;
-    Ok((there, false))
+    let ours = there.nonce == m.nonce;
+    Ok((there, ours))
 }

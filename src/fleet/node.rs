@@ -1117,19 +1117,20 @@ impl Node {
                         // lease or a shutdown is not held up by a slow store,
                         // and a round never outlasts its period.
                         let clock = self.deps.clock.clone();
-                        let w = tokio::select! {
+                        // (A renewal of our own lease interrupts a round
+                        // too: its reads are simply done again at once.)
+                        let (w, cut_off) = tokio::select! {
                             biased;
                             r = valid_rx.changed() => {
                                 if r.is_err() || valid_rx.borrow().lost {
                                     break;
                                 }
-                                None
+                                (None, false)
                             }
                             _ = shutdown.cancelled() => break,
-                            _ = clock.sleep(period) => None,
-                            w = self.watch_peers() => Some(w),
+                            _ = clock.sleep(period) => (None, true),
+                            w = self.watch_peers() => (Some(w), false),
                         };
-                        let cut_off = w.is_none();
                         if let Some(w) = w {
                             self.watch_missing.extend(w.missing);
                             for (key, read_at, expected) in w.read {
@@ -1464,8 +1465,29 @@ impl Node {
                 None => core::OwnerRead::Missing,
                 Some(o) if o.version != n.listed => core::OwnerRead::Other,
                 Some(o) => {
-                    let record = LeaseRecord::decode(&key, &o.bytes, Kind::Node)?;
+                    let Ok(record) = LeaseRecord::decode(&key, &o.bytes, Kind::Node) else {
+                        // Unreadable: never fenced, never taken over (as a
+                        // corrupt record met by a listing).
+                        self.corrupt_nodes.insert(key.clone());
+                        return Ok(false);
+                    };
                     let judged = owner_liveness(&record, &c.owner.instance);
+                    // The stillness that judged it used the ttl of the
+                    // copy we held; the version listed may stand for a
+                    // longer one (a new instance with another --ttl). Not
+                    // final: it must have stood still for its own ttl too.
+                    let ttl = Duration::from_millis(record.ttl_ms);
+                    let still =
+                        self.client
+                            .observer()
+                            .unchanged_for(&key, &n.listed, self.nodes_listed_at);
+                    if !judged.is_final()
+                        && !still.is_some_and(|d| {
+                            crate::liveness::stood_still_long_enough(d, ttl, default_margin(ttl))
+                        })
+                    {
+                        return Ok(false);
+                    }
                     read = Some(record);
                     core::OwnerRead::AtListed(judged)
                 }
@@ -2242,7 +2264,7 @@ impl Node {
                 .filter(|n| self.manifests.contains_key(&crate::keys::manifest(n)))
                 .collect()
         };
-        self.fence_dead_peers(&views, &loads).await?;
+        self.fence_dead_peers(&views, &loads).await;
         let mut revisit = std::collections::BTreeSet::new();
         for name in names {
             // A pass over 100,000 sessions is hundreds of milliseconds of
@@ -2426,10 +2448,11 @@ impl Node {
 
     /// Fences, once per pass, each peer this pass judges dead that still
     /// holds sessions: its listed version has stood still for its ttl +
-    /// margin (`live` false in `views`), its record is not a release or a
+    /// margin (no view of its id `live`), its record is not a release or a
     /// fence already, and `loads` counts claims of its current instance.
     /// Then hints the tombstones, rings the bell and nudges the ranked
-    /// takers (`after_fence`).
+    /// takers (`after_fence`). Best effort: a failure is logged and the
+    /// pass goes on (the takers fence it themselves).
     ///
     /// Why here, before the claims and whatever this node's rank, room or
     /// cordon: a dead node's record is read closely only by its ring
@@ -2440,26 +2463,35 @@ impl Node {
     /// (`fence_owner`: If-Match on the version judged); fencing is not
     /// claiming, so a full or cordoned node may do it. A peer that renewed
     /// after all rejects it, and the pass goes on.
-    async fn fence_dead_peers(
-        &mut self,
-        views: &[NodeView],
-        loads: &HashMap<String, u32>,
-    ) -> Result<()> {
-        let dead: Vec<(String, String)> = views
+    async fn fence_dead_peers(&mut self, views: &[NodeView], loads: &HashMap<String, u32>) {
+        let mut dead: Vec<(String, String)> = self
+            .nodes
             .iter()
-            .filter(|v| !v.live && v.id != self.me.node.as_str())
-            .filter(|v| {
-                self.nodes
-                    .get(&crate::keys::node(&v.id))
-                    .is_some_and(|n| !n.record.released && n.record.holder.instance == v.instance)
+            .filter(|(key, n)| {
+                let (id, instance) = (&n.record.holder.node, &n.record.holder.instance);
+                // A record under its own key only (one copied under another
+                // key must not get its namesake fenced), not final, holding
+                // claims, and no view of its id live (as `plan::owner_live`
+                // asks before a takeover). `fence_owner` reads it again at
+                // the listed version and judges that version's own ttl.
+                **key == crate::keys::node(id)
+                    && !n.record.released
+                    && *id != self.me.node.as_str()
+                    && loads
+                        .get(&format!("{id}/{instance}"))
+                        .is_some_and(|c| *c > 0)
+                    && views.iter().any(|v| v.id == *id && v.instance == *instance)
+                    && !views.iter().any(|v| v.id == *id && v.live)
             })
-            .filter(|v| {
-                loads
-                    .get(&format!("{}/{}", v.id, v.instance))
-                    .is_some_and(|n| *n > 0)
+            .map(|(_, n)| {
+                (
+                    n.record.holder.node.clone(),
+                    n.record.holder.instance.clone(),
+                )
             })
-            .map(|v| (v.id.clone(), v.instance.clone()))
             .collect();
+        // In key order: a seeded simulation replays the same writes.
+        dead.sort();
         for (id, instance) in dead {
             let claim = self
                 .claims
@@ -2472,11 +2504,14 @@ impl Node {
                 })
                 .map(|(_, c)| c.clone());
             if let Some(c) = claim {
-                self.fence_owner(&c).await?;
+                // Best effort: the takers fence it themselves if this fails
+                // (an unreadable record must not stall the whole pass).
+                if let Err(e) = self.fence_owner(&c).await {
+                    tracing::warn!(peer = id, error = %e, "fencing a dead peer");
+                }
             }
         }
         self.after_fence(views);
-        Ok(())
     }
 
     /// After this node fenced peers (their tombstones landed): hints each
