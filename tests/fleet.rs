@@ -950,6 +950,50 @@ async fn a_node_that_fences_a_peer_nudges_its_ranked_takers() {
     f.finish().await;
 }
 
+/// Issue #14 (found in review): a node record copied under another key (an
+/// operator's copy, a partial restore: `nodes/n9` holding n2's bytes)
+/// stands still, so the copy reads as a dead n2. Fencing dead peers early
+/// must not fence the real, live n2 over it: only a record under its own
+/// key, with no live view of its id, is fenced. n2 keeps its lease and
+/// its sessions, and nothing runs twice. (With those two checks removed
+/// this still passes here: the tombstone's If-Match on n2's listed
+/// version, and the fresh read's stillness check, refuse it as n2 renews.
+/// It guards the whole chain, not the key check alone.)
+#[tokio::test(flavor = "current_thread")]
+async fn a_node_record_copied_under_another_key_gets_nobody_fenced() {
+    use leasehold::record::{Kind, LeaseRecord};
+    let mut f = FeedFleet::new().await;
+    for (i, id) in ["n1", "n2", "n3"].iter().enumerate() {
+        f.start(id, Duration::from_secs(600), f.hinting(i as u64 + 1, 0.0));
+    }
+    f.step(300).await;
+    let writer = f.hinting(100, 0.0);
+    for i in 0..9 {
+        apply(&writer, &format!("s{i:02}"), &spec("sleep")).await;
+    }
+    f.step(900).await;
+    let before: Vec<usize> = (0..3).map(|i| f.running(i)).collect();
+    assert_eq!(before.iter().sum::<usize>(), 9, "{before:?}");
+    assert!(before[1] > 0, "n2 holds sessions: {before:?}");
+    let real = f.bucket.get("nodes/n2").await.unwrap().unwrap();
+    f.bucket
+        .put(
+            "nodes/n9",
+            real.bytes.clone(),
+            leasehold::store::Cond::Create,
+        )
+        .await
+        .unwrap();
+    // Long past the copy's ttl + margin, by every node's observation.
+    f.step(600).await;
+    let now = f.bucket.get("nodes/n2").await.unwrap().unwrap();
+    let rec = LeaseRecord::decode("nodes/n2", &now.bytes, Kind::Node).unwrap();
+    assert!(!rec.released, "the live n2 was fenced over its copy");
+    let after: Vec<usize> = (0..3).map(|i| f.running(i)).collect();
+    assert_eq!(after, before, "n2 kept its sessions; none moved");
+    f.finish().await;
+}
+
 /// ttl + margin + 2 s at ttl 10 s (issue #14's target).
 const FAILOVER_GOAL: Duration = Duration::from_secs(13);
 
