@@ -738,6 +738,15 @@ impl FeedFleet {
         self.hinting_over(self.bucket.clone(), salt, lose)
     }
 
+    /// Applies `s00`, `s01`, ... (`n` of them, spec `s`) as the CLI does:
+    /// through a hinting store, so each is hinted and rings the bell.
+    async fn apply_sessions(&self, n: usize, s: &Spec) {
+        let writer = self.hinting(100, 0.0);
+        for i in 0..n {
+            apply(&writer, &format!("s{i:02}"), s).await;
+        }
+    }
+
     /// Starts node `id` on `store`, full listings every `full_every`.
     fn start(&mut self, id: &str, full_every: Duration, store: Arc<dyn Store>) {
         self.start_labelled(id, full_every, store, &[]);
@@ -913,10 +922,7 @@ async fn a_node_that_fences_a_peer_nudges_its_ranked_takers() {
         rec.local.register(id, f.nodes[i].status.clone());
     }
     f.step(300).await;
-    let writer = f.hinting(100, 0.0);
-    for i in 0..12 {
-        apply(&writer, &format!("s{i:02}"), &spec("sleep")).await;
-    }
+    f.apply_sessions(12, &spec("sleep")).await;
     f.step(900).await;
     let held: Vec<usize> = (0..4).map(|i| f.running(i)).collect();
     let victim = (0..4).max_by_key(|i| held[*i]).unwrap();
@@ -967,10 +973,7 @@ async fn a_node_record_copied_under_another_key_gets_nobody_fenced() {
         f.start(id, Duration::from_secs(600), f.hinting(i as u64 + 1, 0.0));
     }
     f.step(300).await;
-    let writer = f.hinting(100, 0.0);
-    for i in 0..9 {
-        apply(&writer, &format!("s{i:02}"), &spec("sleep")).await;
-    }
+    f.apply_sessions(9, &spec("sleep")).await;
     f.step(900).await;
     let before: Vec<usize> = (0..3).map(|i| f.running(i)).collect();
     assert_eq!(before.iter().sum::<usize>(), 9, "{before:?}");
@@ -1021,15 +1024,12 @@ async fn failover_at_the_defaults(phase_ms: u32, preferred: &[&str]) -> Duration
     }
     // Every node registered and listed by every other, then the sessions.
     f.step(300).await;
-    let writer = f.hinting(100, 0.0);
     let mut s = spec("sleep");
     s.preferred_nodes = preferred.iter().map(|p| p.to_string()).collect();
     if !preferred.is_empty() {
         s.selector.insert("zone".into(), "b".into());
     }
-    for i in 0..12 {
-        apply(&writer, &format!("s{i:02}"), &s).await;
-    }
+    f.apply_sessions(12, &s).await;
     // Placed, settled to idle, then the phase.
     f.step(900 + phase_ms / 100).await;
     let held: Vec<Vec<String>> = (0..4)
