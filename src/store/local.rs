@@ -116,6 +116,24 @@ impl LocalDirStore {
         &self.inner.root
     }
 
+    fn listing(
+        &self,
+        prefix: &str,
+        after: Option<String>,
+    ) -> BoxStream<'static, Result<Entry, StoreError>> {
+        let this = self.clone();
+        let prefix = prefix.to_string();
+        futures::stream::once(async move {
+            this.blocking(move |i| i.list(&prefix, after.as_deref()))
+                .await
+        })
+        .flat_map(|r| match r {
+            Ok(v) => futures::stream::iter(v.into_iter().map(Ok)).boxed(),
+            Err(e) => futures::stream::once(async move { Err(e) }).boxed(),
+        })
+        .boxed()
+    }
+
     async fn blocking<T: Send + 'static>(
         &self,
         f: impl FnOnce(&Inner) -> Result<T, StoreError> + Send + 'static,
@@ -352,7 +370,11 @@ impl Inner {
             .map_err(|e| io_err("fsync directory", e))
     }
 
-    fn list(&self, prefix: &str) -> Result<Vec<Entry>, StoreError> {
+    /// Every key under `prefix` above `after` (all of them for `None`).
+    /// `after` is applied to names before any file is opened: a directory
+    /// holding many old hints is then read (one `getdents` pass) but none of
+    /// their files, where the trait's default read every header to drop it.
+    fn list(&self, prefix: &str, after: Option<&str>) -> Result<Vec<Entry>, StoreError> {
         check_prefix(prefix)?;
         self.check_root()?;
         let dir_part = match prefix.rfind('/') {
@@ -377,7 +399,7 @@ impl Inner {
         } else {
             format!("{dir_part}/")
         };
-        self.walk(&start, &base, prefix, &mut out)?;
+        self.walk(&start, &base, prefix, after, &mut out)?;
         out.sort_by(|a, b| a.key.cmp(&b.key));
         Ok(out)
     }
@@ -387,6 +409,7 @@ impl Inner {
         dir: &Path,
         base: &str,
         prefix: &str,
+        after: Option<&str>,
         out: &mut Vec<Entry>,
     ) -> Result<(), StoreError> {
         let rd = match fs::read_dir(dir) {
@@ -411,11 +434,11 @@ impl Inner {
                 // Descend only where keys under it can match the prefix.
                 let sub = format!("{key}/");
                 if sub.starts_with(prefix) || prefix.starts_with(&sub) {
-                    self.walk(&ent.path(), &sub, prefix, out)?;
+                    self.walk(&ent.path(), &sub, prefix, after, out)?;
                 }
                 continue;
             }
-            if !key.starts_with(prefix) {
+            if !key.starts_with(prefix) || after.is_some_and(|a| key.as_str() <= a) {
                 continue;
             }
             // Read the header only: the listing carries ETags without reading
@@ -540,14 +563,15 @@ impl Store for LocalDirStore {
     }
 
     fn list(&self, prefix: &str) -> BoxStream<'static, Result<Entry, StoreError>> {
-        let this = self.clone();
-        let prefix = prefix.to_string();
-        futures::stream::once(async move { this.blocking(move |i| i.list(&prefix)).await })
-            .flat_map(|r| match r {
-                Ok(v) => futures::stream::iter(v.into_iter().map(Ok)).boxed(),
-                Err(e) => futures::stream::once(async move { Err(e) }).boxed(),
-            })
-            .boxed()
+        self.listing(prefix, None)
+    }
+
+    fn list_after(
+        &self,
+        prefix: &str,
+        after: &str,
+    ) -> BoxStream<'static, Result<Entry, StoreError>> {
+        self.listing(prefix, Some(after.to_string()))
     }
 
     /// The root's device and inode: one directory reached by two paths
