@@ -8,6 +8,7 @@ pub mod http;
 pub mod keys;
 pub mod lease;
 pub mod liveness;
+pub mod memory;
 pub mod name;
 pub mod probe;
 pub mod record;

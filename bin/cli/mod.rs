@@ -639,6 +639,9 @@ pub fn main() -> ExitCode {
         // SAFETY: restoring a default signal disposition before any thread
         // is started has no preconditions.
         unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    } else {
+        // Before any thread exists (see `leasehold::memory`).
+        leasehold::memory::limit_arenas();
     }
     // A node reports its journal events at info; one-shot commands stay quiet.
     let telemetry =
@@ -1937,6 +1940,12 @@ async fn node(op: NodeOp) -> Result<(), Failure> {
         tracing::info!("signal received; stopping sessions and releasing");
         trigger.cancel();
     });
+    // Free pages back to the system now and then (`leasehold::memory`).
+    let trimmer = tokio::spawn(leasehold::memory::trim_periodically(
+        deps.clock.clone(),
+        leasehold::memory::TRIM_EVERY,
+        shutdown.clone(),
+    ));
     let r = fleet_node::run(cfg, deps, shutdown.clone()).await;
     if let Err(Error::Unsupported { step, detail, .. }) = &r
         && step == "audit"
@@ -1944,6 +1953,7 @@ async fn node(op: NodeOp) -> Result<(), Failure> {
         let _ = std::fs::write(&refusal, format!("{detail}\n"));
     }
     shutdown.cancel();
+    let _ = trimmer.await;
     if let Some(server) = server {
         let _ = server.await;
     }
