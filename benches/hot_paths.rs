@@ -144,7 +144,12 @@ fn reconcile_100k_manifests_10_nodes(b: divan::Bencher) {
                     grace: Duration::from_millis(500),
                     predecessor_unproven: false,
                 },
-                || plan::my_rank(m, &ns, &me.node),
+                || {
+                    plan::my_rank(m, &ns, &me.node).map(|position| core::Rank {
+                        position,
+                        ahead_idle_for: Duration::MAX,
+                    })
+                },
             );
             if g == core::Gate::Claim {
                 claim_now += 1;

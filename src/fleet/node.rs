@@ -18,8 +18,8 @@ use super::attrs::NodeAttrs;
 use super::claim::{ClaimRecord, ClaimState, Owner};
 use super::core::{self, OwnClaim, OwnManifest, OwnedAction};
 use super::journal::{EventKind, Journal};
-use super::manifest::ManifestRecord;
-use super::plan::{self, ManifestView, NodeView};
+use super::manifest::{ManifestRecord, RestartPolicy, Spec};
+use super::plan::{self, ClaimView, ManifestView, NodeView};
 use super::runner::{Runner, SessionStart};
 use super::{Put, audit, json_nonce, put_checked};
 use crate::clock::{Clock, Entropy, MonoTime};
@@ -521,6 +521,32 @@ struct Owned {
     quick_exits: u32,
     /// A restart held back by the crash-loop back-off until then.
     restart_at: Option<MonoTime>,
+    /// The spec last read for it, with its digest (`Node::spec_for`).
+    spec: Option<(String, Arc<Spec>)>,
+}
+
+/// What a node keeps of a manifest: what placement and the restart rules
+/// need, not the spec. At 100,000 sessions the specs (command, arguments,
+/// environment, nonce) were most of every node's memory, though a node runs
+/// a tenth of them at most (issue #14); a spec is read when a session of
+/// this node starts (`Node::spec_for`) and kept only beside its claim.
+#[derive(Debug, Clone)]
+struct KnownManifest {
+    view: ManifestView,
+    restart: RestartPolicy,
+}
+
+impl KnownManifest {
+    fn of(m: &ManifestRecord) -> Self {
+        KnownManifest {
+            view: manifest_view(m),
+            restart: m.spec.restart,
+        }
+    }
+
+    fn decode(key: &str, bytes: &[u8]) -> Result<Self> {
+        ManifestRecord::decode(key, bytes).map(|m| KnownManifest::of(&m))
+    }
 }
 
 /// The least time between two passes however often the node is nudged.
@@ -735,8 +761,11 @@ struct Node {
     /// only. A corrupt manifest leaves its session as last known; a corrupt
     /// claim is never taken over; our own claim turning corrupt is lost.
     corrupt: HashMap<String, Version>,
-    manifests: HashMap<String, (Version, ManifestRecord)>,
-    claims: HashMap<String, (Version, ClaimRecord)>,
+    manifests: HashMap<String, (Version, KnownManifest)>,
+    claims: HashMap<String, (Version, ClaimView)>,
+    /// Each peer's claim count at the last pass, and when it last rose
+    /// (`note_progress`).
+    progress: HashMap<String, (u32, Option<MonoTime>)>,
     /// When each session was first seen claimable (for rank × grace).
     first_claimable: HashMap<String, MonoTime>,
     /// Absence is an observation, never a death certificate. Node keys a
@@ -879,6 +908,7 @@ impl Node {
             manifests: HashMap::new(),
             claims: HashMap::new(),
             first_claimable: HashMap::new(),
+            progress: HashMap::new(),
             absent_nodes: memory.absent_nodes,
             seen_claims: memory.seen_claims,
             longest: memory.longest,
@@ -1415,7 +1445,7 @@ impl Node {
     ///
     /// One write per dead node (the first node to take any of its sessions),
     /// not per session. Returns whether the takeover may proceed.
-    async fn fence_owner(&mut self, c: &ClaimRecord) -> Result<bool> {
+    async fn fence_owner(&mut self, c: &ClaimView) -> Result<bool> {
         let key = crate::keys::node(&c.owner.node);
         let cached = self.nodes.get(&key).cloned();
         let view = match &cached {
@@ -1594,12 +1624,13 @@ impl Node {
             return Ok(declined("no manifest"));
         };
         let mkey = crate::keys::manifest(name);
-        self.manifests.insert(mkey, (mversion, m.clone()));
+        self.manifests
+            .insert(mkey, (mversion, KnownManifest::of(&m)));
         let key = crate::keys::session(name);
         round_trips += 1;
         let claim = super::claim::get(&self.deps.store, name.as_str())
             .await?
-            .map(|(c, v)| (v, c));
+            .map(|(c, v)| (v, ClaimView::from(&c)));
         match &claim {
             Some((v, c)) => {
                 self.claims.insert(key.clone(), (v.clone(), c.clone()));
@@ -1628,7 +1659,7 @@ impl Node {
         {
             return Ok(declined("this node's labels do not match the selector"));
         }
-        let cv = claim.as_ref().map(|(_, c)| claim_view(c));
+        let cv = claim.as_ref().map(|(_, c)| c.clone());
         let views = self.node_views(&self.claim_loads());
         let vanished = self.claim_vanished(&key, claim.as_ref().map(|(_, c)| c));
         let candidate = core::Candidate {
@@ -1646,7 +1677,12 @@ impl Node {
             grace: self.cfg.grace,
             predecessor_unproven: self.predecessor_unproven(cv.as_ref()),
         };
-        match core::gate(&candidate, || Some(0)) {
+        match core::gate(&candidate, || {
+            Some(core::Rank {
+                position: 0,
+                ahead_idle_for: Duration::MAX,
+            })
+        }) {
             core::Gate::Claim => {}
             core::Gate::Skip => {
                 return Ok(declined(if owner_corrupt {
@@ -1704,7 +1740,9 @@ impl Node {
             round_trips += 1;
         }
         round_trips += 1;
-        self.claim(name.as_str(), m, claim).await?;
+        let digest = m.digest.clone();
+        self.claim(name.as_str(), digest, claim, Some(Arc::new(m.spec)))
+            .await?;
         Ok(match self.owned.get(name.as_str()) {
             Some(o) => ClaimAnswer::Claimed {
                 node: node.clone(),
@@ -1936,7 +1974,7 @@ impl Node {
                     Some(epoch),
                     "its claim vanished from the bucket; marked, to be made again after the hold period",
                 );
-                self.claims.insert(key, (v, marker));
+                self.claims.insert(key, (v, ClaimView::from(&marker)));
             }
             Put::Rejected(found) => self.cache_read_back(&key, found),
         }
@@ -1950,7 +1988,8 @@ impl Node {
             Some((bytes, version)) => match ClaimRecord::decode(key, &bytes) {
                 Ok(c) => {
                     self.corrupt.remove(key);
-                    self.claims.insert(key.to_string(), (version, c));
+                    self.claims
+                        .insert(key.to_string(), (version, ClaimView::from(&c)));
                 }
                 Err(_) => {
                     self.corrupt.insert(key.to_string(), version);
@@ -1967,7 +2006,7 @@ impl Node {
     /// saw for `name`: raise it (If-Match), so that whichever node makes the
     /// claim again, however little it saw, goes above every epoch we saw.
     /// The new version restarts every node's watch. Nothing to do otherwise.
-    async fn raise_marker(&mut self, name: &str, version: Version, c: &ClaimRecord) -> Result<()> {
+    async fn raise_marker(&mut self, name: &str, version: Version, c: &ClaimView) -> Result<()> {
         let key = crate::keys::session(name);
         let seen = self.seen_claims.get(&key).copied().unwrap_or(0);
         let Some(epoch) = core::marker_raise(Some(c), seen) else {
@@ -1975,7 +2014,7 @@ impl Node {
         };
         let (put, marker) = self.put_marker(&key, epoch, Cond::Match(version)).await;
         if let Put::Committed(v) = put? {
-            self.claims.insert(key, (v, marker));
+            self.claims.insert(key, (v, ClaimView::from(&marker)));
         }
         Ok(())
     }
@@ -2015,7 +2054,7 @@ impl Node {
     }
 
     /// Is the claim at `key` (as last read) gone (`core::claim_gone`)?
-    fn claim_vanished(&self, key: &str, claim: Option<&ClaimRecord>) -> bool {
+    fn claim_vanished(&self, key: &str, claim: Option<&ClaimView>) -> bool {
         core::claim_gone(claim, self.seen_claims.get(key).copied().unwrap_or(0))
     }
 
@@ -2131,7 +2170,7 @@ impl Node {
                 &manifest_entries,
                 &mut self.manifests,
                 &mut self.corrupt,
-                ManifestRecord::decode,
+                KnownManifest::decode,
             )
             .await?;
             changed |= refresh(
@@ -2140,7 +2179,7 @@ impl Node {
                 &claim_entries,
                 &mut self.claims,
                 &mut self.corrupt,
-                ClaimRecord::decode,
+                |k: &str, b: &[u8]| ClaimRecord::decode(k, b).map(|c| ClaimView::from(&c)),
             )
             .await?;
             self.observe_claim_absence();
@@ -2173,7 +2212,7 @@ impl Node {
                 &manifest_keys,
                 &mut self.manifests,
                 &mut self.corrupt,
-                ManifestRecord::decode,
+                KnownManifest::decode,
             )
             .await?;
             changed |= refresh_keys(
@@ -2181,7 +2220,7 @@ impl Node {
                 &claim_keys,
                 &mut self.claims,
                 &mut self.corrupt,
-                ClaimRecord::decode,
+                |k: &str, b: &[u8]| ClaimRecord::decode(k, b).map(|c| ClaimView::from(&c)),
             )
             .await?;
             for k in &claim_keys {
@@ -2224,6 +2263,7 @@ impl Node {
         // `claim_loads`.
         let loads = self.claim_loads();
         let mut views = self.node_views(&loads);
+        self.note_progress(&views, now);
         let mut refetched = std::collections::HashSet::new();
         changed |= self.handle_exits().await;
         changed |= self.reconcile_owned().await;
@@ -2266,6 +2306,10 @@ impl Node {
         };
         self.fence_dead_peers(&views, &loads).await;
         let mut revisit = std::collections::BTreeSet::new();
+        // `load()` walks every owned session: counted once, then by what
+        // this loop adds (it only inserts, each running), so the loop is
+        // not O(names × owned) (10,000 × 100,000 at issue #14's scale).
+        let (load_before, owned_before) = (self.load(), self.owned.len());
         for name in names {
             // A pass over 100,000 sessions is hundreds of milliseconds of
             // work with no I/O between claims; without a yield point it
@@ -2277,17 +2321,18 @@ impl Node {
             if self.owned.contains_key(&name) {
                 continue;
             }
-            if self.load() >= self.cfg.capacity {
+            let load = load_before + (self.owned.len().saturating_sub(owned_before)) as u32;
+            debug_assert_eq!(load, self.load());
+            if load >= self.cfg.capacity {
                 // What is left is looked at again once there is room.
                 self.rescan = true;
                 break;
             }
             // Unless found unclaimable or claimed below, looked at again.
             revisit.insert(name.clone());
-            let m = self.manifests[&crate::keys::manifest(&name)].1.clone();
-            let mv = manifest_view(&m);
+            let mv = self.manifests[&crate::keys::manifest(&name)].1.view.clone();
             let claim = self.claims.get(&crate::keys::session(&name)).cloned();
-            let cv = claim.as_ref().map(|(_, c)| claim_view(c));
+            let cv = claim.as_ref().map(|(_, c)| c.clone());
             let owner_key = cv.as_ref().map(|c| crate::keys::node(&c.owner.node));
             // Asked at most twice: again after re-reading a stale owner record.
             let gate = loop {
@@ -2323,7 +2368,20 @@ impl Node {
                         grace: self.cfg.grace,
                         predecessor_unproven: self.predecessor_unproven(cv.as_ref()),
                     },
-                    || plan::my_rank(&mv, &views, &self.me.node),
+                    || {
+                        let ranked = plan::rank(&mv, &views);
+                        let position = ranked.iter().position(|n| n.id == self.me.node)?;
+                        let ahead_idle_for = ranked[..position]
+                            .iter()
+                            .filter_map(|n| self.progress.get(&n.id).and_then(|(_, t)| *t))
+                            .map(|t| now.saturating_since(t))
+                            .min()
+                            .unwrap_or(Duration::MAX);
+                        Some(core::Rank {
+                            position,
+                            ahead_idle_for,
+                        })
+                    },
                 );
                 match (gate, &owner_key) {
                     (core::Gate::RefetchOwner, Some(key)) => {
@@ -2384,7 +2442,7 @@ impl Node {
                 continue;
             }
             self.after_fence(&views);
-            changed |= self.claim(&name, m, claim).await?;
+            changed |= self.claim(&name, mv.digest, claim, None).await?;
             if self.owned.contains_key(&name) {
                 revisit.remove(&name);
             }
@@ -2555,8 +2613,7 @@ impl Node {
                 let Some((_, m)) = self.manifests.get(&crate::keys::manifest(name)) else {
                     continue;
                 };
-                let mv = manifest_view(m);
-                for v in plan::rank(&mv, views)
+                for v in plan::rank(&m.view, views)
                     .into_iter()
                     .filter(|v| !dead.contains(&v.id))
                     .take(2)
@@ -2666,6 +2723,21 @@ impl Node {
             .values()
             .filter(|o| !o.record.state.is_terminal())
             .count() as u32
+    }
+
+    /// Notes which peers are taking sessions: their count of claims up
+    /// since the last pass (`core::gate` holds a lower rank meanwhile).
+    /// A peer first seen has shown nothing yet, whatever it holds.
+    fn note_progress(&mut self, views: &[NodeView], now: MonoTime) {
+        let ids: std::collections::HashSet<&str> = views.iter().map(|v| v.id.as_str()).collect();
+        self.progress.retain(|id, _| ids.contains(id.as_str()));
+        for v in views.iter().filter(|v| v.id != self.me.node) {
+            let e = self.progress.entry(v.id.clone()).or_insert((v.load, None));
+            if v.load > e.0 {
+                e.1 = Some(now);
+            }
+            e.0 = v.load;
+        }
     }
 
     fn claim_loads(&self) -> HashMap<String, u32> {
@@ -2884,8 +2956,9 @@ impl Node {
     async fn claim(
         &mut self,
         name: &str,
-        manifest: ManifestRecord,
-        existing: Option<(Version, ClaimRecord)>,
+        digest: String,
+        existing: Option<(Version, ClaimView)>,
+        spec: Option<Arc<Spec>>,
     ) -> Result<bool> {
         if self.deps.clock.now() >= self.valid_until() {
             return Ok(false);
@@ -2926,7 +2999,7 @@ impl Node {
             owner: self.me.clone(),
             epoch,
             state: ClaimState::Running,
-            digest: manifest.digest.clone(),
+            digest: digest.clone(),
             address: self.cfg.address.clone(),
             exit_code: None,
             restarts,
@@ -2966,7 +3039,7 @@ impl Node {
                     },
                 );
                 self.claims
-                    .insert(key.clone(), (version.clone(), record.clone()));
+                    .insert(key.clone(), (version.clone(), ClaimView::from(&record)));
                 self.note_claim(&key);
                 self.owned.insert(
                     name.to_string(),
@@ -2978,12 +3051,13 @@ impl Node {
                         started_at: sent,
                         quick_exits: 0,
                         restart_at: None,
+                        spec: spec.map(|s| (digest, s)),
                     },
                 );
                 // The renew task must bound this session too, from now.
                 self.confirmed_tx
                     .send_replace(self.confirmed_until().unwrap_or(MonoTime::ZERO));
-                self.start(name, &manifest).await;
+                self.start(name).await;
                 Ok(true)
             }
             Put::Rejected(found) => {
@@ -3003,7 +3077,53 @@ impl Node {
         }
     }
 
-    async fn start(&mut self, name: &str, manifest: &ManifestRecord) {
+    /// The spec to start `name` with: the one kept beside its claim if its
+    /// digest is the manifest's we know, else read now. A read that finds
+    /// another digest (the manifest changed since our last listing) or no
+    /// manifest updates what we know and starts nothing: the next pass
+    /// reconciles the claim with it, as for any change. An unreadable one is
+    /// tried again by the next pass (the session is owned and not running).
+    async fn spec_for(&mut self, name: &str) -> Option<Arc<Spec>> {
+        let mkey = crate::keys::manifest(name);
+        let digest = self.manifests.get(&mkey)?.1.view.digest.clone();
+        if let Some((d, spec)) = self.owned.get(name).and_then(|o| o.spec.as_ref())
+            && *d == digest
+        {
+            return Some(spec.clone());
+        }
+        let n = Name::new(name).ok()?;
+        match super::manifest::get(&self.deps.store, &n).await {
+            Ok(Some((m, v))) => {
+                let known = KnownManifest::of(&m);
+                let same = m.digest == digest;
+                self.manifests.insert(mkey, (v, known));
+                if !same {
+                    return None;
+                }
+                let spec = Arc::new(m.spec);
+                if let Some(o) = self.owned.get_mut(name) {
+                    o.spec = Some((digest, spec.clone()));
+                }
+                Some(spec)
+            }
+            Ok(None) => {
+                self.manifests.remove(&mkey);
+                None
+            }
+            Err(e) => {
+                tracing::warn!(session = name, error = %e, "reading the manifest to start it");
+                None
+            }
+        }
+    }
+
+    async fn start(&mut self, name: &str) {
+        if !self.owned.contains_key(name) {
+            return;
+        }
+        let Some(spec) = self.spec_for(name).await else {
+            return;
+        };
         let Some(o) = self.owned.get(name) else {
             return;
         };
@@ -3019,7 +3139,7 @@ impl Node {
             name: name.to_string(),
             node: self.me.node.clone(),
             epoch,
-            spec: manifest.spec.clone(),
+            spec: (*spec).clone(),
             deadline: valid_until,
         };
         match self.deps.runner.start(start).await {
@@ -3107,7 +3227,7 @@ impl Node {
                 if self.claim_writes.is_multiple_of(AUDIT_SAMPLE) {
                     self.audit(&key, &next.nonce, next.epoch).await;
                 }
-                self.claims.insert(key, (v.clone(), next.clone()));
+                self.claims.insert(key, (v.clone(), ClaimView::from(&next)));
                 if next.state == ClaimState::Released {
                     self.owned.remove(name);
                 } else if let Some(o) = self.owned.get_mut(name) {
@@ -3171,7 +3291,11 @@ impl Node {
                     }
                 ),
             );
-            let Some((_, m)) = self.manifests.get(&crate::keys::manifest(&x.name)).cloned() else {
+            let Some(restart) = self
+                .manifests
+                .get(&crate::keys::manifest(&x.name))
+                .map(|(_, m)| m.restart)
+            else {
                 continue;
             };
             let now = self.deps.clock.now();
@@ -3179,7 +3303,7 @@ impl Node {
                 Some(o) => (now.saturating_since(o.started_at), o.quick_exits),
                 None => continue,
             };
-            match core::after_exit(m.spec.restart, x.code, x.deadline, ran_for, quick) {
+            match core::after_exit(restart, x.code, x.deadline, ran_for, quick) {
                 core::AfterExit::LeaseLapsed => {} // the loop notices and stops all
                 core::AfterExit::Finish(state) => {
                     let _ = self.set_state(&x.name, state, Some(x.code)).await;
@@ -3203,7 +3327,7 @@ impl Node {
                         o.restart_at = (!delay.is_zero()).then_some(after_write + delay);
                     }
                     if delay.is_zero() {
-                        self.start(&x.name, &m).await;
+                        self.start(&x.name).await;
                     } else {
                         // The pass that finds the wait over starts it
                         // (`reconcile_owned`).
@@ -3227,6 +3351,9 @@ impl Node {
         let mut changed = false;
         let mut names: Vec<String> = self.owned.keys().cloned().collect();
         names.sort_unstable(); // see `stop_all`
+        // Counted again only after a session's actions (which may finish,
+        // lose or release it): not once per owned session (O(owned²)).
+        let mut load = self.load();
         for name in names {
             let key = crate::keys::session(&name);
             let o = self.owned[&name].clone();
@@ -3246,7 +3373,7 @@ impl Node {
                     let sent = self.deps.clock.now();
                     match super::claim::get(&self.deps.store, &name).await {
                         Ok(Some((c, v))) if v == o.version => {
-                            self.claims.insert(key.clone(), (v, c));
+                            self.claims.insert(key.clone(), (v, ClaimView::from(&c)));
                             if let Some(x) = self.owned.get_mut(&name) {
                                 x.confirmed = x.confirmed.max(sent);
                             }
@@ -3255,7 +3382,7 @@ impl Node {
                         Ok(Some((c, v))) if c.is_vanished() => {
                             let below_ours = c.epoch < o.record.epoch;
                             // Cached, so that RaiseMarker matches its version.
-                            self.claims.insert(key.clone(), (v, c));
+                            self.claims.insert(key.clone(), (v, ClaimView::from(&c)));
                             OwnClaim::Vanished { below_ours }
                         }
                         Ok(Some(_)) => OwnClaim::Changed,
@@ -3271,19 +3398,19 @@ impl Node {
             let manifest = self
                 .manifests
                 .get(&crate::keys::manifest(&name))
-                .map(|(_, m)| m.clone());
+                .map(|(_, m)| (m.view.paused, m.view.digest.clone()));
             let facts = core::Owned {
                 claim,
                 manifest: match &manifest {
                     None => OwnManifest::Deleted,
-                    Some(m) if m.spec.paused => OwnManifest::Paused,
-                    Some(m) => OwnManifest::Spec { digest: &m.digest },
+                    Some((true, _)) => OwnManifest::Paused,
+                    Some((false, digest)) => OwnManifest::Spec { digest },
                 },
                 state: o.record.state,
                 digest: &o.record.digest,
                 running: o.running,
                 backoff_pending: o.restart_at.is_some_and(|t| self.deps.clock.now() < t),
-                full: self.load() >= self.cfg.capacity,
+                full: load >= self.cfg.capacity,
             };
             let actions = core::reconcile_owned(&facts);
             // Changed means something was done: a state write that failed
@@ -3318,8 +3445,9 @@ impl Node {
                         }
                     }
                     OwnedAction::AdoptDigest => {
-                        if let (Some(x), Some(m)) = (self.owned.get_mut(&name), &manifest) {
-                            x.record.digest = m.digest.clone();
+                        if let (Some(x), Some((_, digest))) = (self.owned.get_mut(&name), &manifest)
+                        {
+                            x.record.digest = digest.clone();
                         }
                     }
                     OwnedAction::SetState(state) => {
@@ -3329,12 +3457,15 @@ impl Node {
                         }
                     }
                     OwnedAction::Start => {
-                        if let Some(m) = &manifest {
-                            self.start(&name, m).await;
+                        if manifest.is_some() {
+                            self.start(&name).await;
                         }
                     }
                     OwnedAction::Wait => {} // the pass stays at its base pace
                 }
+            }
+            if changed != was_changed {
+                load = self.load();
             }
         }
         changed
@@ -3363,15 +3494,6 @@ pub fn manifest_view(m: &ManifestRecord) -> ManifestView {
         selector: m.spec.selector.clone(),
         preferred: m.spec.preferred_nodes.clone(),
         paused: m.spec.paused,
-    }
-}
-
-fn claim_view(c: &ClaimRecord) -> plan::ClaimView {
-    plan::ClaimView {
-        owner: c.owner.clone(),
-        epoch: c.epoch,
-        state: c.state,
-        digest: c.digest.clone(),
     }
 }
 
