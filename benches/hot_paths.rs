@@ -133,6 +133,7 @@ fn reconcile_100k_manifests_10_nodes(b: divan::Bencher) {
             let g = core::gate(
                 &core::Candidate {
                     claim_corrupt: false,
+                    manifest_corrupt: false,
                     owner_corrupt: false,
                     claimable: plan::claimable(m, c.as_ref(), &ns, &me),
                     control_read: true,

@@ -2565,3 +2565,56 @@ async fn deleted_node_record_and_a_twin(third: bool) {
 async fn a_deleted_node_record_lets_no_third_node_take_its_sessions_beside_it() {
     deleted_node_record_and_a_twin(true).await;
 }
+
+/// A node keeps only the specs of its own sessions (issue #14), so a
+/// session whose manifest turned unreadable cannot be run by a node taking
+/// it over: it is not taken (rather than held and never started) until the
+/// manifest is readable again, and then it is. Its owner keeps running it
+/// meanwhile (bucket_adversary case 5). Fails with the gate's
+/// `manifest_corrupt` ignored: n2 takes the claim and starts nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_session_with_an_unreadable_manifest_is_not_taken_over_until_it_reads() {
+    let store: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());
+    let mut f = Fleet::new(store.clone());
+    f.start("n1", 8, &[]);
+    apply(&store, "web", &spec("sleep")).await;
+    f.wait_for("web on n1", |p| p.contains_key("web")).await;
+    f.start("n2", 8, &[]);
+    f.wait_registered(2).await; // and n2 has listed the good manifest
+    let good = store.get("manifests/web").await.unwrap().unwrap();
+    let bad = store
+        .put(
+            "manifests/web",
+            bytes::Bytes::from_static(b"garbage"),
+            leasehold::store::Cond::Match(good.version.clone()),
+        )
+        .await
+        .unwrap();
+    f.clock.sleep(Duration::from_millis(300)).await; // n2 lists it
+    let before = f.claim("web").await;
+    let n1 = f.nodes.remove(0);
+    n1.task.abort(); // kill -9
+    f.dead.push(n1);
+    // Several times ttl + margin: n1 is dead to n2 long before the end.
+    f.clock.sleep(TTL * 6).await;
+    let held = f.claim("web").await;
+    assert_eq!(
+        (held.owner.node.as_str(), held.epoch),
+        ("n1", before.epoch),
+        "taken over with an unreadable manifest: {held:?}"
+    );
+    store
+        .put(
+            "manifests/web",
+            good.bytes.clone(),
+            leasehold::store::Cond::Match(bad),
+        )
+        .await
+        .unwrap();
+    f.wait_for("web on n2", |p| {
+        p.get("web")
+            .is_some_and(|v| v.iter().any(|(n, e)| n == "n2" && *e > before.epoch))
+    })
+    .await;
+    f.finish().await;
+}

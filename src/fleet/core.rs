@@ -237,6 +237,9 @@ pub struct Candidate {
     pub claim_corrupt: bool,
     /// Its owner's node record cannot be read: the owner cannot be judged.
     pub owner_corrupt: bool,
+    /// Its manifest's bytes cannot be read now: a node that takes it has
+    /// no spec to run (it keeps only the specs of its own sessions).
+    pub manifest_corrupt: bool,
     /// Placement's verdict (`plan::claimable`).
     pub claimable: Option<Claimable>,
     /// The control object has been read at least once since start.
@@ -293,6 +296,12 @@ pub struct Rank {
     pub ahead_idle_for: Duration,
 }
 
+/// How many graces past its rank's own wait a node holds back for busy
+/// nodes ranked ahead of it, at most (`gate`). Views differ by a pass, so
+/// two busy nodes can each rank the other first; the bound makes the
+/// hold a delay in every case (200 s at ttl 10 s), never a standstill.
+pub const BUSY_HOLD_GRACES: u32 = 30;
+
 /// May this node claim the candidate this pass? `rank` is this node's rank
 /// among the candidates; asked only when the verdict needs it, because
 /// ranking is the pass's largest CPU cost.
@@ -304,10 +313,11 @@ pub struct Rank {
 /// needs longer than a few graces to reach them all; without it the nodes
 /// ranked after it stepped in for the same sessions (issue #14: 0.4
 /// conflicts per claim at 100,000 sessions). A node that is dead, stuck
-/// or done takes nothing more, so the wait ends one grace later: this only
+/// or done takes nothing more, so the wait ends one grace later; and at
+/// most [`BUSY_HOLD_GRACES`] graces past the rank's own wait: this only
 /// delays, and only while someone ahead is busy claiming.
 pub fn gate(c: &Candidate, rank: impl FnOnce() -> Option<Rank>) -> Gate {
-    if c.claim_corrupt || c.owner_corrupt {
+    if c.claim_corrupt || c.owner_corrupt || c.manifest_corrupt {
         return Gate::Skip;
     }
     let Some(why) = c.claimable else {
@@ -335,7 +345,14 @@ pub fn gate(c: &Candidate, rank: impl FnOnce() -> Option<Rank>) -> Gate {
     let wait = match why {
         Claimable::Predecessor => Duration::ZERO,
         _ => match rank() {
-            Some(r) if r.position > 0 && r.ahead_idle_for < c.grace => return Gate::Grace,
+            Some(r)
+                if r.position > 0
+                    && r.ahead_idle_for < c.grace
+                    && c.claimable_for
+                        < c.grace.saturating_mul(r.position as u32 + BUSY_HOLD_GRACES) =>
+            {
+                return Gate::Grace;
+            }
             Some(r) => c.grace.saturating_mul(r.position as u32),
             None => return Gate::Unranked,
         },
@@ -1031,6 +1048,7 @@ mod tests {
     fn candidate() -> Candidate {
         Candidate {
             claim_corrupt: false,
+            manifest_corrupt: false,
             owner_corrupt: false,
             claimable: Some(Claimable::Orphaned),
             control_read: true,
@@ -1067,6 +1085,8 @@ mod tests {
             ("rank 2 waits two graces", Candidate { claimable_for: S, ..c }, at(2, Duration::MAX), Gate::Grace),
             ("rank 2 after two graces", Candidate { claimable_for: 2 * S, ..c }, at(2, Duration::MAX), Gate::Claim),
             ("rank 2 holds while one ahead is taking sessions", Candidate { claimable_for: 9 * S, ..c }, at(2, S / 2), Gate::Grace),
+            ("... for 30 graces past its own wait at most", Candidate { claimable_for: 32 * S, ..c }, at(2, S / 2), Gate::Claim),
+            ("a corrupt manifest: never", Candidate { manifest_corrupt: true, ..c }, r0, Gate::Skip),
             ("rank 2 goes once those ahead were idle a grace", Candidate { claimable_for: 2 * S, ..c }, at(2, S), Gate::Claim),
             ("the first rank never waits for others' progress", c, at(0, Duration::ZERO), Gate::Claim),
             ("unranked: not for us", c, None, Gate::Unranked),

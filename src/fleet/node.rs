@@ -1663,8 +1663,10 @@ impl Node {
         let views = self.node_views(&self.claim_loads());
         let vanished = self.claim_vanished(&key, claim.as_ref().map(|(_, c)| c));
         let candidate = core::Candidate {
-            // A corrupt claim failed the read above (an error, not a verdict).
+            // A corrupt claim or manifest failed the reads above (an error,
+            // not a verdict).
             claim_corrupt: false,
+            manifest_corrupt: false,
             owner_corrupt,
             claimable: plan::claimable(&mv, cv.as_ref(), &views, &self.me),
             control_read: self.control_read,
@@ -2307,9 +2309,9 @@ impl Node {
         self.fence_dead_peers(&views, &loads).await;
         let mut revisit = std::collections::BTreeSet::new();
         // `load()` walks every owned session: counted once, then by what
-        // this loop adds (it only inserts, each running), so the loop is
-        // not O(names × owned) (10,000 × 100,000 at issue #14's scale).
-        let (load_before, owned_before) = (self.load(), self.owned.len());
+        // each claim adds (one that could not start is failed, terminal,
+        // and not counted), so the loop is not O(names × owned).
+        let mut load = self.load();
         for name in names {
             // A pass over 100,000 sessions is hundreds of milliseconds of
             // work with no I/O between claims; without a yield point it
@@ -2321,7 +2323,6 @@ impl Node {
             if self.owned.contains_key(&name) {
                 continue;
             }
-            let load = load_before + (self.owned.len().saturating_sub(owned_before)) as u32;
             debug_assert_eq!(load, self.load());
             if load >= self.cfg.capacity {
                 // What is left is looked at again once there is room.
@@ -2352,6 +2353,7 @@ impl Node {
                 let gate = core::gate(
                     &core::Candidate {
                         claim_corrupt: self.corrupt.contains_key(&crate::keys::session(&name)),
+                        manifest_corrupt: self.corrupt.contains_key(&crate::keys::manifest(&name)),
                         owner_corrupt: owner_key
                             .as_ref()
                             .is_some_and(|k| self.corrupt_nodes.contains(k)),
@@ -2443,8 +2445,9 @@ impl Node {
             }
             self.after_fence(&views);
             changed |= self.claim(&name, mv.digest, claim, None).await?;
-            if self.owned.contains_key(&name) {
+            if let Some(o) = self.owned.get(&name) {
                 revisit.remove(&name);
+                load += u32::from(!o.record.state.is_terminal());
             }
         }
         self.revisit = revisit;
@@ -3086,10 +3089,22 @@ impl Node {
     async fn spec_for(&mut self, name: &str) -> Option<Arc<Spec>> {
         let mkey = crate::keys::manifest(name);
         let digest = self.manifests.get(&mkey)?.1.view.digest.clone();
+        // Only under the claim made for it: a manifest changed since is
+        // the next reconcile's (stop, adopt the digest, start), which
+        // would otherwise start the session twice.
+        if self.owned.get(name)?.record.digest != digest {
+            return None;
+        }
         if let Some((d, spec)) = self.owned.get(name).and_then(|o| o.spec.as_ref())
             && *d == digest
         {
             return Some(spec.clone());
+        }
+        // Unreadable now (the listing found it corrupt): nothing to start
+        // but a spec kept above. (The claim loop does not take a session
+        // whose manifest is corrupt: `Candidate::manifest_corrupt`.)
+        if self.corrupt.contains_key(&mkey) {
+            return None;
         }
         let n = Name::new(name).ok()?;
         match super::manifest::get(&self.deps.store, &n).await {
@@ -3351,8 +3366,9 @@ impl Node {
         let mut changed = false;
         let mut names: Vec<String> = self.owned.keys().cloned().collect();
         names.sort_unstable(); // see `stop_all`
-        // Counted again only after a session's actions (which may finish,
-        // lose or release it): not once per owned session (O(owned²)).
+        // Counted once, then adjusted by each session's actions (which may
+        // finish, lose, release or restart it): not once per owned session
+        // (O(owned²) at 10,000 owned).
         let mut load = self.load();
         for name in names {
             let key = crate::keys::session(&name);
@@ -3464,9 +3480,11 @@ impl Node {
                     OwnedAction::Wait => {} // the pass stays at its base pace
                 }
             }
-            if changed != was_changed {
-                load = self.load();
-            }
+            // Only this session's entry changed: adjust by it.
+            let counted =
+                |x: Option<&Owned>| u32::from(x.is_some_and(|x| !x.record.state.is_terminal()));
+            load = load - counted(Some(&o)) + counted(self.owned.get(&name));
+            debug_assert_eq!(load, self.load());
         }
         changed
     }
