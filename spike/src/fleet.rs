@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-fn spec() -> Spec {
+pub fn spec() -> Spec {
     Spec {
         restart: RestartPolicy::Always,
         ..Spec::new("sleep", &["3600"])

@@ -23,6 +23,7 @@ use std::time::Duration;
 
 mod fencing;
 mod fleet;
+mod footprint;
 
 #[derive(Parser)]
 #[command(name = "spike", about = "Bucket-lease measurements against any store")]
@@ -155,6 +156,41 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// One node's own RSS and CPU: N node processes (this binary) over a
+    /// local-directory store (on tmpfs by default) holding S sessions;
+    /// placement time, then each process's CPU over a steady-state window
+    /// and its peak RSS, claims, conflicts and epochs.
+    Footprint {
+        #[arg(long, default_value_t = 10)]
+        nodes: usize,
+        #[arg(long, default_value_t = 100_000)]
+        sessions: usize,
+        #[arg(long, default_value = "10000")]
+        ttl_ms: u64,
+        /// Steady-state seconds measured (after placement and the settle).
+        #[arg(long, default_value_t = 600)]
+        window_secs: u64,
+        /// Seconds between placement and the window (default 3 ttls).
+        #[arg(long)]
+        settle_secs: Option<u64>,
+        /// Where the store directory goes (default /dev/shm).
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// (internal) One node of `footprint`, until stdin closes.
+    #[command(hide = true)]
+    FootprintNode {
+        #[arg(long)]
+        store: String,
+        #[arg(long)]
+        id: String,
+        #[arg(long)]
+        ttl_ms: u64,
+        #[arg(long)]
+        capacity: u32,
+    },
     /// Latency of acquire-fresh, renew, resolve and release against raw
     /// PUT-create, PUT-If-Match and GET, with round trips per operation.
     Latency {
@@ -167,8 +203,21 @@ enum Cmd {
     },
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() {
+fn main() {
+    // A footprint node runs as `node run` does: arenas capped before any
+    // thread exists (`leasehold::memory`).
+    if std::env::args().nth(1).as_deref() == Some("footprint-node") {
+        leasehold::memory::limit_arenas();
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+        .block_on(async_main());
+}
+
+async fn async_main() {
     let cli = Cli::parse();
     let r = match cli.cmd {
         Cmd::Matrix { store, json } => matrix(store, json).await,
@@ -252,6 +301,32 @@ async fn main() {
             };
             fleet::cost(nodes, sessions, set, kills.max(usize::from(failover)), json).await
         }
+        Cmd::Footprint {
+            nodes,
+            sessions,
+            ttl_ms,
+            window_secs,
+            settle_secs,
+            dir,
+            json,
+        } => {
+            footprint::footprint(
+                nodes,
+                sessions,
+                Duration::from_millis(ttl_ms),
+                Duration::from_secs(window_secs),
+                settle_secs.map(Duration::from_secs),
+                dir,
+                json,
+            )
+            .await
+        }
+        Cmd::FootprintNode {
+            store,
+            id,
+            ttl_ms,
+            capacity,
+        } => footprint::node_child(&store, &id, Duration::from_millis(ttl_ms), capacity).await,
         Cmd::Admit {
             store,
             nodes,

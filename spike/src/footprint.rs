@@ -1,0 +1,412 @@
+//! One node's own memory and CPU, apart from the rest of the fleet: every
+//! node runs in a process of its own (this binary, `footprint-node`), so
+//! its RSS and CPU time are the kernel's figures for that node alone. The
+//! store is a local directory (laptop mode) every process opens; on tmpfs
+//! by default, so that fsync does not set the pace.
+
+use futures::StreamExt;
+use leasehold::clock::{Clock, Entropy, OsEntropy, SystemClock};
+use leasehold::fleet::claim::ClaimRecord;
+use leasehold::fleet::journal::{EventKind, Journal};
+use leasehold::fleet::node::{self, NodeConfig, NodeDeps};
+use leasehold::fleet::runner::RecordingRunner;
+use leasehold::store::{OpenOptions, Store, open_store};
+use leasehold::{Name, Result};
+use std::collections::BTreeMap;
+use std::io::{BufRead, Write};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::AsyncBufReadExt;
+
+/// What a node process reports, one JSON line every `REPORT` while it runs
+/// and once more after it stopped.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub struct Sample {
+    pub secs: f64,
+    pub running: usize,
+    /// User + system CPU of the whole process so far.
+    pub cpu_ms: u64,
+    pub rss_kb: u64,
+    /// Peak RSS so far (VmHWM).
+    pub hwm_kb: u64,
+    /// Bytes the allocator has handed out and not had back (glibc's
+    /// `mallinfo2`: in-use small blocks plus mmapped ones): the heap the
+    /// node holds, beside what RSS holds on its behalf.
+    #[serde(default)]
+    pub heap_kb: u64,
+    pub started: u64,
+    pub claimed: u64,
+    pub conflicts: u64,
+    pub lost: u64,
+    pub reregistered: u64,
+    pub done: bool,
+}
+
+const REPORT: Duration = Duration::from_secs(2);
+
+fn proc_status_kb(field: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(field))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn heap_kb() -> u64 {
+    // SAFETY: mallinfo2 only reads the allocator's counters.
+    let m = unsafe { libc::mallinfo2() };
+    ((m.uordblks + m.hblkhd) / 1024) as u64
+}
+
+fn cpu_ms() -> u64 {
+    // SAFETY: getrusage writes into the struct it is given.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) } != 0 {
+        return 0;
+    }
+    let ms = |t: libc::timeval| t.tv_sec as u64 * 1000 + t.tv_usec as u64 / 1000;
+    ms(u.ru_utime) + ms(u.ru_stime)
+}
+
+/// The child: one node at the daemon's defaults (`node run`: full listing
+/// every 60 ttls, the hinting store, a journal of 10,000 events) with a
+/// recording runner, until its stdin closes.
+pub async fn node_child(url: &str, id: &str, ttl: Duration, capacity: u32) -> Result<()> {
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+    let raw = open_store(url, &OpenOptions::default()).await?;
+    let store: Arc<dyn Store> = Arc::new(leasehold::fleet::feed::HintingStore::new(
+        raw,
+        clock.clone(),
+        Arc::new(OsEntropy::new()),
+    ));
+    let mut cfg = NodeConfig::new(Name::new(id).unwrap(), ttl);
+    cfg.capacity = capacity;
+    cfg.full_every = ttl * crate::fleet::DEFAULT_FULL_EVERY_TTLS;
+    cfg.probe = false;
+    let journal = Arc::new(Journal::new(10_000, 4 << 20));
+    let deps = NodeDeps {
+        journal: journal.clone(),
+        ..NodeDeps::new(
+            store,
+            clock.clone(),
+            Arc::new(RecordingRunner::new(clock.clone())),
+        )
+    };
+    let status = deps.status.clone();
+    let stop = tokio_util::sync::CancellationToken::new();
+    // As `node run` does (`leasehold::memory`); the arenas are capped in
+    // `main` for this subcommand, before the runtime starts.
+    let trimmer = tokio::spawn(leasehold::memory::trim_periodically(
+        clock.clone(),
+        leasehold::memory::TRIM_EVERY,
+        stop.clone(),
+    ));
+    let task = tokio::spawn(node::run(cfg, deps, stop.clone()));
+    // stdin closing is the parent's word to stop.
+    let eof = stop.clone();
+    std::thread::spawn(move || {
+        let mut s = String::new();
+        while std::io::stdin()
+            .lock()
+            .read_line(&mut s)
+            .is_ok_and(|n| n > 0)
+        {
+            s.clear();
+        }
+        eof.cancel();
+    });
+    let t0 = clock.now();
+    // mallinfo2 walks every arena (tens of ms at 100,000 sessions): read
+    // once every 15 samples, not charged to the node every 2 s.
+    let heap = std::cell::Cell::new((0u32, 0u64));
+    let sample = |done: bool| {
+        let (k, mut h) = heap.get();
+        if k % 15 == 0 || done {
+            h = heap_kb();
+        }
+        heap.set((k + 1, h));
+        let t = journal.totals();
+        let get = |k: EventKind| t.get(&k).copied().unwrap_or(0);
+        Sample {
+            secs: clock.now().saturating_since(t0).as_secs_f64(),
+            running: status
+                .snapshot()
+                .sessions
+                .iter()
+                .filter(|s| s.running)
+                .count(),
+            cpu_ms: cpu_ms(),
+            rss_kb: proc_status_kb("VmRSS:"),
+            hwm_kb: proc_status_kb("VmHWM:"),
+            heap_kb: h,
+            started: get(EventKind::Started),
+            claimed: get(EventKind::Claimed),
+            conflicts: get(EventKind::Conflict),
+            lost: get(EventKind::LeaseLost),
+            reregistered: get(EventKind::ReRegistering),
+            done,
+        }
+    };
+    let out = |s: &Sample| {
+        let mut o = std::io::stdout().lock();
+        let _ = writeln!(o, "{}", serde_json::to_string(s).unwrap());
+        let _ = o.flush();
+    };
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = clock.sleep(REPORT) => out(&sample(false)),
+        }
+    }
+    let r = task.await;
+    let _ = trimmer.await;
+    out(&sample(true));
+    match r {
+        Ok(r) => r,
+        Err(e) => Err(leasehold::Error::Internal(format!("node task: {e}"))),
+    }
+}
+
+/// The parent: applies `s` manifests to a fresh local store, starts `n`
+/// node processes, waits until every session runs, lets them settle, then
+/// measures each process's CPU over `window` and its peak RSS.
+pub async fn footprint(
+    n: usize,
+    s: usize,
+    ttl: Duration,
+    window: Duration,
+    settle: Option<Duration>,
+    dir: Option<std::path::PathBuf>,
+    json: bool,
+) -> Result<()> {
+    let base = dir.unwrap_or_else(|| std::path::PathBuf::from("/dev/shm"));
+    let root = base.join(format!("leasehold-footprint-{}", OsEntropy::new().hex_id()));
+    std::fs::create_dir_all(&root)
+        .map_err(|e| leasehold::Error::Internal(format!("{}: {e}", root.display())))?;
+    let url = format!("file://{}", root.display());
+    // By default 3 ttls; a steady state proper waits out the placement's
+    // hints too (`--settle-secs 900`: retention and one expiry round).
+    let settle = settle.unwrap_or(ttl * 3);
+    let r = measure(&url, n, s, ttl, window, settle, json).await;
+    let _ = std::fs::remove_dir_all(&root);
+    r
+}
+
+async fn measure(
+    url: &str,
+    n: usize,
+    s: usize,
+    ttl: Duration,
+    window: Duration,
+    settle: Duration,
+    json: bool,
+) -> Result<()> {
+    let clock = SystemClock::new();
+    let elapsed = |t| clock.now().saturating_since(t);
+    let store = open_store(url, &OpenOptions::default()).await?;
+    let entropy = OsEntropy::new();
+    leasehold::fleet::marker::init(&store, &entropy, 0, 1).await?;
+    let exe = std::env::current_exe()
+        .map_err(|e| leasehold::Error::Internal(format!("current_exe: {e}")))?;
+    let latest: Arc<std::sync::Mutex<BTreeMap<String, Sample>>> = Default::default();
+    let mut children = Vec::new();
+    let mut readers = Vec::new();
+    for i in 0..n {
+        let id = format!("n{i:02}");
+        let mut child = tokio::process::Command::new(&exe)
+            .args([
+                "footprint-node",
+                "--store",
+                url,
+                "--id",
+                &id,
+                "--ttl-ms",
+                &ttl.as_millis().to_string(),
+                "--capacity",
+                &s.max(1).to_string(),
+            ])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| leasehold::Error::Internal(format!("spawn: {e}")))?;
+        let stdout = child.stdout.take().unwrap();
+        let latest = latest.clone();
+        readers.push(tokio::spawn(async move {
+            let mut lines = tokio::io::BufReader::new(stdout).lines();
+            while let Ok(Some(l)) = lines.next_line().await {
+                if let Ok(x) = serde_json::from_str::<Sample>(&l) {
+                    latest.lock().unwrap().insert(id.clone(), x);
+                }
+            }
+        }));
+        children.push(child);
+    }
+    // The nodes are up and registered (every one has reported, and two
+    // ttls passed); then the manifests, through the hinting store as
+    // `leasehold apply` writes them.
+    loop {
+        clock.sleep(Duration::from_millis(200)).await;
+        if latest.lock().unwrap().len() == n {
+            break;
+        }
+    }
+    clock.sleep(ttl * 2).await;
+    let hinting: Arc<dyn Store> = Arc::new(leasehold::fleet::feed::HintingStore::new(
+        store.clone(),
+        Arc::new(SystemClock::new()),
+        Arc::new(OsEntropy::new()),
+    ));
+    let t_apply = clock.now();
+    futures::stream::iter(0..s)
+        .map(|i| {
+            let store = hinting.clone();
+            async move {
+                let e = OsEntropy::new();
+                leasehold::fleet::manifest::apply(
+                    &store,
+                    &e,
+                    &Name::new(format!("s{i:06}")).unwrap(),
+                    &crate::fleet::spec(),
+                    None,
+                )
+                .await
+            }
+        })
+        .buffer_unordered(32)
+        .for_each(|r| {
+            if let Err(e) = r {
+                eprintln!("apply: {e}");
+            }
+            futures::future::ready(())
+        })
+        .await;
+    let applied = elapsed(t_apply);
+    let t0 = clock.now();
+    eprintln!("applied {s} manifests in {applied:?}");
+    let snapshot = || latest.lock().unwrap().clone();
+    // Placement: until every session runs somewhere.
+    let placed = loop {
+        clock.sleep(Duration::from_millis(500)).await;
+        let l = snapshot();
+        let running: usize = l.values().map(|x| x.running).sum();
+        eprint!("\rrunning {running}/{s} after {:?}   ", elapsed(t0));
+        if running >= s && l.len() == n {
+            break elapsed(t0);
+        }
+        if elapsed(t0) > Duration::from_secs(1800) {
+            return Err(leasehold::Error::Internal(
+                "not placed within 30 min".into(),
+            ));
+        }
+    };
+    eprintln!("\nplaced in {placed:?}; settling {settle:?}");
+    clock.sleep(settle).await;
+    let before = snapshot();
+    eprintln!("measuring for {window:?}");
+    clock.sleep(window).await;
+    let after = snapshot();
+    // Every session claimed exactly once fleet-wide: epoch 1 everywhere.
+    let mut epochs: BTreeMap<u64, usize> = BTreeMap::new();
+    let mut listing = store.list(leasehold::keys::SESSIONS);
+    let mut keys = Vec::new();
+    while let Some(e) = listing.next().await {
+        keys.push(
+            e.map_err(|e| leasehold::Error::Internal(format!("list: {e}")))?
+                .key,
+        );
+    }
+    for k in keys {
+        if let Some(o) = store
+            .get(&k)
+            .await
+            .map_err(|e| leasehold::Error::Internal(format!("get: {e}")))?
+            && let Ok(c) = ClaimRecord::decode(&k, &o.bytes)
+        {
+            *epochs.entry(c.epoch).or_default() += 1;
+        }
+    }
+    // Stopped together, after the epochs are read: a node stopping first
+    // releases its claims, and the others would take them over.
+    for c in &mut children {
+        drop(c.stdin.take());
+    }
+    for mut c in children.drain(..) {
+        // A child that does not stop in time is killed when dropped.
+        tokio::select! {
+            _ = c.wait() => {}
+            _ = clock.sleep(Duration::from_secs(120)) => {}
+        }
+    }
+    for r in readers {
+        let _ = r.await;
+    }
+    let last = snapshot();
+    let secs = |b: &Sample, a: &Sample| (a.secs - b.secs).max(1e-9);
+    let mut rows = Vec::new();
+    for (id, a) in &after {
+        let b = before.get(id).cloned().unwrap_or_default();
+        let l = a.clone();
+        let peak = last.get(id).map_or(a.hwm_kb, |x| x.hwm_kb.max(a.hwm_kb));
+        let cpu_per_hour = (a.cpu_ms - b.cpu_ms) as f64 / 1000.0 * 3600.0 / secs(&b, a);
+        rows.push(serde_json::json!({
+            "node": id,
+            "sessions": a.running,
+            "cpu_s_per_hour": (cpu_per_hour * 10.0).round() / 10.0,
+            "rss_mb": a.rss_kb / 1024,
+            "heap_mb": a.heap_kb / 1024,
+            "peak_rss_mb": a.hwm_kb / 1024,
+            "peak_rss_mb_with_shutdown": peak / 1024,
+            "started": l.started,
+            "claimed": l.claimed,
+            "conflicts": l.conflicts,
+            "leases_lost": l.lost,
+            "re_registered": l.reregistered,
+        }));
+    }
+    let total = |k: &str| rows.iter().map(|r| r[k].as_u64().unwrap_or(0)).sum::<u64>();
+    let claimed = total("claimed");
+    let conflicts = total("conflicts");
+    let out = serde_json::json!({
+        "nodes": n, "sessions": s, "ttl_ms": ttl.as_millis() as u64,
+        "store": "local directory on tmpfs",
+        "apply_ms": applied.as_millis() as u64,
+        "placed_after_last_apply_ms": placed.as_millis() as u64,
+        "window_s": window.as_secs(),
+        "settle_s": settle.as_secs(),
+        "claims": claimed, "conflicts": conflicts,
+        "conflicts_per_claim": conflicts as f64 / claimed.max(1) as f64,
+        "starts": total("started"),
+        "leases_lost": total("leases_lost"),
+        "epochs": epochs,
+        "per_node": rows,
+    });
+    if json {
+        println!("{}", serde_json::to_string_pretty(&out).unwrap());
+        return Ok(());
+    }
+    println!(
+        "{n} nodes, {s} sessions, ttl {ttl:?}: applied in {:.1} s, all running {:.1} s after the last apply; {claimed} claims, {conflicts} conflicts, {} starts, {} leases lost; claim epochs {epochs:?}",
+        applied.as_secs_f64(),
+        placed.as_secs_f64(),
+        total("started"),
+        total("leases_lost")
+    );
+    println!("| node | sessions | CPU s per node-hour | RSS MB | heap in use MB | peak RSS MB |");
+    println!("|---|---|---|---|---|---|");
+    for r in &rows {
+        println!(
+            "| {} | {} | {} | {} | {} | {} |",
+            r["node"].as_str().unwrap_or(""),
+            r["sessions"],
+            r["cpu_s_per_hour"],
+            r["rss_mb"],
+            r["heap_mb"],
+            r["peak_rss_mb"]
+        );
+    }
+    Ok(())
+}
