@@ -536,6 +536,11 @@ struct KnownManifest {
     restart: RestartPolicy,
 }
 
+/// What a node keeps of a claim it reads (`plan::ClaimView`), decoded.
+fn decode_claim_view(key: &str, bytes: &[u8]) -> Result<ClaimView> {
+    ClaimRecord::decode(key, bytes).map(|c| ClaimView::from(&c))
+}
+
 impl KnownManifest {
     fn of(m: &ManifestRecord) -> Self {
         KnownManifest {
@@ -1987,11 +1992,10 @@ impl Node {
     /// (None: nothing, for an If-Match).
     fn cache_read_back(&mut self, key: &str, found: Option<(Bytes, Version)>) {
         match found {
-            Some((bytes, version)) => match ClaimRecord::decode(key, &bytes) {
+            Some((bytes, version)) => match decode_claim_view(key, &bytes) {
                 Ok(c) => {
                     self.corrupt.remove(key);
-                    self.claims
-                        .insert(key.to_string(), (version, ClaimView::from(&c)));
+                    self.claims.insert(key.to_string(), (version, c));
                 }
                 Err(_) => {
                     self.corrupt.insert(key.to_string(), version);
@@ -2181,7 +2185,7 @@ impl Node {
                 &claim_entries,
                 &mut self.claims,
                 &mut self.corrupt,
-                |k: &str, b: &[u8]| ClaimRecord::decode(k, b).map(|c| ClaimView::from(&c)),
+                decode_claim_view,
             )
             .await?;
             self.observe_claim_absence();
@@ -2222,7 +2226,7 @@ impl Node {
                 &claim_keys,
                 &mut self.claims,
                 &mut self.corrupt,
-                |k: &str, b: &[u8]| ClaimRecord::decode(k, b).map(|c| ClaimView::from(&c)),
+                decode_claim_view,
             )
             .await?;
             for k in &claim_keys {
@@ -3133,9 +3137,7 @@ impl Node {
     }
 
     async fn start(&mut self, name: &str) {
-        if !self.owned.contains_key(name) {
-            return;
-        }
+        // None for a session not owned, too.
         let Some(spec) = self.spec_for(name).await else {
             return;
         };
