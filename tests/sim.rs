@@ -291,15 +291,36 @@ enum Done {
     Naive(Option<u64>),
 }
 
-/// Held while a host lock is taken, and while this test binary spawns a
-/// child (`a_seed_replays_across_processes`). A child holds a copy of every
-/// open descriptor between its fork and its exec (close-on-exec closes them
-/// only then), and an `flock` stays held while any copy of its descriptor
-/// is open: a crashed sim node's lock, dropped in that window, would still
-/// be held when its next instance tries to take it. (A node daemon never
-/// meets this: its predecessor is another process, whose descriptors died
-/// with it; the sessions it spawns exec at once.)
+/// Held while a host lock is taken, and from the moment this test binary
+/// spawns a child until that child has run its own code
+/// ([`spawn_settled`]). A child holds a copy of every open descriptor from
+/// its fork until its exec has closed the close-on-exec ones, and an
+/// `flock` stays held while any copy of its descriptor is open: a crashed
+/// sim node's lock, dropped in that window, would still be held when its
+/// next instance tries to take it. (A node daemon never meets this: its
+/// predecessor is another process, whose descriptors died with it.)
 static NO_FORK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Spawns `cmd` with stdout piped, and returns once the child has written
+/// its first byte (or closed stdout), holding [`NO_FORK`] until then.
+///
+/// Why not release at `spawn()`'s return: `spawn` returns when the child's
+/// exec has replaced its memory (the vfork completion, or Rust's exec-error
+/// pipe), but the kernel closes close-on-exec descriptors after that point,
+/// and releases their `flock`s only on the child's way back to user space.
+/// A byte on stdout is written from user space after exec, so by then every
+/// inherited lock descriptor is gone. Releasing at `spawn()` let a restarted
+/// sim node meet its own dead predecessor's lock; the test
+/// `a_child_never_holds_a_sim_node_s_host_lock` catches that within a few
+/// dozen spawns.
+fn spawn_settled(cmd: &mut std::process::Command) -> (std::process::Child, Vec<u8>) {
+    use std::io::Read;
+    let _no_fork = NO_FORK.lock().unwrap_or_else(|p| p.into_inner());
+    let mut child = cmd.stdout(std::process::Stdio::piped()).spawn().unwrap();
+    let mut first = [0u8; 1];
+    let n = child.stdout.as_mut().unwrap().read(&mut first).unwrap_or(0);
+    (child, first[..n].to_vec())
+}
 
 struct Node {
     id: String,
@@ -810,25 +831,21 @@ fn a_seed_replays_across_processes() {
         return;
     }
     let here = digest();
-    let child = {
-        // Spawned (forked and exec'd) while no sim node takes a host lock.
-        let _no_fork = NO_FORK.lock().unwrap_or_else(|p| p.into_inner());
+    let (child, mut stdout) = spawn_settled(
         std::process::Command::new(std::env::current_exe().unwrap())
             .args(["--exact", "a_seed_replays_across_processes", "--nocapture"])
             .env("LEASEHOLD_SIM_REPLAY_CHILD", "1")
             .env_remove("LEASEHOLD_SIM_SEED")
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap()
-    };
+            .stderr(std::process::Stdio::piped()),
+    );
     let out = child.wait_with_output().unwrap();
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    stdout.extend_from_slice(&out.stdout);
+    let stdout = String::from_utf8_lossy(&stdout);
     let child = stdout
         .lines()
         .find_map(|l| l.strip_prefix("replay-digest: "))
@@ -881,4 +898,52 @@ fn fault_store_script_is_honoured() {
             .is_none(),
         "did not land"
     );
+}
+
+/// The sim's crash-restart relies on a dead instance's host lock being free
+/// at once. A child process spawned by this binary holds copies of every
+/// open descriptor until its exec has closed them, so [`spawn_settled`]
+/// keeps sim nodes from taking locks until the child runs its own code.
+/// Here a spawner forks children as fast as it can beside crash-heavy
+/// schedules; with the wait removed (released at `spawn()`'s return), a
+/// restart meets its predecessor's lock within a few dozen spawns.
+#[test]
+fn a_child_never_holds_a_sim_node_s_host_lock() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    const SPAWNS: u64 = 300;
+    const MIN_SCHEDULES: u64 = 150;
+    let done = Arc::new(AtomicBool::new(false));
+    let spawner = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            for _ in 0..SPAWNS {
+                let (child, _) = spawn_settled(std::process::Command::new("/bin/echo").arg("x"));
+                child.wait_with_output().unwrap();
+            }
+            done.store(true, Ordering::Relaxed);
+        })
+    };
+    let cfg = Config {
+        naive: true,
+        steps: 300,
+        vandal: false,
+    };
+    // Schedules until every spawn is done (at least MIN_SCHEDULES): counts,
+    // not time, so a loaded machine changes how long this takes, not what
+    // it covers.
+    let restarts = std::panic::catch_unwind(|| {
+        let mut seed = 0u64;
+        while seed < MIN_SCHEDULES || !done.load(Ordering::Relaxed) {
+            run_schedule(0xf0_0000 + seed, cfg);
+            seed += 1;
+        }
+        seed
+    });
+    spawner.join().unwrap();
+    match restarts {
+        Ok(schedules) => {
+            eprintln!("{SPAWNS} children spawned beside {schedules} crash-restarting schedules")
+        }
+        Err(panic) => std::panic::resume_unwind(panic),
+    }
 }
