@@ -129,6 +129,16 @@ pub fn session(name: impl Display) -> String {
     format!("{SESSIONS}{name}")
 }
 
+/// `prefix` then `name`, written into `buf` (cleared first): the keys
+/// [`session`] and [`manifest`] make, for a loop over every session that
+/// would otherwise allocate one key per session per pass.
+pub fn key_in<'a>(buf: &'a mut String, prefix: &str, name: &str) -> &'a str {
+    buf.clear();
+    buf.push_str(prefix);
+    buf.push_str(name);
+    buf
+}
+
 /// Standalone lease `name`.
 pub fn lease(name: impl Display) -> String {
     format!("{LEASES}{name}")

@@ -24,6 +24,7 @@ const TTL: Duration = Duration::from_millis(600);
 struct TestNode {
     id: String,
     runner: Arc<RecordingRunner>,
+    status: Arc<leasehold::fleet::node::NodeStatus>,
     journal: Arc<Journal>,
     shutdown: CancellationToken,
     task: tokio::task::JoinHandle<leasehold::Result<()>>,
@@ -96,6 +97,7 @@ impl Fleet {
         let shutdown = CancellationToken::new();
         let init_store = self.store.clone();
         let stop = shutdown.clone();
+        let status = deps.status.clone();
         let task = tokio::spawn(async move {
             init_marker(&init_store).await;
             node::run(cfg, deps, stop).await
@@ -103,6 +105,7 @@ impl Fleet {
         self.nodes.push(TestNode {
             id: id.into(),
             runner,
+            status,
             journal,
             shutdown,
             task,
@@ -125,6 +128,7 @@ impl Fleet {
         let init_store = self.store.clone();
         let stop = shutdown.clone();
         let id = cfg.id.to_string();
+        let status = deps.status.clone();
         let task = tokio::spawn(async move {
             init_marker(&init_store).await;
             node::run(cfg, deps, stop).await
@@ -132,6 +136,7 @@ impl Fleet {
         self.nodes.push(TestNode {
             id,
             runner,
+            status,
             journal,
             shutdown,
             task,
@@ -453,6 +458,39 @@ async fn a_crash_loop_backs_off_and_counts_its_restarts() {
     if c.epoch == 1 {
         assert_eq!((c.restarts, c.exit_code), (4, Some(7)), "{c:?}");
     }
+    // The published status (HTTP `/v1/sessions`) follows each change: it is
+    // rebuilt only when what the node holds differs from it, so a compare
+    // that missed a field would leave it stale here.
+    let status = f.nodes[0].status.clone();
+    let shown = |restarts: u32, running: bool| {
+        let snap = status.snapshot();
+        snap.sessions.len() == 1
+            && snap.sessions[0].name == "svc"
+            && snap.sessions[0].restarts == restarts
+            && snap.sessions[0].running == running
+    };
+    for _ in 0..400 {
+        if shown(c.restarts, true) {
+            break;
+        }
+        f.clock.sleep(Duration::from_millis(10)).await;
+    }
+    assert!(shown(c.restarts, true), "{:?}", status.snapshot().sessions);
+    store
+        .delete(&leasehold::keys::manifest("svc"))
+        .await
+        .unwrap();
+    for _ in 0..400 {
+        if status.snapshot().sessions.is_empty() {
+            break;
+        }
+        f.clock.sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        status.snapshot().sessions.is_empty(),
+        "a released session left in the status: {:?}",
+        status.snapshot().sessions
+    );
     f.finish().await;
 }
 

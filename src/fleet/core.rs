@@ -1613,4 +1613,60 @@ mod tests {
             assert!(!uses, "the core mentions {banned}");
         }
     }
+
+    /// The node skips owned sessions for which the rules ask nothing
+    /// (`Node::owned_due`, a scan made once per pass with one `full`), then
+    /// looks closely at the rest as load changes. That is only sound if
+    /// whether anything is asked never depends on `full`: checked here over
+    /// every combination of facts.
+    #[test]
+    fn whether_reconcile_asks_anything_does_not_depend_on_full() {
+        let claims = [
+            OwnClaim::Ours,
+            OwnClaim::Unreadable,
+            OwnClaim::Changed,
+            OwnClaim::Vanished { below_ours: true },
+            OwnClaim::Vanished { below_ours: false },
+            OwnClaim::Deleted,
+            OwnClaim::Corrupt,
+        ];
+        let manifests = [
+            OwnManifest::Deleted,
+            OwnManifest::Paused,
+            OwnManifest::Spec { digest: "d1" },
+            OwnManifest::Spec { digest: "d2" },
+        ];
+        let mut checked = 0;
+        for claim in claims {
+            for manifest in manifests {
+                for state in [Running, Paused, Succeeded, Failed, Released] {
+                    for (running, backoff_pending) in
+                        [(false, false), (false, true), (true, false), (true, true)]
+                    {
+                        let facts = |full| Owned {
+                            claim,
+                            manifest,
+                            state,
+                            digest: "d1",
+                            running,
+                            backoff_pending,
+                            full,
+                        };
+                        let (a, b) = (
+                            reconcile_owned(&facts(false)),
+                            reconcile_owned(&facts(true)),
+                        );
+                        assert_eq!(
+                            a.is_empty(),
+                            b.is_empty(),
+                            "{:?}: {a:?} / {b:?}",
+                            facts(false)
+                        );
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        assert_eq!(checked, 7 * 4 * 5 * 4);
+    }
 }

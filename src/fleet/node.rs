@@ -733,6 +733,60 @@ impl<T> Drop for AbortOnDrop<T> {
     }
 }
 
+/// A cache of objects read from the bucket, by key, with the version each
+/// was read at: a `HashMap` for reading (`Deref`), whose every change goes
+/// through a method that counts it (`generation`).
+///
+/// Why: what a pass derives from the whole cache (the claim counts per node
+/// instance, over every claim in the fleet) need only be derived again when
+/// something in it changed. A steady-state pass changes nothing, and must
+/// not cost O(sessions in the fleet) for it (issue #14). There is no
+/// `DerefMut`, so no change can slip past the count.
+struct Cached<T> {
+    map: HashMap<String, (Version, T)>,
+    generation: u64,
+}
+
+impl<T> Default for Cached<T> {
+    fn default() -> Self {
+        Cached {
+            map: HashMap::new(),
+            generation: 0,
+        }
+    }
+}
+
+impl<T> std::ops::Deref for Cached<T> {
+    type Target = HashMap<String, (Version, T)>;
+    fn deref(&self) -> &Self::Target {
+        &self.map
+    }
+}
+
+impl<T> Cached<T> {
+    fn insert(&mut self, key: String, value: (Version, T)) -> Option<(Version, T)> {
+        self.generation += 1;
+        self.map.insert(key, value)
+    }
+
+    fn remove(&mut self, key: &str) -> Option<(Version, T)> {
+        let out = self.map.remove(key);
+        self.generation += u64::from(out.is_some());
+        out
+    }
+
+    fn retain(&mut self, keep: impl FnMut(&String, &mut (Version, T)) -> bool) {
+        let before = self.map.len();
+        self.map.retain(keep);
+        self.generation += u64::from(self.map.len() != before);
+    }
+
+    /// Changes so far: equal counts, equal contents.
+    fn generation(&self) -> u64 {
+        self.generation
+    }
+}
+
 /// Observations a node process keeps across re-registrations (see the
 /// fields of the same names on `Node`).
 #[derive(Default)]
@@ -766,8 +820,10 @@ struct Node {
     /// only. A corrupt manifest leaves its session as last known; a corrupt
     /// claim is never taken over; our own claim turning corrupt is lost.
     corrupt: HashMap<String, Version>,
-    manifests: HashMap<String, (Version, KnownManifest)>,
-    claims: HashMap<String, (Version, ClaimView)>,
+    manifests: Cached<KnownManifest>,
+    claims: Cached<ClaimView>,
+    /// `claim_loads` as of the claims' generation it was counted at.
+    loads: Option<(u64, HashMap<String, u32>)>,
     /// Each peer's claim count at the last pass, and when it last rose
     /// (`note_progress`).
     progress: HashMap<String, (u32, Option<MonoTime>)>,
@@ -910,8 +966,9 @@ impl Node {
             nodes: HashMap::new(),
             corrupt_nodes: Default::default(),
             corrupt: HashMap::new(),
-            manifests: HashMap::new(),
-            claims: HashMap::new(),
+            manifests: Cached::default(),
+            claims: Cached::default(),
+            loads: None,
             first_claimable: HashMap::new(),
             progress: HashMap::new(),
             absent_nodes: memory.absent_nodes,
@@ -1665,7 +1722,8 @@ impl Node {
             return Ok(declined("this node's labels do not match the selector"));
         }
         let cv = claim.as_ref().map(|(_, c)| c.clone());
-        let views = self.node_views(&self.claim_loads());
+        let loads = self.claim_loads();
+        let views = self.node_views(&loads);
         let vanished = self.claim_vanished(&key, claim.as_ref().map(|(_, c)| c));
         let candidate = core::Candidate {
             // A corrupt claim or manifest failed the reads above (an error,
@@ -1760,7 +1818,40 @@ impl Node {
         })
     }
 
+    /// Publishes what the node holds for the HTTP status, unless it is what
+    /// is published already: each owned session looked up in the published
+    /// list (sorted by name), allocating nothing. Rebuilding it every pass
+    /// was one string per owned session per pass (issue #14).
     fn publish_status(&self, ready: bool) {
+        {
+            let published = self
+                .deps
+                .status
+                .inner
+                .read()
+                .unwrap_or_else(|p| p.into_inner());
+            if published.ready == ready
+                && published.node == self.me.node
+                && published.instance == self.me.instance
+                && published.sessions.len() == self.owned.len()
+                && self.owned.iter().all(|(name, o)| {
+                    // Names are unique on both sides and the counts equal:
+                    // every owned session found equal means the same set.
+                    published
+                        .sessions
+                        .binary_search_by(|p| p.name.as_str().cmp(name))
+                        .is_ok_and(|i| {
+                            let p = &published.sessions[i];
+                            p.epoch == o.record.epoch
+                                && p.state == o.record.state
+                                && p.running == o.running
+                                && p.restarts == o.record.restarts
+                        })
+                })
+            {
+                return;
+            }
+        }
         let mut sessions: Vec<SessionStatus> = self
             .owned
             .iter()
@@ -2195,10 +2286,11 @@ impl Node {
             // (Compared through the refreshed cache, which holds the version
             // a GET returned when the listing's differed: on a versioned
             // bucket listings carry ETags only.)
+            let mut ckey = String::new();
             for (name, o) in self.owned.iter_mut() {
                 if self
                     .claims
-                    .get(&crate::keys::session(name))
+                    .get(crate::keys::key_in(&mut ckey, crate::keys::SESSIONS, name))
                     .is_some_and(|(v, _)| *v == o.version)
                 {
                     o.confirmed = o.confirmed.max(claims_listed_at);
@@ -2607,7 +2699,7 @@ impl Node {
         };
         let mut takers = std::collections::BTreeSet::new();
         if self.deps.nudge.is_some() {
-            for (ckey, (_, c)) in &self.claims {
+            for (ckey, (_, c)) in self.claims.iter() {
                 if takers.len() >= super::nudge::MAX_NUDGED {
                     break;
                 }
@@ -2747,7 +2839,16 @@ impl Node {
         }
     }
 
-    fn claim_loads(&self) -> HashMap<String, u32> {
+    /// Counted again only when the claims changed since the last count
+    /// (`Cached::generation`): a pass that read no claim does no work
+    /// proportional to the fleet's sessions here.
+    fn claim_loads(&mut self) -> HashMap<String, u32> {
+        let generation = self.claims.generation();
+        if let Some((at, loads)) = &self.loads
+            && *at == generation
+        {
+            return loads.clone();
+        }
         // Counted on borrowed names, then one key per owner: a pass over
         // 100,000 claims allocates per node, not per claim.
         let mut by: HashMap<(&str, &str), u32> = HashMap::new();
@@ -2757,9 +2858,12 @@ impl Node {
                 *by.entry((&c.owner.node, &c.owner.instance)).or_insert(0) += 1;
             }
         }
-        by.into_iter()
+        let loads: HashMap<String, u32> = by
+            .into_iter()
             .map(|((node, instance), n)| (format!("{node}/{instance}"), n))
-            .collect()
+            .collect();
+        self.loads = Some((generation, loads.clone()));
+        loads
     }
 
     fn node_views(&self, loads: &HashMap<String, u32>) -> Vec<NodeView> {
@@ -3364,26 +3468,79 @@ impl Node {
     /// Keeps owned sessions in line with their manifests and claims: the
     /// shell of `core::reconcile_owned`, which decides; here only the read
     /// of a claim the listing did not show, and the actions.
+    /// Our own claim as the cache shows it, in the order the rules apply
+    /// (a corrupt key keeps its last good record in `claims`: bytes we
+    /// cannot read where our claim was mean we cannot show we hold it).
+    /// None: not cached, so not in the last listing; it must be read.
+    fn cached_own_claim(&self, key: &str, o: &Owned) -> Option<OwnClaim> {
+        Some(match self.claims.get(key) {
+            Some((v, c)) if *v != o.version && c.is_vanished() => OwnClaim::Vanished {
+                below_ours: c.epoch < o.record.epoch,
+            },
+            Some((v, _)) if *v != o.version => OwnClaim::Changed,
+            _ if self.corrupt.contains_key(key) => OwnClaim::Corrupt,
+            Some(_) => OwnClaim::Ours,
+            None => return None,
+        })
+    }
+
+    /// The owned sessions this pass must look at closely, in name order:
+    /// those whose claim is not cached (to be read), and those for which
+    /// `core::reconcile_owned` asks anything.
+    ///
+    /// Why a scan first: at steady state nothing is asked of nearly every
+    /// owned session, and the close look (a clone of the session, its keys
+    /// formatted, its manifest's digest copied) cost allocations per owned
+    /// session per pass, the largest share of an idle node's CPU at 10,000
+    /// sessions (issue #14). This scan allocates nothing per session.
+    ///
+    /// Skipping a session here changes nothing: whether the rules ask
+    /// anything does not depend on `full` (it picks only between actions),
+    /// a back-off that is not pending now is not pending later in the pass,
+    /// and what the close look does to one session changes no other
+    /// session's facts but `full`.
+    fn owned_due(&self, full: bool) -> Vec<String> {
+        let now = self.deps.clock.now();
+        let (mut ckey, mut mkey) = (String::new(), String::new());
+        let mut due: Vec<String> = self
+            .owned
+            .iter()
+            .filter(|(name, o)| {
+                let ckey = crate::keys::key_in(&mut ckey, crate::keys::SESSIONS, name);
+                let Some(claim) = self.cached_own_claim(ckey, o) else {
+                    return true;
+                };
+                let mkey = crate::keys::key_in(&mut mkey, crate::keys::MANIFESTS, name);
+                !core::reconcile_owned(&core::Owned {
+                    claim,
+                    manifest: own_manifest(self.manifests.get(mkey).map(|(_, m)| m)),
+                    state: o.record.state,
+                    digest: &o.record.digest,
+                    running: o.running,
+                    backoff_pending: o.restart_at.is_some_and(|t| now < t),
+                    full,
+                })
+                .is_empty()
+            })
+            .map(|(name, _)| name.clone())
+            .collect();
+        due.sort_unstable(); // see `stop_all`
+        due
+    }
+
     async fn reconcile_owned(&mut self) -> bool {
         let mut changed = false;
-        let mut names: Vec<String> = self.owned.keys().cloned().collect();
-        names.sort_unstable(); // see `stop_all`
         // Counted once, then adjusted by each session's actions (which may
         // finish, lose, release or restart it): not once per owned session
         // (O(owned²) at 10,000 owned).
         let mut load = self.load();
-        for name in names {
+        for name in self.owned_due(load >= self.cfg.capacity) {
             let key = crate::keys::session(&name);
-            let o = self.owned[&name].clone();
-            // (A corrupt key keeps its last good record in `claims`: bytes we
-            // cannot read where our claim was mean we cannot show we hold it.)
-            let claim = match self.claims.get(&key) {
-                Some((v, c)) if *v != o.version && c.is_vanished() => OwnClaim::Vanished {
-                    below_ours: c.epoch < o.record.epoch,
-                },
-                Some((v, _)) if *v != o.version => OwnClaim::Changed,
-                _ if self.corrupt.contains_key(&key) => OwnClaim::Corrupt,
-                Some(_) => OwnClaim::Ours,
+            let Some(o) = self.owned.get(&name).cloned() else {
+                continue;
+            };
+            let claim = match self.cached_own_claim(&key, &o) {
+                Some(claim) => claim,
                 // Not in the listing: read it (a listing may lag a write on
                 // some stores). Gone, it is lost at once: a holder whose own
                 // record vanishes has lost it.
@@ -3492,6 +3649,17 @@ impl Node {
     }
 }
 
+/// An owned session's manifest as the rules see it.
+fn own_manifest(m: Option<&KnownManifest>) -> OwnManifest<'_> {
+    match m {
+        None => OwnManifest::Deleted,
+        Some(m) if m.view.paused => OwnManifest::Paused,
+        Some(m) => OwnManifest::Spec {
+            digest: &m.view.digest,
+        },
+    }
+}
+
 /// The final verdicts about a claim owner's record (superseded, released,
 /// fenced) need no evidence beyond the record itself; expiry is judged in
 /// `node_views` with the observer's evidence.
@@ -3538,7 +3706,7 @@ async fn refresh<T>(
     store: &Arc<dyn Store>,
     prefix: &str,
     entries: &[Entry],
-    cache: &mut HashMap<String, (Version, T)>,
+    cache: &mut Cached<T>,
     corrupt: &mut HashMap<String, Version>,
     decode: impl Fn(&str, &[u8]) -> Result<T>,
 ) -> Result<bool> {
@@ -3625,7 +3793,7 @@ async fn refresh<T>(
 async fn refresh_keys<T>(
     store: &Arc<dyn Store>,
     keys: &[String],
-    cache: &mut HashMap<String, (Version, T)>,
+    cache: &mut Cached<T>,
     corrupt: &mut HashMap<String, Version>,
     decode: impl Fn(&str, &[u8]) -> Result<T>,
 ) -> Result<bool> {
