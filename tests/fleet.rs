@@ -448,6 +448,33 @@ async fn a_crash_loop_backs_off_and_counts_its_restarts() {
         }
         assert!(count(EventKind::Exited) >= i, "exit {i} never seen");
         f.wait_for("restarted", |p| p.contains_key("svc")).await;
+        if i == 1 {
+            // The first restart has no back-off: the exit, the restart's
+            // write and the start happen in one pass, so only `restarts`
+            // differs from what was published.
+            let status = f.nodes[0].status.clone();
+            for _ in 0..400 {
+                if status
+                    .snapshot()
+                    .sessions
+                    .first()
+                    .map(|s| (s.restarts, s.running))
+                    == Some((1, true))
+                {
+                    break;
+                }
+                f.clock.sleep(Duration::from_millis(10)).await;
+            }
+            assert_eq!(
+                status
+                    .snapshot()
+                    .sessions
+                    .first()
+                    .map(|s| (s.restarts, s.running)),
+                Some((1, true)),
+                "the status after the first restart"
+            );
+        }
     }
     assert!(
         count(EventKind::Backoff) >= 3,

@@ -733,59 +733,66 @@ impl<T> Drop for AbortOnDrop<T> {
     }
 }
 
-/// A cache of objects read from the bucket, by key, with the version each
-/// was read at: a `HashMap` for reading (`Deref`), whose every change goes
-/// through a method that counts it (`generation`).
-///
-/// Why: what a pass derives from the whole cache (the claim counts per node
-/// instance, over every claim in the fleet) need only be derived again when
-/// something in it changed. A steady-state pass changes nothing, and must
-/// not cost O(sessions in the fleet) for it (issue #14). There is no
-/// `DerefMut`, so no change can slip past the count.
-struct Cached<T> {
-    map: HashMap<String, (Version, T)>,
-    generation: u64,
-}
+mod cached {
+    use crate::store::Version;
+    use std::collections::HashMap;
 
-impl<T> Default for Cached<T> {
-    fn default() -> Self {
-        Cached {
-            map: HashMap::new(),
-            generation: 0,
+    /// A cache of objects read from the bucket, by key, with the version each
+    /// was read at: a `HashMap` for reading (`Deref`), whose every change goes
+    /// through a method that counts it (`generation`).
+    ///
+    /// Why: what a pass derives from the whole cache (the claim counts per node
+    /// instance, over every claim in the fleet) need only be derived again when
+    /// something in it changed. A steady-state pass changes nothing, and must
+    /// not cost O(sessions in the fleet) for it (issue #14). There is no
+    /// `DerefMut`, `retain` shows values read-only, and the fields are private
+    /// to this module: no change can slip past the count.
+    pub(super) struct Cached<T> {
+        map: HashMap<String, (Version, T)>,
+        generation: u64,
+    }
+
+    impl<T> Default for Cached<T> {
+        fn default() -> Self {
+            Cached {
+                map: HashMap::new(),
+                generation: 0,
+            }
+        }
+    }
+
+    impl<T> std::ops::Deref for Cached<T> {
+        type Target = HashMap<String, (Version, T)>;
+        fn deref(&self) -> &Self::Target {
+            &self.map
+        }
+    }
+
+    impl<T> Cached<T> {
+        pub(super) fn insert(&mut self, key: String, value: (Version, T)) -> Option<(Version, T)> {
+            self.generation += 1;
+            self.map.insert(key, value)
+        }
+
+        pub(super) fn remove(&mut self, key: &str) -> Option<(Version, T)> {
+            let out = self.map.remove(key);
+            self.generation += u64::from(out.is_some());
+            out
+        }
+
+        pub(super) fn retain(&mut self, mut keep: impl FnMut(&String, &(Version, T)) -> bool) {
+            let before = self.map.len();
+            self.map.retain(|k, v| keep(k, v));
+            self.generation += u64::from(self.map.len() != before);
+        }
+
+        /// Changes so far: equal counts, equal contents.
+        pub(super) fn generation(&self) -> u64 {
+            self.generation
         }
     }
 }
-
-impl<T> std::ops::Deref for Cached<T> {
-    type Target = HashMap<String, (Version, T)>;
-    fn deref(&self) -> &Self::Target {
-        &self.map
-    }
-}
-
-impl<T> Cached<T> {
-    fn insert(&mut self, key: String, value: (Version, T)) -> Option<(Version, T)> {
-        self.generation += 1;
-        self.map.insert(key, value)
-    }
-
-    fn remove(&mut self, key: &str) -> Option<(Version, T)> {
-        let out = self.map.remove(key);
-        self.generation += u64::from(out.is_some());
-        out
-    }
-
-    fn retain(&mut self, keep: impl FnMut(&String, &mut (Version, T)) -> bool) {
-        let before = self.map.len();
-        self.map.retain(keep);
-        self.generation += u64::from(self.map.len() != before);
-    }
-
-    /// Changes so far: equal counts, equal contents.
-    fn generation(&self) -> u64 {
-        self.generation
-    }
-}
+use cached::Cached;
 
 /// Observations a node process keeps across re-registrations (see the
 /// fields of the same names on `Node`).
@@ -3465,9 +3472,6 @@ impl Node {
         changed
     }
 
-    /// Keeps owned sessions in line with their manifests and claims: the
-    /// shell of `core::reconcile_owned`, which decides; here only the read
-    /// of a claim the listing did not show, and the actions.
     /// Our own claim as the cache shows it, in the order the rules apply
     /// (a corrupt key keeps its last good record in `claims`: bytes we
     /// cannot read where our claim was mean we cannot show we hold it).
@@ -3528,6 +3532,9 @@ impl Node {
         due
     }
 
+    /// Keeps owned sessions in line with their manifests and claims: the
+    /// shell of `core::reconcile_owned`, which decides; here only the read
+    /// of a claim the listing did not show, and the actions.
     async fn reconcile_owned(&mut self) -> bool {
         let mut changed = false;
         // Counted once, then adjusted by each session's actions (which may
