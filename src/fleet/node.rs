@@ -2865,12 +2865,11 @@ impl Node {
                 *by.entry((&c.owner.node, &c.owner.instance)).or_insert(0) += 1;
             }
         }
-        let loads: HashMap<String, u32> = by
+        let loads = by
             .into_iter()
             .map(|((node, instance), n)| (format!("{node}/{instance}"), n))
             .collect();
-        self.loads = Some((generation, loads.clone()));
-        loads
+        self.loads.insert((generation, loads)).1.clone()
     }
 
     fn node_views(&self, loads: &HashMap<String, u32>) -> Vec<NodeView> {
@@ -3517,7 +3516,11 @@ impl Node {
                 let mkey = crate::keys::key_in(&mut mkey, crate::keys::MANIFESTS, name);
                 !core::reconcile_owned(&core::Owned {
                     claim,
-                    manifest: own_manifest(self.manifests.get(mkey).map(|(_, m)| m)),
+                    manifest: own_manifest(
+                        self.manifests
+                            .get(mkey)
+                            .map(|(_, m)| (m.view.paused, m.view.digest.as_str())),
+                    ),
                     state: o.record.state,
                     digest: &o.record.digest,
                     running: o.running,
@@ -3583,11 +3586,7 @@ impl Node {
                 .map(|(_, m)| (m.view.paused, m.view.digest.clone()));
             let facts = core::Owned {
                 claim,
-                manifest: match &manifest {
-                    None => OwnManifest::Deleted,
-                    Some((true, _)) => OwnManifest::Paused,
-                    Some((false, digest)) => OwnManifest::Spec { digest },
-                },
+                manifest: own_manifest(manifest.as_ref().map(|(p, d)| (*p, d.as_str()))),
                 state: o.record.state,
                 digest: &o.record.digest,
                 running: o.running,
@@ -3656,14 +3655,13 @@ impl Node {
     }
 }
 
-/// An owned session's manifest as the rules see it.
-fn own_manifest(m: Option<&KnownManifest>) -> OwnManifest<'_> {
+/// An owned session's manifest (paused, digest) as the rules see it: one
+/// mapping for `owned_due`'s scan and the close look, which must agree.
+fn own_manifest(m: Option<(bool, &str)>) -> OwnManifest<'_> {
     match m {
         None => OwnManifest::Deleted,
-        Some(m) if m.view.paused => OwnManifest::Paused,
-        Some(m) => OwnManifest::Spec {
-            digest: &m.view.digest,
-        },
+        Some((true, _)) => OwnManifest::Paused,
+        Some((false, digest)) => OwnManifest::Spec { digest },
     }
 }
 
