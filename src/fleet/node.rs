@@ -239,6 +239,19 @@ impl NodeStatus {
         self.cordoned.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// How many sessions the last published snapshot shows running: what a
+    /// sampler asks often, without copying the snapshot (one entry per
+    /// owned session).
+    pub fn running_count(&self) -> usize {
+        self.inner
+            .read()
+            .unwrap()
+            .sessions
+            .iter()
+            .filter(|s| s.running)
+            .count()
+    }
+
     /// The last published snapshot, with `ready` computed now.
     pub fn snapshot(&self) -> StatusSnapshot {
         let mut s = self.inner.read().unwrap().clone();
