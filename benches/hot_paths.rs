@@ -106,19 +106,19 @@ fn reconcile_100k_manifests_10_nodes(b: divan::Bencher) {
         .map(|i| match i % 3 {
             0 => None,
             1 => Some(ClaimView {
-                owner: Owner {
+                owner: std::sync::Arc::new(Owner {
                     node: "node-01".into(),
                     instance: "inst-1".into(),
-                },
+                }),
                 epoch: 3,
                 state: ClaimState::Running,
                 digest: "d".into(),
             }),
             _ => Some(ClaimView {
-                owner: Owner {
+                owner: std::sync::Arc::new(Owner {
                     node: "node-03".into(),
                     instance: "inst-3".into(),
-                },
+                }),
                 epoch: 3,
                 state: ClaimState::Running,
                 digest: "d".into(),

@@ -907,6 +907,176 @@ async fn the_change_feed_places_a_new_manifest_without_a_full_listing() {
     );
 }
 
+/// Issue #14: an idle pass skips the scan of its owned sessions when
+/// nothing it reads changed since the last scan found nothing to do
+/// (`owned_due`). A crash-loop back-off ending changes no map, only the
+/// time: with the change feed on (full listings an hour apart, so no full
+/// listing touches the sessions meanwhile) every restart must still come
+/// when its back-off ends, not at the next full listing.
+#[tokio::test(flavor = "current_thread")]
+async fn a_back_off_ending_restarts_the_session_between_full_listings() {
+    let mut f = FeedFleet::new().await;
+    f.start("n1", Duration::from_secs(3600), f.hinting(1, 0.0));
+    f.step(600).await;
+    let mut svc = spec("crasher");
+    svc.restart = RestartPolicy::Always;
+    apply(&f.hinting(2, 0.0), "svc", &svc).await;
+    for _ in 0..200 {
+        f.step(1).await;
+        if f.running(0) == 1 {
+            break;
+        }
+    }
+    assert_eq!(f.running(0), 1, "placed");
+    let runner = f.nodes[0].runner.clone();
+    let mut took = Vec::new();
+    // Back-offs of 0, 250 ms, 500 ms, 1 s, 2 s.
+    for i in 2..=6 {
+        // The exit is seen at the node's next check of its sessions.
+        runner.exit("svc", 7);
+        let t0 = f.clock.now();
+        for _ in 0..600 {
+            f.step(1).await;
+            if runner.history().len() == i {
+                break;
+            }
+        }
+        took.push(f.clock.now().saturating_since(t0));
+        assert_eq!(
+            runner.history().len(),
+            i,
+            "not restarted within 60 s: {took:?}"
+        );
+    }
+    eprintln!("restarts after each exit: {took:?}");
+    // The back-off and one idle pause (max_poll = ttl = 10 s) at most.
+    assert!(
+        took.iter().all(|t| *t <= Duration::from_secs(13)),
+        "{took:?}"
+    );
+    f.finish().await;
+}
+
+/// Issue #14: an idle pass skips the scan of its owned sessions while none
+/// of the maps that scan reads has changed (`owned_due`: the owned
+/// sessions, the claim and manifest caches, the corrupt keys). Between full
+/// listings (an hour apart here), a hinted change to each must still reach
+/// the session it concerns within one idle pause: a claim another writer
+/// took (the claim cache), a deleted manifest (the manifest cache), a
+/// claim overwritten with foreign bytes (only the corrupt keys change: the
+/// last good view of it stays cached), a changed spec.
+#[tokio::test(flavor = "current_thread")]
+async fn an_idle_node_acts_on_each_hinted_change_to_its_sessions() {
+    use leasehold::fleet::runner::Runner;
+    use leasehold::store::Cond;
+    let mut f = FeedFleet::new().await;
+    f.start("n1", Duration::from_secs(3600), f.hinting(1, 0.0));
+    f.step(600).await;
+    let writer = f.hinting(2, 0.0);
+    for name in ["taken", "deleted", "garbled", "changed"] {
+        apply(&writer, name, &spec("sleep")).await;
+    }
+    for _ in 0..200 {
+        f.step(1).await;
+        if f.running(0) == 4 {
+            break;
+        }
+    }
+    assert_eq!(f.running(0), 4, "placed");
+    let runner = f.nodes[0].runner.clone();
+    let runs = |name: &str| runner.history().iter().filter(|(n, ..)| n == name).count();
+    let running = |name: &str| runner.running().iter().any(|(n, _)| n == name);
+    let claim = |name: &str| {
+        let bucket = f.bucket.clone();
+        let key = leasehold::keys::session(name);
+        async move {
+            let o = bucket.get(&key).await.unwrap().unwrap();
+            (ClaimRecord::decode(&key, &o.bytes).unwrap(), o.version)
+        }
+    };
+    // One change at a time, each after a minute idle (every pass since
+    // found nothing to do), so that no other change brings the scan.
+    let mut took = Vec::new();
+    for change in ["taken", "deleted", "garbled", "changed"] {
+        f.step(600).await;
+        match change {
+            "taken" => {
+                let (mut other, v) = claim("taken").await;
+                other.owner.node = "elsewhere".into();
+                other.owner.instance = "i-elsewhere".into();
+                other.epoch += 1;
+                other.nonce = "another-writer".into();
+                let key = leasehold::keys::session("taken");
+                let bytes = bytes::Bytes::from(other.encode());
+                writer.put(&key, bytes, Cond::Match(v)).await.unwrap();
+            }
+            "deleted" => {
+                let key = leasehold::keys::manifest("deleted");
+                writer.delete(&key).await.unwrap();
+            }
+            "garbled" => {
+                let (_, v) = claim("garbled").await;
+                let key = leasehold::keys::session("garbled");
+                let bytes = bytes::Bytes::from_static(b"not a claim");
+                writer.put(&key, bytes, Cond::Match(v)).await.unwrap();
+            }
+            _ => {
+                let mut changed = spec("sleep");
+                changed.args = vec!["2".into()];
+                let key = leasehold::keys::manifest("changed");
+                let current = writer.get(&key).await.unwrap().unwrap().version;
+                let name = Name::new("changed").unwrap();
+                manifest::apply(&writer, &OsEntropy::new(), &name, &changed, Some(&current))
+                    .await
+                    .unwrap();
+            }
+        }
+        let done = || match change {
+            "changed" => runs("changed") == 2,
+            name => !running(name),
+        };
+        let t0 = f.clock.now();
+        for _ in 0..600 {
+            f.step(1).await;
+            if done() {
+                break;
+            }
+        }
+        took.push(f.clock.now().saturating_since(t0));
+        assert!(done(), "{change}: not acted on within 60 s");
+    }
+    eprintln!("acted on each change after {took:?}");
+    // One idle pause (max_poll = ttl = 10 s) and the pass, not an hour.
+    assert!(
+        took.iter().all(|t| *t <= Duration::from_secs(13)),
+        "{took:?}"
+    );
+    // The status (rebuilt only when the owned sessions changed) follows
+    // what runs: the deleted and garbled ones gone, the new spec running,
+    // and the taken one taken back (its taker is no live node).
+    f.step(150).await;
+    let shown: Vec<_> = f.nodes[0]
+        .status
+        .snapshot()
+        .sessions
+        .iter()
+        .map(|s| (s.name.clone(), s.running))
+        .collect();
+    let mut runs_now: Vec<_> = runner
+        .running()
+        .into_iter()
+        .map(|(n, _)| (n, true))
+        .collect();
+    runs_now.sort();
+    assert_eq!(shown, runs_now);
+    assert!(shown.contains(&("changed".to_string(), true)), "{shown:?}");
+    assert!(
+        !shown.iter().any(|(n, _)| n == "deleted" || n == "garbled"),
+        "{shown:?}"
+    );
+    f.finish().await;
+}
+
 /// Issue #14, failover at the defaults (ttl 10 s, full listings every 10
 /// min, no HTTP): four nodes, twelve sessions; the busiest is aborted (as
 /// kill -9) at five phases of its renewals, and every one of its sessions

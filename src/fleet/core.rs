@@ -115,7 +115,7 @@ pub enum OwnClaim {
 pub enum OwnManifest<'a> {
     Deleted,
     Paused,
-    Spec { digest: &'a str },
+    Spec { digest: &'a super::plan::Digest },
 }
 
 /// Everything the owned-session rule looks at.
@@ -197,7 +197,7 @@ pub fn reconcile_owned(o: &Owned) -> Vec<OwnedAction> {
             }
         }
         OwnManifest::Spec { digest } => {
-            let new_spec = digest != o.digest;
+            let new_spec = *digest != *o.digest;
             let mut running = o.running;
             if new_spec && running {
                 out.push(Stop(Some("manifest changed")));
@@ -1015,8 +1015,9 @@ mod tests {
     #[rustfmt::skip]
     #[test]
     fn reconcile_owned_rules() {
-        let spec1 = OwnManifest::Spec { digest: "d1" };
-        let spec2 = OwnManifest::Spec { digest: "d2" };
+        let (d1, d2) = (super::super::plan::Digest::from("d1"), super::super::plan::Digest::from("d2"));
+        let spec1 = OwnManifest::Spec { digest: &d1 };
+        let spec2 = OwnManifest::Spec { digest: &d2 };
         let base = owned(OwnClaim::Ours, spec1);
         let rows: Vec<(&str, Owned, Vec<OwnedAction>)> = vec![
             ("steady", base, vec![]),
@@ -1630,11 +1631,15 @@ mod tests {
             OwnClaim::Deleted,
             OwnClaim::Corrupt,
         ];
+        let (d1, d2) = (
+            super::super::plan::Digest::from("d1"),
+            super::super::plan::Digest::from("d2"),
+        );
         let manifests = [
             OwnManifest::Deleted,
             OwnManifest::Paused,
-            OwnManifest::Spec { digest: "d1" },
-            OwnManifest::Spec { digest: "d2" },
+            OwnManifest::Spec { digest: &d1 },
+            OwnManifest::Spec { digest: &d2 },
         ];
         let mut checked = 0;
         for claim in claims {
@@ -1662,6 +1667,21 @@ mod tests {
                             "{:?}: {a:?} / {b:?}",
                             facts(false)
                         );
+                        // Nothing asked now stays nothing asked as time
+                        // passes (a back-off ending is the only fact that
+                        // time changes), so `owned_due` may keep an idle
+                        // answer until a map changes: a pending back-off
+                        // that holds a restart is itself asked (`Wait`).
+                        if backoff_pending && a.is_empty() {
+                            let later = Owned {
+                                backoff_pending: false,
+                                ..facts(false)
+                            };
+                            assert!(
+                                reconcile_owned(&later).is_empty(),
+                                "{later:?} asks something once the back-off ends"
+                            );
+                        }
                         checked += 1;
                     }
                 }

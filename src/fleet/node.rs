@@ -134,6 +134,9 @@ impl NodeConfig {
 #[derive(Debug, Default)]
 pub struct NodeStatus {
     inner: std::sync::RwLock<StatusSnapshot>,
+    /// Snapshots set so far: a publisher that knows the count its own
+    /// snapshot stood at knows whether anyone replaced it since.
+    sets: std::sync::atomic::AtomicU64,
     renew: std::sync::Mutex<RenewHistogram>,
     live: std::sync::Mutex<ReadinessInputs>,
     corrupt: std::sync::Mutex<Vec<String>>,
@@ -343,8 +346,17 @@ impl NodeStatus {
 
     /// Replaces the snapshot. The node loop calls it every tick; embedders
     /// that drive their own loop (and tests) may too.
-    pub fn set(&self, s: StatusSnapshot) {
-        *self.inner.write().unwrap() = s;
+    pub fn set(&self, s: StatusSnapshot) -> u64 {
+        let mut inner = self.inner.write().unwrap();
+        *inner = s;
+        // Counted under the lock: the count a setter gets back is the one
+        // its snapshot stands at.
+        self.sets.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1
+    }
+
+    /// Snapshots set so far (see `set`).
+    fn sets(&self) -> u64 {
+        self.sets.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
 
@@ -535,7 +547,7 @@ struct Owned {
     /// A restart held back by the crash-loop back-off until then.
     restart_at: Option<MonoTime>,
     /// The spec last read for it, with its digest (`Node::spec_for`).
-    spec: Option<(String, Arc<Spec>)>,
+    spec: Option<(plan::Digest, Arc<Spec>)>,
 }
 
 /// What a node keeps of a manifest: what placement and the restart rules
@@ -750,53 +762,75 @@ mod cached {
     use crate::store::Version;
     use std::collections::HashMap;
 
-    /// A cache of objects read from the bucket, by key, with the version each
-    /// was read at: a `HashMap` for reading (`Deref`), whose every change goes
-    /// through a method that counts it (`generation`).
+    /// A map by key whose every change is counted (`generation`): a
+    /// `HashMap` for reading (`Deref`); every way to change it goes through
+    /// a method here that counts. `get_mut` and `iter_mut` count whether or
+    /// not the caller then changes anything (a count too many costs one
+    /// look more, never a missed change).
     ///
-    /// Why: what a pass derives from the whole cache (the claim counts per node
-    /// instance, over every claim in the fleet) need only be derived again when
-    /// something in it changed. A steady-state pass changes nothing, and must
-    /// not cost O(sessions in the fleet) for it (issue #14). There is no
-    /// `DerefMut`, `retain` shows values read-only, and the fields are private
-    /// to this module: no change can slip past the count.
-    pub(super) struct Cached<T> {
-        map: HashMap<String, (Version, T)>,
+    /// Why: what a pass derives from a whole map (the claim counts per node
+    /// instance over every claim in the fleet; which owned sessions the
+    /// rules ask anything of; the HTTP status) need only be derived again
+    /// when something in it changed. A steady-state pass changes nothing,
+    /// and must not cost O(sessions) for it (issue #14). There is no
+    /// `DerefMut`, `retain` shows values read-only, and the fields are
+    /// private to this module: no change can slip past the count.
+    pub(super) struct Tracked<V> {
+        map: HashMap<String, V>,
         generation: u64,
     }
 
-    impl<T> Default for Cached<T> {
+    /// Objects read from the bucket, by key, with the version each was
+    /// read at.
+    pub(super) type Cached<T> = Tracked<(Version, T)>;
+
+    impl<V> Default for Tracked<V> {
         fn default() -> Self {
-            Cached {
+            Tracked {
                 map: HashMap::new(),
                 generation: 0,
             }
         }
     }
 
-    impl<T> std::ops::Deref for Cached<T> {
-        type Target = HashMap<String, (Version, T)>;
+    impl<V> std::ops::Deref for Tracked<V> {
+        type Target = HashMap<String, V>;
         fn deref(&self) -> &Self::Target {
             &self.map
         }
     }
 
-    impl<T> Cached<T> {
-        pub(super) fn insert(&mut self, key: String, value: (Version, T)) -> Option<(Version, T)> {
+    impl<V> Tracked<V> {
+        pub(super) fn insert(&mut self, key: String, value: V) -> Option<V> {
             self.generation += 1;
             self.map.insert(key, value)
         }
 
-        pub(super) fn remove(&mut self, key: &str) -> Option<(Version, T)> {
+        pub(super) fn remove(&mut self, key: &str) -> Option<V> {
             let out = self.map.remove(key);
             self.generation += u64::from(out.is_some());
             out
         }
 
-        pub(super) fn retain(&mut self, mut keep: impl FnMut(&String, &(Version, T)) -> bool) {
+        pub(super) fn retain(&mut self, mut keep: impl FnMut(&String, &V) -> bool) {
             let before = self.map.len();
             self.map.retain(|k, v| keep(k, v));
             self.generation += u64::from(self.map.len() != before);
+        }
+
+        pub(super) fn get_mut(&mut self, key: &str) -> Option<&mut V> {
+            self.generation += 1;
+            self.map.get_mut(key)
+        }
+
+        pub(super) fn iter_mut(&mut self) -> std::collections::hash_map::IterMut<'_, String, V> {
+            self.generation += 1;
+            self.map.iter_mut()
+        }
+
+        pub(super) fn clear(&mut self) {
+            self.generation += 1;
+            self.map.clear();
         }
 
         /// Changes so far: equal counts, equal contents.
@@ -805,7 +839,7 @@ mod cached {
         }
     }
 }
-use cached::Cached;
+use cached::{Cached, Tracked};
 
 /// Observations a node process keeps across re-registrations (see the
 /// fields of the same names on `Node`).
@@ -829,7 +863,7 @@ struct Node {
     deps: NodeDeps,
     client: LeaseClient,
     me: Owner,
-    owned: HashMap<String, Owned>,
+    owned: Tracked<Owned>,
     /// Peers' node records (never our own: we know it).
     nodes: HashMap<String, PeerNode>,
     /// Listed node keys whose record is corrupt: their owners' claims are
@@ -839,11 +873,17 @@ struct Node {
     /// ours at all), with the version found so: each affects its own key
     /// only. A corrupt manifest leaves its session as last known; a corrupt
     /// claim is never taken over; our own claim turning corrupt is lost.
-    corrupt: HashMap<String, Version>,
+    corrupt: Tracked<Version>,
     manifests: Cached<KnownManifest>,
     claims: Cached<ClaimView>,
     /// `claim_loads` as of the claims' generation it was counted at.
     loads: Option<(u64, HashMap<String, u32>)>,
+    /// The inputs' generations (`owned_inputs`) at which `owned_due`'s
+    /// last scan found nothing due.
+    owned_idle: Option<[u64; 4]>,
+    /// What `publish_status` last published: the owned sessions' generation,
+    /// `ready`, and the status's count of snapshots set after ours.
+    published: Option<(u64, bool, u64)>,
     /// Each peer's claim count at the last pass, and when it last rose
     /// (`note_progress`).
     progress: HashMap<String, (u32, Option<MonoTime>)>,
@@ -982,13 +1022,15 @@ impl Node {
             deps,
             client,
             me,
-            owned: HashMap::new(),
+            owned: Tracked::default(),
             nodes: HashMap::new(),
             corrupt_nodes: Default::default(),
-            corrupt: HashMap::new(),
+            corrupt: Tracked::default(),
             manifests: Cached::default(),
             claims: Cached::default(),
             loads: None,
+            owned_idle: None,
+            published: None,
             first_claimable: HashMap::new(),
             progress: HashMap::new(),
             absent_nodes: memory.absent_nodes,
@@ -1842,7 +1884,13 @@ impl Node {
     /// is published already: each owned session looked up in the published
     /// list (sorted by name), allocating nothing. Rebuilding it every pass
     /// was one string per owned session per pass (issue #14).
-    fn publish_status(&self, ready: bool) {
+    fn publish_status(&mut self, ready: bool) {
+        // Nothing owned changed since our snapshot, and nobody replaced it:
+        // no look at the 10,000 sessions a node may own (issue #14).
+        let generation = self.owned.generation();
+        if self.published == Some((generation, ready, self.deps.status.sets())) {
+            return;
+        }
         {
             let published = self
                 .deps
@@ -1869,6 +1917,10 @@ impl Node {
                         })
                 })
             {
+                // Read under the snapshot's lock, which `set` counts under.
+                let sets = self.deps.status.sets();
+                drop(published);
+                self.published = Some((generation, ready, sets));
                 return;
             }
         }
@@ -1884,12 +1936,13 @@ impl Node {
             })
             .collect();
         sessions.sort_by(|a, b| a.name.cmp(&b.name));
-        self.deps.status.set(StatusSnapshot {
+        let sets = self.deps.status.set(StatusSnapshot {
             node: self.me.node.clone(),
             instance: self.me.instance.clone(),
             ready,
             sessions,
         });
+        self.published = Some((generation, ready, sets));
     }
 
     /// Stops every running session (`why` goes into the journal); the claims
@@ -2032,31 +2085,31 @@ impl Node {
     /// manifest); called after each complete listing of `manifests/` and
     /// `sessions/`.
     fn observe_claim_absence(&mut self) {
-        let listed: std::collections::HashSet<String> = self
-            .manifests
+        // Without a copy of every listed key or a key formatted per claim
+        // into a fresh string: this runs over every session in the fleet
+        // at each full listing (issue #14).
+        use crate::keys::{MANIFESTS, SESSIONS, key_in, tail};
+        let (manifests, corrupt) = (&self.manifests, &self.corrupt);
+        let listed = |mkey: &str| manifests.contains_key(mkey) || corrupt.contains_key(mkey);
+        let mut ckey = String::new();
+        for m in manifests
             .keys()
-            .chain(
-                self.corrupt
-                    .keys()
-                    .filter(|k| k.starts_with(crate::keys::MANIFESTS)),
-            )
-            .cloned()
-            .collect();
-        for m in &listed {
-            let ckey = crate::keys::session(crate::keys::tail(crate::keys::MANIFESTS, m));
+            .chain(corrupt.keys().filter(|k| k.starts_with(MANIFESTS)))
+        {
+            let ckey = key_in(&mut ckey, SESSIONS, tail(MANIFESTS, m));
             // Markers too: a raised marker carries its last holder's epoch.
-            if let Some((_, c)) = self.claims.get(&ckey) {
-                let e = self.seen_claims.entry(ckey.clone()).or_insert(0);
-                *e = (*e).max(c.epoch);
+            if let Some((_, c)) = self.claims.get(ckey) {
+                match self.seen_claims.get_mut(ckey) {
+                    Some(e) => *e = (*e).max(c.epoch),
+                    None => {
+                        self.seen_claims.insert(ckey.to_string(), c.epoch);
+                    }
+                }
             }
         }
-        let wanted = |k: &String| {
-            listed.contains(&crate::keys::manifest(crate::keys::tail(
-                crate::keys::SESSIONS,
-                k,
-            )))
-        };
-        self.seen_claims.retain(|k, _| wanted(k));
+        let mut mkey = String::new();
+        self.seen_claims
+            .retain(|k, _| listed(key_in(&mut mkey, MANIFESTS, tail(SESSIONS, k))));
     }
 
     /// Writes a vanished marker at `epoch` to `key` under `cond` (a fresh
@@ -2560,7 +2613,9 @@ impl Node {
                 continue;
             }
             self.after_fence(&views);
-            changed |= self.claim(&name, mv.digest, claim, None).await?;
+            changed |= self
+                .claim(&name, mv.digest.to_string(), claim, None)
+                .await?;
             if let Some(o) = self.owned.get(&name) {
                 revisit.remove(&name);
                 load += u32::from(!o.record.state.is_terminal());
@@ -3042,12 +3097,21 @@ impl Node {
         self.absent_nodes
             .retain(|k, _| !listed.contains(k.as_str()));
         // Bounded: only keys some claim still names are worth remembering.
-        let owners: std::collections::HashSet<String> = self
-            .claims
-            .values()
-            .map(|(_, c)| crate::keys::node(&c.owner.node))
-            .collect();
-        self.absent_nodes.retain(|k, _| owners.contains(k));
+        // Looked for only while some node is absent (rarely), and without
+        // formatting a key per claim: this ran every pass over every claim
+        // in the fleet, a fifth of an idle node's CPU at 100,000 sessions
+        // (issue #14).
+        if !self.absent_nodes.is_empty() {
+            let named: std::collections::HashSet<&str> = self
+                .claims
+                .values()
+                .map(|(_, c)| c.owner.node.as_str())
+                .collect();
+            self.absent_nodes.retain(|k, _| {
+                k.strip_prefix(crate::keys::NODES)
+                    .is_some_and(|id| named.contains(id))
+            });
+        }
         self.nodes.retain(|k, _| listed.contains(k.as_str()));
         self.corrupt_nodes.retain(|k| listed.contains(k.as_str()));
         for e in entries {
@@ -3181,7 +3245,7 @@ impl Node {
                         started_at: sent,
                         quick_exits: 0,
                         restart_at: None,
-                        spec: spec.map(|s| (digest, s)),
+                        spec: spec.map(|s| (plan::Digest::new(&digest), s)),
                     },
                 );
                 // The renew task must bound this session too, from now.
@@ -3219,7 +3283,7 @@ impl Node {
         // Only under the claim made for it: a manifest changed since is
         // the next reconcile's (stop, adopt the digest, start), which
         // would otherwise start the session twice.
-        if self.owned.get(name)?.record.digest != digest {
+        if digest != self.owned.get(name)?.record.digest {
             return None;
         }
         if let Some((d, spec)) = self.owned.get(name).and_then(|o| o.spec.as_ref())
@@ -3237,7 +3301,7 @@ impl Node {
         match super::manifest::get(&self.deps.store, &n).await {
             Ok(Some((m, v))) => {
                 let known = KnownManifest::of(&m);
-                let same = m.digest == digest;
+                let same = digest == m.digest;
                 self.manifests.insert(mkey, (v, known));
                 if !same {
                     return None;
@@ -3515,8 +3579,17 @@ impl Node {
     /// a back-off that is not pending now is not pending later in the pass,
     /// and what the close look does to one session changes no other
     /// session's facts but `full`.
-    fn owned_due(&self, full: bool) -> Vec<String> {
+    ///
+    /// And no scan at all when the last one found nothing due and nothing
+    /// it looks at has changed since (`owned_inputs`): at steady state this
+    /// scan over every owned session was a tenth of an idle node's CPU at
+    /// 10,000 sessions.
+    fn owned_due(&mut self, full: bool) -> Vec<String> {
         let now = self.deps.clock.now();
+        let inputs = self.owned_inputs();
+        if self.owned_idle == Some(inputs) {
+            return Vec::new();
+        }
         let (mut ckey, mut mkey) = (String::new(), String::new());
         let mut due: Vec<String> = self
             .owned
@@ -3532,7 +3605,7 @@ impl Node {
                     manifest: own_manifest(
                         self.manifests
                             .get(mkey)
-                            .map(|(_, m)| (m.view.paused, m.view.digest.as_str())),
+                            .map(|(_, m)| (m.view.paused, &m.view.digest)),
                     ),
                     state: o.record.state,
                     digest: &o.record.digest,
@@ -3544,8 +3617,22 @@ impl Node {
             })
             .map(|(name, _)| name.clone())
             .collect();
+        // Time alone never makes an idle answer stale: the one fact time
+        // changes is a back-off ending, and a pending back-off is itself
+        // asked of (`Wait`; checked over every combination in `core`).
+        self.owned_idle = due.is_empty().then_some(inputs);
         due.sort_unstable(); // see `stop_all`
         due
+    }
+
+    /// The generations of everything `owned_due`'s scan reads.
+    fn owned_inputs(&self) -> [u64; 4] {
+        [
+            self.owned.generation(),
+            self.claims.generation(),
+            self.manifests.generation(),
+            self.corrupt.generation(),
+        ]
     }
 
     /// Keeps owned sessions in line with their manifests and claims: the
@@ -3599,7 +3686,7 @@ impl Node {
                 .map(|(_, m)| (m.view.paused, m.view.digest.clone()));
             let facts = core::Owned {
                 claim,
-                manifest: own_manifest(manifest.as_ref().map(|(p, d)| (*p, d.as_str()))),
+                manifest: own_manifest(manifest.as_ref().map(|(p, d)| (*p, d))),
                 state: o.record.state,
                 digest: &o.record.digest,
                 running: o.running,
@@ -3641,7 +3728,7 @@ impl Node {
                     OwnedAction::AdoptDigest => {
                         if let (Some(x), Some((_, digest))) = (self.owned.get_mut(&name), &manifest)
                         {
-                            x.record.digest = digest.clone();
+                            x.record.digest = digest.to_string();
                         }
                     }
                     OwnedAction::SetState(state) => {
@@ -3670,7 +3757,7 @@ impl Node {
 
 /// An owned session's manifest (paused, digest) as the rules see it: one
 /// mapping for `owned_due`'s scan and the close look, which must agree.
-fn own_manifest(m: Option<(bool, &str)>) -> OwnManifest<'_> {
+fn own_manifest(m: Option<(bool, &plan::Digest)>) -> OwnManifest<'_> {
     match m {
         None => OwnManifest::Deleted,
         Some((true, _)) => OwnManifest::Paused,
@@ -3696,7 +3783,7 @@ fn owner_liveness(record: &LeaseRecord, instance: &str) -> Liveness {
 pub fn manifest_view(m: &ManifestRecord) -> ManifestView {
     ManifestView {
         name: m.name.clone(),
-        digest: m.digest.clone(),
+        digest: plan::Digest::new(&m.digest),
         selector: m.spec.selector.clone(),
         preferred: m.spec.preferred_nodes.clone(),
         paused: m.spec.paused,
@@ -3725,7 +3812,7 @@ async fn refresh<T>(
     prefix: &str,
     entries: &[Entry],
     cache: &mut Cached<T>,
-    corrupt: &mut HashMap<String, Version>,
+    corrupt: &mut Tracked<Version>,
     decode: impl Fn(&str, &[u8]) -> Result<T>,
 ) -> Result<bool> {
     let mut changed = false;
@@ -3812,7 +3899,7 @@ async fn refresh_keys<T>(
     store: &Arc<dyn Store>,
     keys: &[String],
     cache: &mut Cached<T>,
-    corrupt: &mut HashMap<String, Version>,
+    corrupt: &mut Tracked<Version>,
     decode: impl Fn(&str, &[u8]) -> Result<T>,
 ) -> Result<bool> {
     let asks: Vec<(String, Option<Version>)> = keys

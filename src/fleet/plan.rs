@@ -30,7 +30,112 @@
 //! 0.085 and 0.141; with the scheme above, see the table there.
 
 use super::claim::{ClaimState, Owner};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+/// A manifest's digest as a node keeps it in memory: the 32 bytes of the
+/// SHA-256 that every manifest carries as lowercase hex (checked when a
+/// manifest is decoded), else the text as found (a claim's digest is copied
+/// from whatever its writer put there, foreign bytes included).
+///
+/// Why not the hex `String`: a node keeps two digests for every session in
+/// the fleet (its manifest's and its claim's); at 100,000 sessions the
+/// strings were about 20 MB of a node's heap (issue #14), the bytes 6.4 MB.
+/// Two digests are equal exactly when their texts are: lowercase hex maps to
+/// bytes one to one, and any other text stays text.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub enum Digest {
+    Sha256([u8; 32]),
+    Other(Box<str>),
+}
+
+impl Digest {
+    pub fn new(text: &str) -> Self {
+        let lower_hex = text.len() == 64
+            && text
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        let mut bytes = [0u8; 32];
+        if lower_hex && hex::decode_to_slice(text, &mut bytes).is_ok() {
+            Digest::Sha256(bytes)
+        } else {
+            Digest::Other(text.into())
+        }
+    }
+}
+
+impl From<&str> for Digest {
+    fn from(text: &str) -> Self {
+        Digest::new(text)
+    }
+}
+
+impl From<&String> for Digest {
+    fn from(text: &String) -> Self {
+        Digest::new(text)
+    }
+}
+
+impl std::fmt::Display for Digest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Digest::Sha256(b) => f.write_str(&hex::encode(b)),
+            Digest::Other(t) => f.write_str(t),
+        }
+    }
+}
+
+impl std::fmt::Debug for Digest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.to_string())
+    }
+}
+
+/// Compares with the text form (a record's digest) without allocating.
+impl PartialEq<str> for Digest {
+    fn eq(&self, other: &str) -> bool {
+        match self {
+            Digest::Other(t) => **t == *other,
+            Digest::Sha256(b) => {
+                // Lowercase hex, as `new` accepts: equal exactly when the
+                // texts are.
+                let mut ours = [0u8; 64];
+                hex::encode_to_slice(b, &mut ours).is_ok() && other.as_bytes() == ours
+            }
+        }
+    }
+}
+
+impl PartialEq<String> for Digest {
+    fn eq(&self, other: &String) -> bool {
+        *self == **other
+    }
+}
+
+/// The owners `shared_owner` hands out, and the size at which it next
+/// drops those no view holds any more.
+static OWNERS: Mutex<(Option<HashSet<Arc<Owner>>>, usize)> = Mutex::new((None, 0));
+
+/// One shared copy of each claim owner. Every node keeps a view of every
+/// claim in the fleet, and a fleet has a handful of owners (node instances)
+/// for its 100,000 claims: a shared `Arc` is 8 bytes where two strings were
+/// about 130 (issue #14). Process-wide, so nodes in one process share too;
+/// owners no view holds any more are dropped whenever the set has doubled.
+pub fn shared_owner(owner: &Owner) -> Arc<Owner> {
+    let mut guard = OWNERS.lock().unwrap_or_else(|p| p.into_inner());
+    let (set, prune_at) = &mut *guard;
+    let set = set.get_or_insert_with(HashSet::new);
+    if let Some(a) = set.get(owner) {
+        return a.clone();
+    }
+    if set.len() >= *prune_at {
+        set.retain(|a| Arc::strong_count(a) > 1);
+        *prune_at = (set.len() * 2).max(64);
+    }
+    let a = Arc::new(owner.clone());
+    set.insert(a.clone());
+    a
+}
 
 /// A node as the listings and node records show it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,7 +156,7 @@ pub struct NodeView {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ManifestView {
     pub name: String,
-    pub digest: String,
+    pub digest: Digest,
     pub selector: BTreeMap<String, String>,
     pub preferred: Vec<String>,
     pub paused: bool,
@@ -61,10 +166,11 @@ pub struct ManifestView {
 /// claim it does not hold (issue #14: a tenth of the record's memory).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClaimView {
-    pub owner: Owner,
+    /// Shared with every other view of the same owner (`shared_owner`).
+    pub owner: Arc<Owner>,
     pub epoch: u64,
     pub state: ClaimState,
-    pub digest: String,
+    pub digest: Digest,
 }
 
 impl ClaimView {
@@ -84,10 +190,10 @@ impl ClaimView {
 impl From<&super::claim::ClaimRecord> for ClaimView {
     fn from(c: &super::claim::ClaimRecord) -> Self {
         ClaimView {
-            owner: c.owner.clone(),
+            owner: shared_owner(&c.owner),
             epoch: c.epoch,
             state: c.state,
-            digest: c.digest.clone(),
+            digest: Digest::new(&c.digest),
         }
     }
 }
@@ -143,7 +249,7 @@ pub fn claimable(
     if c.state.is_terminal() && c.digest == manifest.digest {
         return None; // done; runs again only if the manifest changes
     }
-    if c.owner == *me {
+    if *c.owner == *me {
         return Some(Claimable::Predecessor);
     }
     let live = owner_live(&c.owner, nodes);
@@ -251,6 +357,57 @@ pub fn my_rank(manifest: &ManifestView, nodes: &[NodeView], me: &str) -> Option<
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_digest_equals_exactly_what_its_text_equals() {
+        let hex = "0123456789abcdef".repeat(4);
+        let upper = hex.to_uppercase();
+        let texts = [
+            hex.as_str(),
+            upper.as_str(),
+            &hex[..63],
+            "d",
+            "",
+            "zz23456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+            "+123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+        ];
+        assert!(matches!(Digest::new(&hex), Digest::Sha256(_)));
+        assert!(matches!(Digest::new(&upper), Digest::Other(_)));
+        for a in texts {
+            let da = Digest::new(a);
+            assert_eq!(da.to_string(), a, "round trip");
+            for b in texts {
+                let db = Digest::new(b);
+                assert_eq!(da == db, a == b, "{a:?} vs {b:?}");
+                assert_eq!(da == *b, a == b, "{a:?} vs text {b:?}");
+            }
+        }
+        // A different hash of the same form is a different digest.
+        let other = format!("1{}", &hex[1..]);
+        assert_ne!(Digest::new(&hex), Digest::new(&other));
+        assert!(Digest::new(&hex) != *other.as_str());
+    }
+
+    #[test]
+    fn owners_are_shared_and_the_unused_ones_dropped() {
+        let o = |i: usize| Owner {
+            node: format!("own-test-{i}"),
+            instance: "i".into(),
+        };
+        let a = shared_owner(&o(0));
+        assert!(Arc::ptr_eq(&a, &shared_owner(&o(0))));
+        // Many owners that nothing keeps: the set prunes them as it grows,
+        // while one still held stays the same copy.
+        for i in 1..10_000 {
+            let _ = shared_owner(&o(i));
+        }
+        assert!(Arc::ptr_eq(&a, &shared_owner(&o(0))));
+        let held = OWNERS.lock().unwrap().0.as_ref().map_or(0, |s| s.len());
+        assert!(
+            held < 1_000,
+            "{held} owners held: the unused ones were not dropped"
+        );
+    }
+
     fn node(id: &str, cap: u32, load: u32) -> NodeView {
         NodeView {
             id: id.into(),
@@ -282,7 +439,7 @@ mod tests {
 
     fn claim(n: &str, i: &str, state: ClaimState) -> ClaimView {
         ClaimView {
-            owner: owner(n, i),
+            owner: Arc::new(owner(n, i)),
             epoch: 3,
             state,
             digest: "d".into(),

@@ -444,19 +444,21 @@ impl Inner {
             // Read the header only: the listing carries ETags without reading
             // whole objects. A foreign file lists with no version; reading it
             // reports the corruption.
+            // The metadata from the open file (fstat), not by path again:
+            // a full listing of 200,000 objects made a path lookup per
+            // object more than it needs (issue #14).
             let mut head = [0u8; 256];
-            let n = nofollow_read()
-                .open(ent.path())
-                .and_then(|mut f| f.read(&mut head))
-                .unwrap_or(0);
+            let (n, md) = match nofollow_read().open(ent.path()) {
+                Ok(mut f) => (f.read(&mut head).unwrap_or(0), f.metadata()),
+                Err(e) => (0, Err(e)),
+            };
+            let md = md.or_else(|_| ent.metadata()).ok();
             let (etag, size) = match parse_header(&head[..n]) {
                 Some((etag, len, _, _)) => (Some(etag), len as u64),
-                None => (None, ent.metadata().map(|m| m.len()).unwrap_or(0)),
+                None => (None, md.as_ref().map(|m| m.len()).unwrap_or(0)),
             };
-            let last_modified_ms = ent
-                .metadata()
-                .and_then(|m| m.modified())
-                .ok()
+            let last_modified_ms = md
+                .and_then(|m| m.modified().ok())
                 .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
                 .map(|d| d.as_millis() as u64);
             out.push(Entry {
