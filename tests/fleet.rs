@@ -841,6 +841,18 @@ impl FeedFleet {
         step_virtual(&self.clock, steps).await;
     }
 
+    /// Steps (100 ms each) until `done`, at most `max` steps; says whether
+    /// it came.
+    async fn step_until(&self, max: u32, done: impl Fn() -> bool) -> bool {
+        for _ in 0..max {
+            self.step(1).await;
+            if done() {
+                return true;
+            }
+        }
+        done()
+    }
+
     fn running(&self, i: usize) -> usize {
         leasehold::fleet::runner::Runner::running(self.nodes[i].runner.as_ref()).len()
     }
@@ -921,13 +933,7 @@ async fn a_back_off_ending_restarts_the_session_between_full_listings() {
     let mut svc = spec("crasher");
     svc.restart = RestartPolicy::Always;
     apply(&f.hinting(2, 0.0), "svc", &svc).await;
-    for _ in 0..200 {
-        f.step(1).await;
-        if f.running(0) == 1 {
-            break;
-        }
-    }
-    assert_eq!(f.running(0), 1, "placed");
+    assert!(f.step_until(200, || f.running(0) == 1).await, "placed");
     let runner = f.nodes[0].runner.clone();
     let mut took = Vec::new();
     // Back-offs of 0, 250 ms, 500 ms, 1 s, 2 s.
@@ -935,18 +941,9 @@ async fn a_back_off_ending_restarts_the_session_between_full_listings() {
         // The exit is seen at the node's next check of its sessions.
         runner.exit("svc", 7);
         let t0 = f.clock.now();
-        for _ in 0..600 {
-            f.step(1).await;
-            if runner.history().len() == i {
-                break;
-            }
-        }
+        let restarted = f.step_until(600, || runner.history().len() == i).await;
         took.push(f.clock.now().saturating_since(t0));
-        assert_eq!(
-            runner.history().len(),
-            i,
-            "not restarted within 60 s: {took:?}"
-        );
+        assert!(restarted, "not restarted within 60 s: {took:?}");
     }
     eprintln!("restarts after each exit: {took:?}");
     // The back-off and one idle pause (max_poll = ttl = 10 s) at most.
@@ -976,13 +973,7 @@ async fn an_idle_node_acts_on_each_hinted_change_to_its_sessions() {
     for name in ["taken", "deleted", "garbled", "changed"] {
         apply(&writer, name, &spec("sleep")).await;
     }
-    for _ in 0..200 {
-        f.step(1).await;
-        if f.running(0) == 4 {
-            break;
-        }
-    }
-    assert_eq!(f.running(0), 4, "placed");
+    assert!(f.step_until(200, || f.running(0) == 4).await, "placed");
     let runner = f.nodes[0].runner.clone();
     let runs = |name: &str| runner.history().iter().filter(|(n, ..)| n == name).count();
     let running = |name: &str| runner.running().iter().any(|(n, _)| n == name);
@@ -1036,14 +1027,9 @@ async fn an_idle_node_acts_on_each_hinted_change_to_its_sessions() {
             name => !running(name),
         };
         let t0 = f.clock.now();
-        for _ in 0..600 {
-            f.step(1).await;
-            if done() {
-                break;
-            }
-        }
+        let acted = f.step_until(600, done).await;
         took.push(f.clock.now().saturating_since(t0));
-        assert!(done(), "{change}: not acted on within 60 s");
+        assert!(acted, "{change}: not acted on within 60 s");
     }
     eprintln!("acted on each change after {took:?}");
     // One idle pause (max_poll = ttl = 10 s) and the pass, not an hour.
