@@ -96,6 +96,62 @@ async fn files_are_owner_only_and_etag_changes_on_identical_bytes() {
     assert_eq!(mode(&dir.path().join("root")), 0o700);
 }
 
+/// A FIFO planted where a key would be (a hostile or careless host) is a
+/// foreign object: read as corrupt, listed without a version, never waited
+/// on. Opening it for reading used to block until a writer came, and with
+/// it every listing of the store.
+#[tokio::test]
+async fn a_fifo_in_the_directory_blocks_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = LocalDirStore::open(dir.path()).unwrap();
+    s.put("sessions/ok", Bytes::from_static(b"1"), Cond::Create)
+        .await
+        .unwrap();
+    let path = dir.path().join("sessions/pipe");
+    let fifo = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo reads the NUL-terminated path it is given.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+    // Bounded: a store call stuck in `open` is released (a writer opens the
+    // FIFO) before failing, so that the test fails instead of hanging.
+    async fn bounded<T>(
+        what: &str,
+        path: &std::path::Path,
+        f: impl std::future::Future<Output = T>,
+    ) -> T {
+        // An I/O bound on a test, not protocol time.
+        #[allow(clippy::disallowed_methods)]
+        let bounded = tokio::time::timeout(std::time::Duration::from_secs(10), f).await;
+        match bounded {
+            Ok(v) => v,
+            Err(_) => {
+                let _ = std::fs::OpenOptions::new().write(true).open(path);
+                panic!("{what} waited on the FIFO");
+            }
+        }
+    }
+    let listed: Vec<_> = bounded(
+        "list",
+        &path,
+        s.list("sessions/").map(|r| r.unwrap()).collect::<Vec<_>>(),
+    )
+    .await;
+    let keys: Vec<_> = listed.iter().map(|e| e.key.as_str()).collect();
+    assert_eq!(keys, ["sessions/ok", "sessions/pipe"]);
+    assert_eq!(
+        listed[1].version.etag, None,
+        "a foreign file has no version"
+    );
+    let got = bounded("get", &path, s.get("sessions/pipe")).await;
+    assert!(matches!(got, Err(StoreError::Corrupt { .. })), "{got:?}");
+    let put = bounded(
+        "put",
+        &path,
+        s.put("sessions/pipe", Bytes::from_static(b"2"), Cond::Create),
+    )
+    .await;
+    assert!(matches!(put, Err(StoreError::Corrupt { .. })), "{put:?}");
+}
+
 #[tokio::test]
 async fn symlinks_are_refused() {
     let dir = tempfile::tempdir().unwrap();

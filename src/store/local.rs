@@ -167,9 +167,15 @@ fn local_segments(key: &str) -> Result<Vec<&str>, StoreError> {
     Ok(segs)
 }
 
+/// Opens for reading without following a symlink, and without waiting: a
+/// FIFO planted in the directory would otherwise block `open` (and with it
+/// every listing, read and write of the store) until some writer appeared.
+/// Regular files ignore `O_NONBLOCK`; anything else is then refused as not a
+/// regular file.
 fn nofollow_read() -> OpenOptions {
     let mut o = OpenOptions::new();
-    o.read(true).custom_flags(libc::O_NOFOLLOW);
+    o.read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK);
     o
 }
 
