@@ -233,6 +233,9 @@ impl Observer {
                 map.retain(|k, _| !k.starts_with(prefix) || listed.contains(k.as_str()));
             }
         }
+        // A segment nothing is observed under any more goes too (an
+        // embedder may observe keys of any shape).
+        seen.retain(|_, map| !map.is_empty());
     }
 
     /// How many keys are being observed.
@@ -1539,6 +1542,11 @@ mod tests {
                         keys.iter().copied().filter(|_| next(2) == 0).collect();
                     o.retain_listed(p, &listed);
                     model.retain(|k, _| !k.starts_with(p) || listed.contains(k.as_str()));
+                    let seen = o.seen.lock().unwrap();
+                    assert!(
+                        seen.values().all(|m| !m.is_empty()),
+                        "emptied segments dropped"
+                    );
                 }
                 _ => {
                     let k = keys[next(keys.len())];

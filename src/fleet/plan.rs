@@ -42,9 +42,15 @@ use std::sync::{Arc, Mutex};
 /// the fleet (its manifest's and its claim's); at 100,000 sessions the
 /// strings were about 20 MB of a node's heap (issue #14), the bytes 6.4 MB.
 /// Two digests are equal exactly when their texts are: lowercase hex maps to
-/// bytes one to one, and any other text stays text.
+/// bytes one to one, and any other text stays text. The form is private:
+/// built only by `new`, so lowercase hex is always bytes (a hand-built
+/// `Other` of lowercase hex would compare unequal to the same text's
+/// `Sha256`).
 #[derive(Clone, PartialEq, Eq, Hash)]
-pub enum Digest {
+pub struct Digest(Form);
+
+#[derive(Clone, PartialEq, Eq, Hash)]
+enum Form {
     Sha256([u8; 32]),
     Other(Box<str>),
 }
@@ -57,9 +63,9 @@ impl Digest {
                 .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
         let mut bytes = [0u8; 32];
         if lower_hex && hex::decode_to_slice(text, &mut bytes).is_ok() {
-            Digest::Sha256(bytes)
+            Digest(Form::Sha256(bytes))
         } else {
-            Digest::Other(text.into())
+            Digest(Form::Other(text.into()))
         }
     }
 }
@@ -78,9 +84,9 @@ impl From<&String> for Digest {
 
 impl std::fmt::Display for Digest {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Digest::Sha256(b) => f.write_str(&hex::encode(b)),
-            Digest::Other(t) => f.write_str(t),
+        match &self.0 {
+            Form::Sha256(b) => f.write_str(&hex::encode(b)),
+            Form::Other(t) => f.write_str(t),
         }
     }
 }
@@ -94,9 +100,9 @@ impl std::fmt::Debug for Digest {
 /// Compares with the text form (a record's digest) without allocating.
 impl PartialEq<str> for Digest {
     fn eq(&self, other: &str) -> bool {
-        match self {
-            Digest::Other(t) => **t == *other,
-            Digest::Sha256(b) => {
+        match &self.0 {
+            Form::Other(t) => **t == *other,
+            Form::Sha256(b) => {
                 // Lowercase hex, as `new` accepts: equal exactly when the
                 // texts are.
                 let mut ours = [0u8; 64];
@@ -370,8 +376,8 @@ mod tests {
             "zz23456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
             "+123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
         ];
-        assert!(matches!(Digest::new(&hex), Digest::Sha256(_)));
-        assert!(matches!(Digest::new(&upper), Digest::Other(_)));
+        assert!(matches!(Digest::new(&hex).0, Form::Sha256(_)));
+        assert!(matches!(Digest::new(&upper).0, Form::Other(_)));
         for a in texts {
             let da = Digest::new(a);
             assert_eq!(da.to_string(), a, "round trip");
