@@ -1,5 +1,7 @@
-//! Hot paths: record encode/decode, rendezvous ranking, and one reconcile
-//! pass of the pure decision core over 100,000 manifests.
+//! Hot paths: record encode/decode, rendezvous ranking, one reconcile
+//! pass of the pure decision core over 100,000 manifests, and a listing of
+//! 100,000 objects in the local directory store (the anti-entropy listing's
+//! cost per prefix on a laptop fleet; on tmpfs where `/dev/shm` exists).
 //!
 //!     cargo bench --bench hot_paths
 //!
@@ -158,4 +160,67 @@ fn reconcile_100k_manifests_10_nodes(b: divan::Bencher) {
         }
         claim_now
     });
+}
+
+/// A local directory store holding 100,000 small objects under `sessions/`,
+/// made once per bench process (about ten seconds) and removed at exit.
+fn local_with_objects() -> &'static (
+    tempfile::TempDir,
+    std::sync::Arc<dyn leasehold::store::Store>,
+) {
+    use leasehold::store::{Cond, LocalDirStore, Store};
+    static STORE: std::sync::OnceLock<(tempfile::TempDir, std::sync::Arc<dyn Store>)> =
+        std::sync::OnceLock::new();
+    STORE.get_or_init(|| {
+        let shm = std::path::Path::new("/dev/shm");
+        let dir = if shm.is_dir() {
+            tempfile::tempdir_in(shm)
+        } else {
+            tempfile::tempdir()
+        }
+        .unwrap();
+        let store: std::sync::Arc<dyn Store> =
+            std::sync::Arc::new(LocalDirStore::open(dir.path()).unwrap());
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            for i in 0..100_000 {
+                store
+                    .put(
+                        &format!("sessions/s{i:06}"),
+                        bytes::Bytes::from_static(br#"{"owner":"n01"}"#),
+                        Cond::Create,
+                    )
+                    .await
+                    .unwrap();
+            }
+        });
+        (dir, store)
+    })
+}
+
+/// One complete listing of 100,000 objects (ETags, sizes, times) in the
+/// local directory store: every object's header is read.
+#[divan::bench(sample_count = 10)]
+fn local_list_100k(b: divan::Bencher) {
+    use futures::StreamExt;
+    let (_, store) = local_with_objects();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    b.bench(|| rt.block_on(store.list("sessions/").count()));
+}
+
+/// The change feed's cursor at the end of 100,000 keys: every name is
+/// read from the directory and none is kept (the light pass's feed read
+/// on the local store, after a burst of hints).
+#[divan::bench(sample_count = 10)]
+fn local_list_after_100k_none_left(b: divan::Bencher) {
+    use futures::StreamExt;
+    let (_, store) = local_with_objects();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    b.bench(|| rt.block_on(store.list_after("sessions/", "sessions/t").count()));
 }

@@ -273,3 +273,47 @@ async fn half_written_and_foreign_files_are_corrupt_not_absent() {
     let keys: Vec<_> = s.list("").map(|r| r.unwrap().key).collect().await;
     assert_eq!(keys, ["leases/foreign", "leases/t"]);
 }
+
+/// Foreign changes to the directory under a listing are taken as found,
+/// never as an error of the whole listing: a file whose time is beyond
+/// what milliseconds since 1970 can hold in 64 bits (set by hand or by a
+/// hostile host; tmpfs keeps it) lists with no time; a subdirectory that
+/// is a symlink is skipped, not followed.
+#[tokio::test]
+async fn odd_files_under_a_listing_list_or_are_skipped() {
+    // tmpfs where there is one: it keeps such a time, where ext4 clamps it.
+    let shm = std::path::Path::new("/dev/shm");
+    let dir = if shm.is_dir() {
+        tempfile::tempdir_in(shm)
+    } else {
+        tempfile::tempdir()
+    }
+    .unwrap();
+    let s = LocalDirStore::open(dir.path()).unwrap();
+    for k in ["sessions/far", "sessions/ok", "elsewhere/x"] {
+        s.put(k, Bytes::from_static(b"1"), Cond::Create)
+            .await
+            .unwrap();
+    }
+    let far = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1 << 60);
+    std::fs::File::options()
+        .write(true)
+        .open(dir.path().join("sessions/far"))
+        .unwrap()
+        .set_modified(far)
+        .unwrap();
+    std::os::unix::fs::symlink(
+        dir.path().join("elsewhere"),
+        dir.path().join("sessions/linked"),
+    )
+    .unwrap();
+    let listed: Vec<_> = s
+        .list("sessions/")
+        .map(|r| r.unwrap())
+        .collect::<Vec<_>>()
+        .await;
+    let keys: Vec<_> = listed.iter().map(|e| e.key.as_str()).collect();
+    assert_eq!(keys, ["sessions/far", "sessions/ok"]);
+    assert!(listed.iter().all(|e| e.version.etag.is_some()));
+    assert!(listed[1].last_modified_ms.is_some());
+}

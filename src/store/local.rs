@@ -30,9 +30,12 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use futures::StreamExt;
 use futures::stream::BoxStream;
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+use rustix::io::Errno;
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -405,80 +408,144 @@ impl Inner {
         } else {
             format!("{dir_part}/")
         };
-        self.walk(&start, &base, prefix, after, &mut out)?;
+        // Not through a symlink (the walk never follows one), and a
+        // directory only: every directory on the way was checked, and the
+        // last one replaced by a symlink since fails here instead of being
+        // followed. Below it the walk opens each directory relative to its
+        // parent's descriptor, never by path.
+        let dfd = match rustix::fs::open(
+            &start,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT) => return Ok(Vec::new()),
+            Err(e) => return Err(errno(&format!("list {}", start.display()), e)),
+        };
+        walk(&dfd, &base, prefix, after, &mut out)?;
         out.sort_by(|a, b| a.key.cmp(&b.key));
         Ok(out)
     }
+}
 
-    fn walk(
-        &self,
-        dir: &Path,
-        base: &str,
-        prefix: &str,
-        after: Option<&str>,
-        out: &mut Vec<Entry>,
-    ) -> Result<(), StoreError> {
-        let rd = match fs::read_dir(dir) {
-            Ok(rd) => rd,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(io_err(&format!("list {}", dir.display()), e)),
+fn errno(what: &str, e: Errno) -> StoreError {
+    io_err(what, std::io::Error::from(e))
+}
+
+/// One directory of a listing (`base` is its key prefix, `dir` it open).
+/// Every object and subdirectory is opened relative to `dir` (`openat`), so
+/// each costs a lookup of one name, not of the whole path, and nothing is
+/// ever reached through a symlink; a name at or below `after`, or outside
+/// `prefix`, is dropped before anything is allocated for it. A full listing
+/// of 200,000 objects does this for every one (issue #14).
+///
+/// What changes under the walk is taken as it is found: a name gone by the
+/// time it is opened was deleted during the listing and is left out; one
+/// replaced by a symlink is skipped as symlinks are.
+fn walk(
+    dir: &OwnedFd,
+    base: &str,
+    prefix: &str,
+    after: Option<&str>,
+    out: &mut Vec<Entry>,
+) -> Result<(), StoreError> {
+    let rd = rustix::fs::Dir::read_from(dir).map_err(|e| errno("list", e))?;
+    let mut key = String::new();
+    for ent in rd {
+        let ent = ent.map_err(|e| errno("list", e))?;
+        let cname = ent.file_name();
+        let Ok(name) = cname.to_str() else { continue };
+        if name.starts_with('.') {
+            continue; // our metadata and temporary files, `.` and `..`
+        }
+        let key = crate::keys::key_in(&mut key, base, name);
+        let ft = match ent.file_type() {
+            FileType::Unknown => match rustix::fs::statat(dir, cname, AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(st) => FileType::from_raw_mode(st.st_mode),
+                Err(Errno::NOENT) => continue,
+                Err(e) => return Err(errno("stat", e)),
+            },
+            ft => ft,
         };
-        for ent in rd {
-            let ent = ent.map_err(|e| io_err("list", e))?;
-            let name = ent.file_name();
-            let Some(name) = name.to_str() else { continue };
-            if name.starts_with('.') {
-                continue; // our metadata and temporary files
+        if ft == FileType::Symlink {
+            tracing::warn!(key, "local store: skipping symlink in listing");
+            continue;
+        }
+        if ft == FileType::Directory {
+            // Descend only where keys under it can match the prefix.
+            let sub = format!("{key}/");
+            if !(sub.starts_with(prefix) || prefix.starts_with(&sub)) {
+                continue;
             }
-            let key = format!("{base}{name}");
-            let ft = ent.file_type().map_err(|e| io_err("stat", e))?;
-            if ft.is_symlink() {
+            match rustix::fs::openat(
+                dir,
+                cname,
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            ) {
+                Ok(sub_fd) => walk(&sub_fd, &sub, prefix, after, out)?,
+                Err(Errno::NOENT) => {}
+                Err(Errno::LOOP | Errno::NOTDIR) => {
+                    tracing::warn!(key, "local store: skipping symlink in listing");
+                }
+                Err(e) => return Err(errno(&format!("list {key}"), e)),
+            }
+            continue;
+        }
+        if !key.starts_with(prefix) || after.is_some_and(|a| key <= a) {
+            continue;
+        }
+        // Read the header only: the listing carries ETags without reading
+        // whole objects. A foreign file lists with no version; reading it
+        // reports the corruption. Opened as `nofollow_read` does (no
+        // symlink, no waiting on a FIFO); the metadata from the open file
+        // (fstat), not by name again.
+        let mut head = [0u8; 256];
+        let (n, st) = match rustix::fs::openat(
+            dir,
+            cname,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) {
+            Ok(f) => (
+                rustix::io::read(&f, &mut head).unwrap_or(0),
+                rustix::fs::fstat(&f).ok(),
+            ),
+            Err(Errno::NOENT) => continue,
+            Err(Errno::LOOP) => {
                 tracing::warn!(key, "local store: skipping symlink in listing");
                 continue;
             }
-            if ft.is_dir() {
-                // Descend only where keys under it can match the prefix.
-                let sub = format!("{key}/");
-                if sub.starts_with(prefix) || prefix.starts_with(&sub) {
-                    self.walk(&ent.path(), &sub, prefix, after, out)?;
-                }
-                continue;
-            }
-            if !key.starts_with(prefix) || after.is_some_and(|a| key.as_str() <= a) {
-                continue;
-            }
-            // Read the header only: the listing carries ETags without reading
-            // whole objects. A foreign file lists with no version; reading it
-            // reports the corruption.
-            // The metadata from the open file (fstat), not by path again:
-            // a full listing of 200,000 objects made a path lookup per
-            // object more than it needs (issue #14).
-            let mut head = [0u8; 256];
-            let (n, md) = match nofollow_read().open(ent.path()) {
-                Ok(mut f) => (f.read(&mut head).unwrap_or(0), f.metadata()),
-                Err(e) => (0, Err(e)),
-            };
-            let md = md.or_else(|_| ent.metadata()).ok();
-            let (etag, size) = match parse_header(&head[..n]) {
-                Some((etag, len, _, _)) => (Some(etag), len as u64),
-                None => (None, md.as_ref().map(|m| m.len()).unwrap_or(0)),
-            };
-            let last_modified_ms = md
-                .and_then(|m| m.modified().ok())
-                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                .map(|d| d.as_millis() as u64);
-            out.push(Entry {
-                key,
-                version: Version {
-                    etag,
-                    version: None,
-                },
-                size,
-                last_modified_ms,
-            });
-        }
-        Ok(())
+            // Unreadable (permissions): listed without a version.
+            Err(_) => (
+                0,
+                rustix::fs::statat(dir, cname, AtFlags::SYMLINK_NOFOLLOW).ok(),
+            ),
+        };
+        let (etag, size) = match parse_header(&head[..n]) {
+            Some((etag, len, _, _)) => (Some(etag), len as u64),
+            None => (None, st.as_ref().map_or(0, |m| m.st_size.max(0) as u64)),
+        };
+        let last_modified_ms = st.and_then(|m| {
+            // The field's type differs between targets.
+            #[allow(clippy::unnecessary_cast)]
+            let nsec = m.st_mtime_nsec as u64;
+            u64::try_from(m.st_mtime)
+                .ok()?
+                .checked_mul(1000)?
+                .checked_add(nsec / 1_000_000)
+        });
+        out.push(Entry {
+            key: key.to_string(),
+            version: Version {
+                etag,
+                version: None,
+            },
+            size,
+            last_modified_ms,
+        });
     }
+    Ok(())
 }
 
 fn header(etag: &str, body: &[u8]) -> String {
