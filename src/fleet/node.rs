@@ -2223,6 +2223,69 @@ impl Node {
         })
     }
 
+    /// The claim gate for session `name` (manifest key `mkey`, claim key
+    /// `ckey`, its owner's node key `okey`) as this pass sees it: the one
+    /// question the claim loop asks of every name it looks at.
+    #[allow(clippy::too_many_arguments)]
+    fn gate_for(
+        &self,
+        name: &str,
+        mkey: &str,
+        ckey: &str,
+        okey: Option<&str>,
+        mv: &plan::ManifestView,
+        cv: Option<&ClaimView>,
+        views: &[plan::NodeView],
+        refetched: &std::collections::HashSet<String>,
+        now: MonoTime,
+    ) -> core::Gate {
+        let claimable = plan::claimable(mv, cv, views, &self.me);
+        let owner_stale = match (cv, okey) {
+            (Some(c), Some(key)) if c.state != ClaimState::Released => {
+                !refetched.contains(key)
+                    && self
+                        .nodes
+                        .get(key)
+                        .is_none_or(|n| n.record.holder.instance != c.owner.instance)
+            }
+            _ => false,
+        };
+        let vanished = self.claim_vanished(ckey, cv);
+        core::gate(
+            &core::Candidate {
+                claim_corrupt: self.corrupt.contains_key(ckey),
+                manifest_corrupt: self.corrupt.contains_key(mkey),
+                owner_corrupt: okey.is_some_and(|k| self.corrupt_nodes.contains(k)),
+                claimable,
+                control_read: self.control_read,
+                cordoned: self.deps.status.cordoned(),
+                draining: self.draining,
+                absence_pending: vanished && self.absent_claim_wait(name).is_some(),
+                owner_stale,
+                claimable_for: self
+                    .first_claimable
+                    .get(name)
+                    .map_or(Duration::ZERO, |first| now.saturating_since(*first)),
+                grace: self.cfg.grace,
+                predecessor_unproven: self.predecessor_unproven(cv),
+            },
+            || {
+                let ranked = plan::rank(mv, views);
+                let position = ranked.iter().position(|n| n.id == self.me.node)?;
+                let ahead_idle_for = ranked[..position]
+                    .iter()
+                    .filter_map(|n| self.progress.get(&n.id).and_then(|(_, t)| *t))
+                    .map(|t| now.saturating_since(t))
+                    .min()
+                    .unwrap_or(Duration::MAX);
+                Some(core::Rank {
+                    position,
+                    ahead_idle_for,
+                })
+            },
+        )
+    }
+
     /// Is the claim at `key` (as last read) gone (`core::claim_gone`)?
     fn claim_vanished(&self, key: &str, claim: Option<&ClaimView>) -> bool {
         core::claim_gone(claim, self.seen_claims.get(key).copied().unwrap_or(0))
@@ -2481,6 +2544,7 @@ impl Node {
         // each claim adds (one that could not start is failed, terminal,
         // and not counted), so the loop is not O(names × owned).
         let mut load = self.load();
+        let (mut mkey, mut ckey, mut okey_buf) = (String::new(), String::new(), String::new());
         for name in names {
             // A pass over 100,000 sessions is hundreds of milliseconds of
             // work with no I/O between claims; without a yield point it
@@ -2498,71 +2562,47 @@ impl Node {
                 self.rescan = true;
                 break;
             }
-            // Unless found unclaimable or claimed below, looked at again.
+            // First asked by reference, with keys formatted into buffers:
+            // in the rescan after a full listing nearly every name is held
+            // by a live peer, and is answered so without an allocation
+            // (issue #14: 100,000 names every full listing).
+            crate::keys::key_in(&mut mkey, crate::keys::MANIFESTS, &name);
+            crate::keys::key_in(&mut ckey, crate::keys::SESSIONS, &name);
+            let first = {
+                let mv = &self.manifests[mkey.as_str()].1.view;
+                let cv = self.claims.get(ckey.as_str()).map(|(_, c)| c);
+                let okey = cv
+                    .map(|c| crate::keys::key_in(&mut okey_buf, crate::keys::NODES, &c.owner.node));
+                self.gate_for(&name, &mkey, &ckey, okey, mv, cv, &views, &refetched, now)
+            };
+            if first == core::Gate::NotClaimable {
+                self.first_claimable.remove(&name);
+                continue;
+            }
+            // Unless claimed below, looked at again.
             revisit.insert(name.clone());
-            let mv = self.manifests[&crate::keys::manifest(&name)].1.view.clone();
-            let claim = self.claims.get(&crate::keys::session(&name)).cloned();
+            let mv = self.manifests[mkey.as_str()].1.view.clone();
+            let claim = self.claims.get(ckey.as_str()).cloned();
             let cv = claim.as_ref().map(|(_, c)| c.clone());
             let owner_key = cv.as_ref().map(|c| crate::keys::node(&c.owner.node));
             // Asked at most twice: again after re-reading a stale owner record.
-            let gate = loop {
-                let claimable = plan::claimable(&mv, cv.as_ref(), &views, &self.me);
-                let owner_stale = match (&cv, &owner_key) {
-                    (Some(c), Some(key)) if c.state != ClaimState::Released => {
-                        !refetched.contains(key)
-                            && self
-                                .nodes
-                                .get(key)
-                                .is_none_or(|n| n.record.holder.instance != c.owner.instance)
-                    }
-                    _ => false,
-                };
-                let vanished = self
-                    .claim_vanished(&crate::keys::session(&name), claim.as_ref().map(|(_, c)| c));
-                let gate = core::gate(
-                    &core::Candidate {
-                        claim_corrupt: self.corrupt.contains_key(&crate::keys::session(&name)),
-                        manifest_corrupt: self.corrupt.contains_key(&crate::keys::manifest(&name)),
-                        owner_corrupt: owner_key
-                            .as_ref()
-                            .is_some_and(|k| self.corrupt_nodes.contains(k)),
-                        claimable,
-                        control_read: self.control_read,
-                        cordoned: self.deps.status.cordoned(),
-                        draining: self.draining,
-                        absence_pending: vanished && self.absent_claim_wait(&name).is_some(),
-                        owner_stale,
-                        claimable_for: self
-                            .first_claimable
-                            .get(&name)
-                            .map_or(Duration::ZERO, |first| now.saturating_since(*first)),
-                        grace: self.cfg.grace,
-                        predecessor_unproven: self.predecessor_unproven(cv.as_ref()),
-                    },
-                    || {
-                        let ranked = plan::rank(&mv, &views);
-                        let position = ranked.iter().position(|n| n.id == self.me.node)?;
-                        let ahead_idle_for = ranked[..position]
-                            .iter()
-                            .filter_map(|n| self.progress.get(&n.id).and_then(|(_, t)| *t))
-                            .map(|t| now.saturating_since(t))
-                            .min()
-                            .unwrap_or(Duration::MAX);
-                        Some(core::Rank {
-                            position,
-                            ahead_idle_for,
-                        })
-                    },
+            let mut gate = first;
+            while let (core::Gate::RefetchOwner, Some(key)) = (gate, &owner_key) {
+                refetched.insert(key.clone());
+                self.fetch_node(key, None).await?;
+                views = self.node_views(&loads);
+                gate = self.gate_for(
+                    &name,
+                    &mkey,
+                    &ckey,
+                    owner_key.as_deref(),
+                    &mv,
+                    cv.as_ref(),
+                    &views,
+                    &refetched,
+                    now,
                 );
-                match (gate, &owner_key) {
-                    (core::Gate::RefetchOwner, Some(key)) => {
-                        refetched.insert(key.clone());
-                        self.fetch_node(key, None).await?;
-                        views = self.node_views(&loads);
-                    }
-                    _ => break gate,
-                }
-            };
+            }
             match gate {
                 core::Gate::NotClaimable => {
                     self.first_claimable.remove(&name);
