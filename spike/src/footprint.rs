@@ -42,7 +42,7 @@ pub struct Sample {
     pub done: bool,
 }
 
-const REPORT: Duration = Duration::from_secs(2);
+const REPORT: Duration = Duration::from_millis(500);
 
 fn proc_status_kb(field: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
@@ -135,11 +135,11 @@ pub async fn node_child(url: &str, id: &str, ttl: Duration, capacity: u32) -> Re
     // (it copied the 10,000-session status snapshot every 2 s).
     let harness = std::cell::Cell::new(0u64);
     // mallinfo2 walks every arena (tens of ms at 100,000 sessions): read
-    // once every 15 samples, not charged to the node every 2 s.
+    // once every 60 samples (30 s), not charged to the node every sample.
     let heap = std::cell::Cell::new((0u32, 0u64));
     let sample = |done: bool| {
         let (k, mut h) = heap.get();
-        if k % 15 == 0 || done {
+        if k % 60 == 0 || done {
             h = heap_kb();
         }
         heap.set((k + 1, h));
@@ -191,6 +191,7 @@ pub async fn node_child(url: &str, id: &str, ttl: Duration, capacity: u32) -> Re
 /// The parent: applies `s` manifests to a fresh local store, starts `n`
 /// node processes, waits until every session runs, lets them settle, then
 /// measures each process's CPU over `window` and its peak RSS.
+#[allow(clippy::too_many_arguments)]
 pub async fn footprint(
     n: usize,
     s: usize,
@@ -198,6 +199,7 @@ pub async fn footprint(
     window: Duration,
     settle: Option<Duration>,
     dir: Option<std::path::PathBuf>,
+    kill: bool,
     json: bool,
 ) -> Result<()> {
     let base = dir.unwrap_or_else(|| std::path::PathBuf::from("/dev/shm"));
@@ -208,11 +210,12 @@ pub async fn footprint(
     // By default 3 ttls; a steady state proper waits out the placement's
     // hints too (`--settle-secs 900`: retention and one expiry round).
     let settle = settle.unwrap_or(ttl * 3);
-    let r = measure(&url, n, s, ttl, window, settle, json).await;
+    let r = measure(&url, n, s, ttl, window, settle, kill, json).await;
     let _ = std::fs::remove_dir_all(&root);
     r
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn measure(
     url: &str,
     n: usize,
@@ -220,6 +223,7 @@ async fn measure(
     ttl: Duration,
     window: Duration,
     settle: Duration,
+    kill: bool,
     json: bool,
 ) -> Result<()> {
     let clock = SystemClock::new();
@@ -328,25 +332,63 @@ async fn measure(
     clock.sleep(window).await;
     let after = snapshot();
     // Every session claimed exactly once fleet-wide: epoch 1 everywhere.
-    let mut epochs: BTreeMap<u64, usize> = BTreeMap::new();
-    let mut listing = store.list(leasehold::keys::SESSIONS);
-    let mut keys = Vec::new();
-    while let Some(e) = listing.next().await {
-        keys.push(
-            e.map_err(|e| leasehold::Error::Internal(format!("list: {e}")))?
-                .key,
-        );
-    }
-    for k in keys {
-        if let Some(o) = store
-            .get(&k)
-            .await
-            .map_err(|e| leasehold::Error::Internal(format!("get: {e}")))?
-            && let Ok(c) = ClaimRecord::decode(&k, &o.bytes)
-        {
-            *epochs.entry(c.epoch).or_default() += 1;
-        }
-    }
+    let epochs = claim_epochs(&store).await?;
+    // Failover: the busiest node killed (SIGKILL: no release), timed until
+    // every session runs on a survivor, as their reports show (each every
+    // REPORT, so the figure is high by up to that much).
+    let failover = if kill {
+        let (victim, moved) = after
+            .iter()
+            .max_by_key(|(_, x)| x.running)
+            .map(|(id, x)| (id.clone(), x.running))
+            .unwrap_or_default();
+        let i: usize = victim[1..].parse().unwrap_or(0);
+        let starts_before: u64 = snapshot()
+            .iter()
+            .filter(|(id, _)| **id != victim)
+            .map(|(_, x)| x.started)
+            .sum();
+        let t_kill = clock.now();
+        children[i]
+            .start_kill()
+            .map_err(|e| leasehold::Error::Internal(format!("kill: {e}")))?;
+        let took = loop {
+            clock.sleep(Duration::from_millis(100)).await;
+            let l = snapshot();
+            let running: usize = l
+                .iter()
+                .filter(|(id, _)| **id != victim)
+                .map(|(_, x)| x.running)
+                .sum();
+            eprint!(
+                "\rrunning on survivors {running}/{s} after {:?}   ",
+                elapsed(t_kill)
+            );
+            if running >= s {
+                break elapsed(t_kill);
+            }
+            if elapsed(t_kill) > Duration::from_secs(1800) {
+                return Err(leasehold::Error::Internal(
+                    "not failed over within 30 min".into(),
+                ));
+            }
+        };
+        eprintln!("\nfailed over in {took:?}");
+        let starts_after: u64 = snapshot()
+            .iter()
+            .filter(|(id, _)| **id != victim)
+            .map(|(_, x)| x.started)
+            .sum();
+        Some(serde_json::json!({
+            "killed": victim,
+            "sessions_moved": moved,
+            "all_running_on_survivors_ms": took.as_millis() as u64,
+            "starts_on_survivors": starts_after - starts_before,
+            "epochs_after": claim_epochs(&store).await?,
+        }))
+    } else {
+        None
+    };
     // Stopped together, after the epochs are read: a node stopping first
     // releases its claims, and the others would take them over.
     for c in &mut children {
@@ -401,6 +443,7 @@ async fn measure(
         "leases_lost": total("leases_lost"),
         "epochs": epochs,
         "per_node": rows,
+        "failover": failover,
     });
     if json {
         println!("{}", serde_json::to_string_pretty(&out).unwrap());
@@ -427,4 +470,28 @@ async fn measure(
         );
     }
     Ok(())
+}
+
+/// How many claims stand at each epoch.
+async fn claim_epochs(store: &Arc<dyn Store>) -> Result<BTreeMap<u64, usize>> {
+    let mut epochs: BTreeMap<u64, usize> = BTreeMap::new();
+    let mut listing = store.list(leasehold::keys::SESSIONS);
+    let mut keys = Vec::new();
+    while let Some(e) = listing.next().await {
+        keys.push(
+            e.map_err(|e| leasehold::Error::Internal(format!("list: {e}")))?
+                .key,
+        );
+    }
+    for k in keys {
+        if let Some(o) = store
+            .get(&k)
+            .await
+            .map_err(|e| leasehold::Error::Internal(format!("get: {e}")))?
+            && let Ok(c) = ClaimRecord::decode(&k, &o.bytes)
+        {
+            *epochs.entry(c.epoch).or_default() += 1;
+        }
+    }
+    Ok(epochs)
 }

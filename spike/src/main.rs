@@ -176,6 +176,10 @@ enum Cmd {
         /// Where the store directory goes (default /dev/shm).
         #[arg(long)]
         dir: Option<std::path::PathBuf>,
+        /// After the window, kill the busiest node (SIGKILL) and time until
+        /// every session runs on a survivor.
+        #[arg(long)]
+        kill: bool,
         #[arg(long)]
         json: bool,
     },
@@ -308,6 +312,7 @@ async fn async_main() {
             window_secs,
             settle_secs,
             dir,
+            kill,
             json,
         } => {
             footprint::footprint(
@@ -317,6 +322,7 @@ async fn async_main() {
                 Duration::from_secs(window_secs),
                 settle_secs.map(Duration::from_secs),
                 dir,
+                kill,
                 json,
             )
             .await
