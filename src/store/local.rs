@@ -18,9 +18,12 @@
 //!
 //! Paths are built only from keys that pass [`check_key`] plus a stricter
 //! segment charset, every directory on the way is checked not to be a symlink,
-//! files are opened with `O_NOFOLLOW`, and the root directory's identity
-//! (device and inode) is pinned at open: if the directory is replaced under
-//! us, operations fail instead of writing somewhere new.
+//! files are opened with `O_NOFOLLOW` (a listing opens each object and
+//! subdirectory relative to its parent's descriptor, `openat`, so it never
+//! passes through a symlink and looks up one name per object), and the root
+//! directory's identity (device and inode) is pinned at open: if the
+//! directory is replaced under us, operations fail instead of writing
+//! somewhere new.
 
 use super::{
     Cond, Conditional, Entry, Object, Store, StoreError, Version, check_key, check_prefix,
