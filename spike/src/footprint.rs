@@ -357,7 +357,10 @@ async fn measure(
             .max_by_key(|(_, x)| x.running)
             .map(|(id, x)| (id.clone(), x.running))
             .unwrap_or_default();
-        let i: usize = victim[1..].parse().unwrap_or(0);
+        // Children were started in id order (`n00`, `n01`, ...).
+        let i = (0..n)
+            .position(|i| format!("n{i:02}") == victim)
+            .ok_or_else(|| leasehold::Error::Internal(format!("no child for {victim}")))?;
         let starts_before: u64 = snapshot()
             .iter()
             .filter(|(id, _)| **id != victim)

@@ -416,11 +416,7 @@ impl Inner {
         // last one replaced by a symlink since fails here instead of being
         // followed. Below it the walk opens each directory relative to its
         // parent's descriptor, never by path.
-        let dfd = match rustix::fs::open(
-            &start,
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-        ) {
+        let dfd = match rustix::fs::open(&start, DIR_OPEN, Mode::empty()) {
             Ok(fd) => fd,
             Err(Errno::NOENT) => return Ok(Vec::new()),
             Err(e) => return Err(errno(&format!("list {}", start.display()), e)),
@@ -430,6 +426,14 @@ impl Inner {
         Ok(out)
     }
 }
+
+/// How the listing opens a directory: never through a symlink, and a
+/// directory only (one replaced by a symlink fails instead of being
+/// followed).
+const DIR_OPEN: OFlags = OFlags::RDONLY
+    .union(OFlags::DIRECTORY)
+    .union(OFlags::NOFOLLOW)
+    .union(OFlags::CLOEXEC);
 
 fn errno(what: &str, e: Errno) -> StoreError {
     io_err(what, std::io::Error::from(e))
@@ -480,12 +484,7 @@ fn walk(
             if !(sub.starts_with(prefix) || prefix.starts_with(&sub)) {
                 continue;
             }
-            match rustix::fs::openat(
-                dir,
-                cname,
-                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                Mode::empty(),
-            ) {
+            match rustix::fs::openat(dir, cname, DIR_OPEN, Mode::empty()) {
                 Ok(sub_fd) => walk(&sub_fd, &sub, prefix, after, out)?,
                 Err(Errno::NOENT) => {}
                 Err(Errno::LOOP | Errno::NOTDIR) => {
