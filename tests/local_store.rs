@@ -317,3 +317,51 @@ async fn odd_files_under_a_listing_list_or_are_skipped() {
     assert!(listed.iter().all(|e| e.version.etag.is_some()));
     assert!(listed[1].last_modified_ms.is_some());
 }
+
+/// Reads share a blocking thread (`LocalDirStore::read_blocking`): many at
+/// once from several worker threads, each must get its own object (or its
+/// own absence, or its own corruption), and none may be left waiting when
+/// the thread finds the queue empty as another read is queued (rounds of
+/// bursts, each with a deadline).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_reads_each_get_their_own_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = LocalDirStore::open(dir.path()).unwrap();
+    for i in 0..64u32 {
+        s.put(&format!("r/k{i:02}"), Bytes::from(format!("v{i}")), Cond::Create)
+            .await
+            .unwrap();
+    }
+    std::fs::write(dir.path().join("r").join("bad"), b"not ours").unwrap();
+    for round in 0..200u32 {
+        let tasks: Vec<_> = (0..66u32)
+            .map(|i| {
+                let s = s.clone();
+                tokio::spawn(async move {
+                    // k00..k63 exist, k64 does not, 65 is the foreign file.
+                    let key = if i == 65 { "r/bad".to_string() } else { format!("r/k{i:02}") };
+                    (i, s.get(&key).await)
+                })
+            })
+            .collect();
+        #[allow(clippy::disallowed_methods)] // a hang here is the failure
+        let done = tokio::time::timeout(
+            std::time::Duration::from_secs(30),
+            futures::future::join_all(tasks),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("round {round}: a read never answered"));
+        for t in done {
+            let (i, got) = t.unwrap();
+            match (i, got) {
+                (64, Ok(None)) => {}
+                (65, Err(StoreError::Corrupt { .. })) => {}
+                (i, Ok(Some(o))) if i < 64 => assert_eq!(o.bytes, format!("v{i}").as_bytes()),
+                (i, other) => panic!("round {round}, read {i}: {other:?}"),
+            }
+        }
+        if round % 50 == 0 {
+            tokio::task::yield_now().await;
+        }
+    }
+}
