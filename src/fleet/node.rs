@@ -864,6 +864,17 @@ struct Node {
     client: LeaseClient,
     me: Owner,
     owned: Tracked<Owned>,
+    /// A lower bound of the earliest `Owned::confirmed` (None: no bound
+    /// known, as with nothing owned), exact after `recount_confirmed`.
+    /// Why: the deadline every session runs under is that minimum plus the
+    /// belief (`confirmed_until`), and it is asked for at every claim and
+    /// every start; a walk over the owned sessions each time made placing
+    /// N sessions on one node cost O(N²) (4% of a 100,000-session fleet's
+    /// CPU during placement, the most of any function of ours). A bound
+    /// that is low only makes deadlines earlier, never later, so it is kept
+    /// cheaply: the one insertion site lowers it, raises of a `confirmed`
+    /// and removals leave it (low), and each pass recounts it once.
+    confirmed_floor: Option<MonoTime>,
     /// Peers' node records (never our own: we know it).
     nodes: HashMap<String, PeerNode>,
     /// Listed node keys whose record is corrupt: their owners' claims are
@@ -1023,6 +1034,7 @@ impl Node {
             client,
             me,
             owned: Tracked::default(),
+            confirmed_floor: None,
             nodes: HashMap::new(),
             corrupt_nodes: Default::default(),
             corrupt: Tracked::default(),
@@ -2072,13 +2084,31 @@ impl Node {
     /// Passes come at least every `max_poll`, and the first that no longer
     /// shows our claim stops the session at once; a stalled pass lets the
     /// sessions' deadlines lapse (they restart at the next pass).
+    ///
+    /// Read from `confirmed_floor` (O(1)): at or before the exact bound,
+    /// and equal to it after `recount_confirmed`, which every pass runs.
     fn confirmed_until(&self) -> Option<MonoTime> {
         let belief = core::claim_belief(self.cfg.ttl, self.cfg.confirm_every());
-        self.owned
-            .values()
-            .map(|o| o.confirmed)
-            .min()
-            .map(|t| t + belief)
+        // Checked in test builds (small fleets only: the walk is what the
+        // floor saves): a floor above an owned session's confirmation
+        // would give that session a deadline past its belief.
+        #[cfg(debug_assertions)]
+        if self.owned.len() <= 4096 {
+            let exact = self.owned.values().map(|o| o.confirmed).min();
+            debug_assert!(
+                exact.is_none() || self.confirmed_floor.is_some_and(|f| Some(f) <= exact),
+                "confirmed_floor {:?} above the earliest confirmation {exact:?}",
+                self.confirmed_floor
+            );
+        }
+        self.confirmed_floor.map(|t| t + belief)
+    }
+
+    /// Sets `confirmed_floor` to the exact earliest confirmation: once per
+    /// pass (O(owned), as the pass's announcement always was), after the
+    /// full listing's confirmations and the pass's removals.
+    fn recount_confirmed(&mut self) {
+        self.confirmed_floor = self.owned.values().map(|o| o.confirmed).min();
     }
 
     /// Keeps `seen_claims` (the highest epoch seen per claim of a listed
@@ -2475,6 +2505,7 @@ impl Node {
                 .collect(),
         );
         // ZERO: no claims, no bound beyond the lease's.
+        self.recount_confirmed();
         self.confirmed_tx
             .send_replace(self.confirmed_until().unwrap_or(MonoTime::ZERO));
         self.deps.runner.announce(self.valid_until());
@@ -3275,6 +3306,9 @@ impl Node {
                 self.claims
                     .insert(key.clone(), (version.clone(), ClaimView::from(&record)));
                 self.note_claim(&key);
+                // The only insertion: the floor stays at or below every
+                // confirmation (see `confirmed_floor`).
+                self.confirmed_floor = Some(self.confirmed_floor.map_or(sent, |f| f.min(sent)));
                 self.owned.insert(
                     name.to_string(),
                     Owned {
