@@ -1011,6 +1011,15 @@ async fn recv(
     }
 }
 
+/// Gives a hash map's table back once it holds under a quarter of what it
+/// has room for (hash maps never shrink by themselves): for maps that peak
+/// at placement and are near empty after it (issue #14, node memory).
+fn shrink_if_sparse<K: Eq + std::hash::Hash, V>(m: &mut HashMap<K, V>) {
+    if m.capacity() > 64 && m.capacity() / 4 > m.len() {
+        m.shrink_to_fit();
+    }
+}
+
 fn name_of(key: &str) -> &str {
     key.rsplit('/').next().unwrap_or(key)
 }
@@ -2422,7 +2431,28 @@ impl Node {
             // observer, which then remembers nodes and claims only.
             let manifest_entries = list_all(&self.deps.store, crate::keys::MANIFESTS).await?;
             let claims_listed_at = self.deps.clock.now();
-            let claim_entries = self.client.observe_listing(crate::keys::SESSIONS).await?;
+            // Only what the absence rules may wait out is observed: a
+            // version this node holds as an ordinary claim is never judged
+            // by how long it stood (`absent_claim_wait` runs on vanished
+            // markers and placeholders only), and when a marker replaces
+            // it, that is a version the cache does not know, observed from
+            // the first listing that shows it, as before.
+            let claims = &self.claims;
+            let mut unknown: Vec<usize> = Vec::new();
+            let mut at = 0usize;
+            let claim_entries = self
+                .client
+                .observe_listing_where(crate::keys::SESSIONS, |e| {
+                    at += 1;
+                    let watch = !claims.get(&e.key).is_some_and(|(v, c)| {
+                        *v == e.version && !c.is_vanished() && !c.is_placeholder()
+                    });
+                    if watch {
+                        unknown.push(at - 1);
+                    }
+                    watch
+                })
+                .await?;
             // Peers renew every ttl/3, so their versions always change: that
             // is not news (it does not reset pacing) and needs no read.
             self.refresh_nodes(&node_entries).await?;
@@ -2445,6 +2475,16 @@ impl Node {
                 decode_claim_view,
             )
             .await?;
+            // What this listing observed only because the cache did not
+            // know it yet (a node's first listing: every claim), now read:
+            // the ordinary claims among it need no observation either.
+            for e in unknown.iter().filter_map(|&i| claim_entries.get(i)) {
+                if self.claims.get(&e.key).is_some_and(|(v, c)| {
+                    *v == e.version && !c.is_vanished() && !c.is_placeholder()
+                }) {
+                    self.client.observer().forget(&e.key);
+                }
+            }
             self.observe_claim_absence();
             // Every claim we hold that this listing showed at our version is
             // confirmed as of the listing's send time (see
@@ -2506,6 +2546,9 @@ impl Node {
         );
         // ZERO: no claims, no bound beyond the lease's.
         self.recount_confirmed();
+        // Every manifest is claimable at once while a fleet is placed; the
+        // table that held them is given back once placement is over.
+        shrink_if_sparse(&mut self.first_claimable);
         self.confirmed_tx
             .send_replace(self.confirmed_until().unwrap_or(MonoTime::ZERO));
         self.deps.runner.announce(self.valid_until());
