@@ -1409,7 +1409,11 @@ mod tests {
             .unwrap();
         for i in 0..200 {
             store
-                .put(&format!("s/k{i:03}"), Bytes::from_static(b"x"), Cond::Create)
+                .put(
+                    &format!("s/k{i:03}"),
+                    Bytes::from_static(b"x"),
+                    Cond::Create,
+                )
                 .await
                 .unwrap();
         }
@@ -1438,7 +1442,12 @@ mod tests {
         // The next retain gives the emptied table back.
         let seen = client.inner.observer.seen.lock().unwrap();
         let map = seen.get("s/").unwrap();
-        assert!(map.capacity() < 200, "capacity {} for {} keys", map.capacity(), map.len());
+        assert!(
+            map.capacity() < 200,
+            "capacity {} for {} keys",
+            map.capacity(),
+            map.len()
+        );
     }
 
     fn rec(instance: &str, released: bool) -> LeaseRecord {

@@ -328,9 +328,13 @@ async fn concurrent_reads_each_get_their_own_answer() {
     let dir = tempfile::tempdir().unwrap();
     let s = LocalDirStore::open(dir.path()).unwrap();
     for i in 0..64u32 {
-        s.put(&format!("r/k{i:02}"), Bytes::from(format!("v{i}")), Cond::Create)
-            .await
-            .unwrap();
+        s.put(
+            &format!("r/k{i:02}"),
+            Bytes::from(format!("v{i}")),
+            Cond::Create,
+        )
+        .await
+        .unwrap();
     }
     std::fs::write(dir.path().join("r").join("bad"), b"not ours").unwrap();
     for round in 0..200u32 {
@@ -339,7 +343,11 @@ async fn concurrent_reads_each_get_their_own_answer() {
                 let s = s.clone();
                 tokio::spawn(async move {
                     // k00..k63 exist, k64 does not, 65 is the foreign file.
-                    let key = if i == 65 { "r/bad".to_string() } else { format!("r/k{i:02}") };
+                    let key = if i == 65 {
+                        "r/bad".to_string()
+                    } else {
+                        format!("r/k{i:02}")
+                    };
                     (i, s.get(&key).await)
                 })
             })

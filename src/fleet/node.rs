@@ -2110,6 +2110,9 @@ impl Node {
                 self.confirmed_floor
             );
         }
+        if self.owned.is_empty() {
+            return None;
+        }
         self.confirmed_floor.map(|t| t + belief)
     }
 
@@ -2544,11 +2547,11 @@ impl Node {
                 .cloned()
                 .collect(),
         );
-        // ZERO: no claims, no bound beyond the lease's.
         self.recount_confirmed();
         // Every manifest is claimable at once while a fleet is placed; the
         // table that held them is given back once placement is over.
         shrink_if_sparse(&mut self.first_claimable);
+        // ZERO: no claims, no bound beyond the lease's.
         self.confirmed_tx
             .send_replace(self.confirmed_until().unwrap_or(MonoTime::ZERO));
         self.deps.runner.announce(self.valid_until());

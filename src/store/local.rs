@@ -11,6 +11,10 @@
 //!   fsyncs it, renames it over the key atomically and fsyncs the directory,
 //!   so a reader (which takes no lock) sees the old object or the new one,
 //!   never a mix, and a crash leaves one of them;
+//! - reads take no lock and share one blocking thread per burst (the first
+//!   read to find none at work starts it; it serves every read queued until
+//!   the queue is empty), since a small read costs less than a blocking
+//!   task's hand-off; writes keep a blocking task each;
 //! - each file starts with a header line carrying its ETag, length and
 //!   checksum. The ETag is `<generation>-<random>`, fresh on every write even
 //!   when the bytes repeat; a file whose header, length or checksum does not
@@ -178,8 +182,19 @@ impl LocalDirStore {
         };
         if start {
             let (inner, reads) = (self.inner.clone(), self.reads.clone());
+            // Dropped unrun if the runtime refuses or drops the task (it is
+            // shutting down): the guard then empties the queue, so those
+            // reads fail instead of waiting for a thread that never comes,
+            // and clears the flag, so later reads start a thread of their
+            // own (on a store that outlives this runtime).
+            let guard = Unserved(Some(reads));
             // Not awaited: the thread outlives this read if others queue.
-            drop(tokio::task::spawn_blocking(move || serve_reads(&inner, &reads)));
+            drop(tokio::task::spawn_blocking(move || {
+                let mut guard = guard;
+                if let Some(reads) = guard.0.take() {
+                    serve_reads(&inner, &reads);
+                }
+            }));
         }
         // A job that panicked dropped its sender.
         rx.await.unwrap_or_else(|_| {
@@ -199,6 +214,26 @@ impl LocalDirStore {
             .map_err(|e| StoreError::Unavailable {
                 message: format!("local store task failed: {e}"),
             })?
+    }
+}
+
+/// The batch reader's queue, held by a reader thread not yet started: if
+/// it is dropped instead (the runtime never ran the thread), the queued
+/// reads are dropped, so their callers get an error, and the next read
+/// starts a thread again.
+struct Unserved(Option<Arc<ReadQueue>>);
+
+impl Drop for Unserved {
+    fn drop(&mut self) {
+        let Some(reads) = self.0.take() else {
+            return;
+        };
+        let jobs = {
+            let mut st = reads.state.lock().unwrap_or_else(|p| p.into_inner());
+            st.1 = false;
+            std::mem::take(&mut st.0)
+        };
+        drop(jobs);
     }
 }
 
@@ -725,5 +760,45 @@ impl Store for LocalDirStore {
     /// (symlinks, bind mounts, `/x/store` and `/x//store/`) is one store.
     fn identity(&self) -> String {
         format!("file-inode:{}:{}", self.inner.dev, self.inner.ino)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A reader thread the runtime never ran (dropped at shutdown): the
+    /// reads queued for it fail instead of waiting for ever, and the next
+    /// read may start a thread again.
+    #[test]
+    fn reads_queued_for_a_thread_never_run_fail_and_free_the_queue() {
+        let reads = Arc::new(ReadQueue::default());
+        let (tx, mut rx) = tokio::sync::oneshot::channel::<Result<(), StoreError>>();
+        {
+            let mut st = reads.state.lock().unwrap();
+            st.0.push(Box::new(move |_| {
+                let _ = tx.send(Ok(()));
+            }));
+            st.1 = true;
+        }
+        drop(Unserved(Some(reads.clone())));
+        assert!(
+            matches!(
+                rx.try_recv(),
+                Err(tokio::sync::oneshot::error::TryRecvError::Closed)
+            ),
+            "the queued read must fail, not be answered or left waiting"
+        );
+        let st = reads.state.lock().unwrap();
+        assert!(
+            st.0.is_empty() && !st.1,
+            "queue emptied, no thread marked at work"
+        );
+        drop(st);
+        // A thread that ran took the queue out of its guard: the guard then
+        // leaves the queue to whoever is at work.
+        reads.state.lock().unwrap().1 = true;
+        drop(Unserved(None));
+        assert!(reads.state.lock().unwrap().1);
     }
 }
