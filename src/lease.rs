@@ -233,9 +233,7 @@ impl Observer {
                 map.retain(|k, _| !k.starts_with(prefix) || listed.contains(k.as_str()));
                 // A map that once held every listed key and now holds a
                 // few (`observe_listing_where`) gives its table back.
-                if map.capacity() > 64 && map.capacity() / 4 > map.len() {
-                    map.shrink_to_fit();
-                }
+                crate::memory::shrink_if_sparse(map);
             }
         }
         // A segment nothing is observed under any more goes too (an

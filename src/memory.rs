@@ -29,6 +29,19 @@ pub fn limit_arenas() {
     }
 }
 
+/// Gives a hash map's table back once it holds under a quarter of what it
+/// has room for: hash maps never shrink by themselves, and a node's maps
+/// that peak at placement (every manifest claimable at once) or at a first
+/// listing (every claim observed) are near empty after it (issue #14).
+/// Unlike the rest of this module, a library's own data: any caller may.
+pub fn shrink_if_sparse<K: Eq + std::hash::Hash, V, S: std::hash::BuildHasher>(
+    m: &mut std::collections::HashMap<K, V, S>,
+) {
+    if m.capacity() > 64 && m.capacity() / 4 > m.len() {
+        m.shrink_to_fit();
+    }
+}
+
 /// Returns the allocator's free pages to the system.
 pub fn trim() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]

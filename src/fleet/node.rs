@@ -1011,15 +1011,6 @@ async fn recv(
     }
 }
 
-/// Gives a hash map's table back once it holds under a quarter of what it
-/// has room for (hash maps never shrink by themselves): for maps that peak
-/// at placement and are near empty after it (issue #14, node memory).
-fn shrink_if_sparse<K: Eq + std::hash::Hash, V>(m: &mut HashMap<K, V>) {
-    if m.capacity() > 64 && m.capacity() / 4 > m.len() {
-        m.shrink_to_fit();
-    }
-}
-
 fn name_of(key: &str) -> &str {
     key.rsplit('/').next().unwrap_or(key)
 }
@@ -2550,7 +2541,7 @@ impl Node {
         self.recount_confirmed();
         // Every manifest is claimable at once while a fleet is placed; the
         // table that held them is given back once placement is over.
-        shrink_if_sparse(&mut self.first_claimable);
+        crate::memory::shrink_if_sparse(&mut self.first_claimable);
         // ZERO: no claims, no bound beyond the lease's.
         self.confirmed_tx
             .send_replace(self.confirmed_until().unwrap_or(MonoTime::ZERO));
