@@ -164,8 +164,10 @@ impl LocalDirStore {
     /// costs more than that in the hand-off (a futex wake of a pool thread,
     /// then of the waiting worker). A node reads most of what it reads in
     /// bursts (a pass's hinted claims and manifests, 16 at a time); placing
-    /// 100,000 sessions on ten nodes, the hand-offs were a sixth of the
-    /// fleet's CPU (issue #14). Writes keep a task each: they fsync, and a
+    /// 100,000 sessions on ten nodes, futex wakes and waits, mostly these
+    /// hand-offs, were a sixth of the fleet's CPU (issue #14; placement
+    /// 35-41 s → 26-27 s with this and the deadline floor). Writes keep a
+    /// task each: they fsync, and a
     /// renewal must not wait behind another write's fsync.
     async fn read_blocking<T: Send + 'static>(
         &self,
