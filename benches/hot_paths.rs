@@ -162,6 +162,14 @@ fn reconcile_100k_manifests_10_nodes(b: divan::Bencher) {
     });
 }
 
+/// The local store benches' runtime: one thread, as the blocking pool's
+/// hand-offs are part of what they measure.
+fn current_thread_rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
+}
+
 /// A local directory store holding 100,000 small objects under `sessions/`,
 /// made once per bench process (about ten seconds) and removed at exit.
 fn local_with_objects() -> &'static (
@@ -181,10 +189,7 @@ fn local_with_objects() -> &'static (
         .unwrap();
         let store: std::sync::Arc<dyn Store> =
             std::sync::Arc::new(LocalDirStore::open(dir.path()).unwrap());
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
-        rt.block_on(async {
+        current_thread_rt().block_on(async {
             for i in 0..100_000 {
                 store
                     .put(
@@ -206,9 +211,7 @@ fn local_with_objects() -> &'static (
 fn local_list_100k(b: divan::Bencher) {
     use futures::StreamExt;
     let (_, store) = local_with_objects();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap();
+    let rt = current_thread_rt();
     b.bench(|| rt.block_on(store.list("sessions/").count()));
 }
 
@@ -219,8 +222,6 @@ fn local_list_100k(b: divan::Bencher) {
 fn local_list_after_100k_none_left(b: divan::Bencher) {
     use futures::StreamExt;
     let (_, store) = local_with_objects();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap();
+    let rt = current_thread_rt();
     b.bench(|| rt.block_on(store.list_after("sessions/", "sessions/t").count()));
 }

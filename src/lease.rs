@@ -1042,24 +1042,32 @@ impl LeaseClient {
     ) -> Result<Vec<crate::store::Entry>> {
         let mut s = self.inner.store.list(prefix);
         let mut out = Vec::new();
+        let mut watched = Vec::new();
         while let Some(e) = s.next().await {
             // An in-memory or local listing yields every page at once: a
             // yield point now and then (tokio's coop budget) keeps a long
             // listing from holding its thread (see the node's pass).
             tokio::task::coop::consume_budget().await;
             let e = e.map_err(|e| Error::from_store("list", prefix, e))?;
-            if watch(&e) {
+            let w = watch(&e);
+            if w {
                 // Taken as each entry is yielded, which is no earlier than
                 // the arrival of the page carrying it: conservative.
                 let arrived = self.inner.clock.now();
                 self.inner.observer.observe(&e.key, &e.version, arrived);
-            } else {
-                self.inner.observer.forget(&e.key);
             }
+            watched.push(w);
             out.push(e);
         }
-        let listed: std::collections::HashSet<&str> = out.iter().map(|e| e.key.as_str()).collect();
-        self.inner.observer.retain_listed(prefix, &listed);
+        // One pass under the observer's lock forgets both what the listing
+        // no longer shows and what `watch` declined.
+        let keep: std::collections::HashSet<&str> = out
+            .iter()
+            .zip(&watched)
+            .filter(|(_, w)| **w)
+            .map(|(e, _)| e.key.as_str())
+            .collect();
+        self.inner.observer.retain_listed(prefix, &keep);
         Ok(out)
     }
 }
