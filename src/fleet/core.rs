@@ -363,6 +363,32 @@ pub fn gate(c: &Candidate, rank: impl FnOnce() -> Option<Rank>) -> Gate {
     Gate::Claim
 }
 
+/// How a pass saw one peer: (id, instance, live, offers capacity,
+/// unproven). A pass keeps the sorted list of these to tell a change in the
+/// fleet.
+pub type PeerSeen = (String, String, bool, bool, bool);
+
+/// The ids of the peers whose view differs between two passes (`before`
+/// and `after` sorted): one that came, went, or changed instance,
+/// liveness, capacity or its unproven mark.
+///
+/// Why a pass needs no more than these after a fleet change (issue #14: a
+/// survivor rescanned all 100,000 manifests when one peer died): a name
+/// that was not claimable stays so until its manifest or claim changes
+/// (hints and full listings name those) or its holder's liveness does
+/// ([`plan::owner_live`](super::plan::owner_live), which reads the views of
+/// the holder's id only). Every other name the last pass looked at and did
+/// not claim is revisited anyway, ranks and all. So the names to look at
+/// again are those whose claim names one of these ids.
+pub fn peers_changed(
+    before: &[PeerSeen],
+    after: &[PeerSeen],
+) -> std::collections::BTreeSet<String> {
+    let (b, a): (std::collections::BTreeSet<_>, std::collections::BTreeSet<_>) =
+        (before.iter().collect(), after.iter().collect());
+    b.symmetric_difference(&a).map(|p| p.0.clone()).collect()
+}
+
 /// The pause before the next pass: the base poll while anything changes,
 /// doubling with each idle pass up to `max_poll`.
 pub fn pace(poll: Duration, max_poll: Duration, idle_passes: u32) -> Duration {
@@ -972,6 +998,35 @@ mod tests {
     use OwnedAction::*;
 
     const S: Duration = Duration::from_secs(1);
+
+    #[test]
+    fn peers_changed_names_every_peer_whose_view_moved_and_no_other() {
+        let p = |id: &str, inst: &str, live: bool, cap: bool, unproven: bool| -> PeerSeen {
+            (id.into(), inst.into(), live, cap, unproven)
+        };
+        let before = vec![
+            p("a", "1", true, true, false),
+            p("b", "1", true, true, false),
+            p("c", "1", true, true, false),
+            p("d", "1", true, true, false),
+            p("e", "1", true, true, false),
+        ];
+        let mut after = vec![
+            p("a", "1", true, true, false),  // unchanged
+            p("b", "1", false, true, false), // died
+            p("c", "2", true, true, false),  // a new instance
+            p("d", "1", true, false, false), // full
+            p("e", "1", true, true, true),   // unproven
+            p("f", "1", true, true, false),  // came
+        ];
+        after.sort();
+        let got: Vec<String> = peers_changed(&before, &after).into_iter().collect();
+        assert_eq!(got, ["b", "c", "d", "e", "f"]);
+        // One that went; and nothing at all when nothing moved.
+        let got: Vec<String> = peers_changed(&before, &before[..4]).into_iter().collect();
+        assert_eq!(got, ["e"]);
+        assert!(peers_changed(&before, &before).is_empty());
+    }
 
     #[rustfmt::skip]
     #[test]

@@ -971,11 +971,12 @@ struct Node {
     /// absence rules run on full listings).
     full_forced: bool,
     /// The next pass looks at every manifest, not only those hints named
-    /// (peers came, went or stopped renewing; capacity or control changed).
+    /// (a full listing; control changed; capacity ran out; a pass failed).
     rescan: bool,
     /// The peers as the last pass saw them (id, instance, live, offers
-    /// capacity, unproven): a change means a rescan.
-    fleet_seen: Vec<(String, String, bool, bool, bool)>,
+    /// capacity, unproven): a change means a look at the names their
+    /// claims hold (`core::peers_changed`).
+    fleet_seen: Vec<core::PeerSeen>,
     /// Names to look at again in the next pass whatever the hints say: those
     /// the last pass did not claim and did not find unclaimable (grace,
     /// rank, absence waits, a refused write, capacity).
@@ -2586,10 +2587,12 @@ impl Node {
             })
             .collect();
         seen.sort();
-        if seen != self.fleet_seen {
-            self.rescan = true;
-            self.fleet_seen = seen;
-        }
+        // A change in the fleet is looked at where it matters: the names
+        // whose claim names a peer that changed (`core::peers_changed`
+        // says why no others), not every manifest. A survivor of a death
+        // at 100,000 sessions looks at its dead peer's ~10,000, not all.
+        let changed_peers = core::peers_changed(&self.fleet_seen, &seen);
+        self.fleet_seen = seen;
         let scan_all = std::mem::take(&mut self.rescan);
         let names: Vec<String> = if scan_all {
             let mut all: Vec<String> = self
@@ -2602,6 +2605,15 @@ impl Node {
         } else {
             let mut some = std::mem::take(&mut self.revisit);
             some.extend(hinted.iter().cloned());
+            if !changed_peers.is_empty() {
+                some.extend(
+                    self.claims
+                        .iter()
+                        .filter(|(_, (_, c))| changed_peers.contains(c.owner.node.as_str()))
+                        .filter_map(|(k, _)| crate::keys::name_in(crate::keys::SESSIONS, k))
+                        .map(str::to_string),
+                );
+            }
             some.into_iter()
                 .filter(|n| self.manifests.contains_key(&crate::keys::manifest(n)))
                 .collect()
