@@ -60,6 +60,13 @@ enum Cmd {
         /// Sessions per node; default: room for every manifest on one node.
         #[arg(long)]
         capacity: Option<u32>,
+        /// Nodes as `node run` configures them (poll ttl/3, grace 2/3 ttl,
+        /// max poll one ttl, a full listing every 60 ttls, the change feed
+        /// on) and manifests applied through the hinting store as `leasehold
+        /// apply` writes them; default: the library's defaults with poll
+        /// ttl/10 (every pass a full listing).
+        #[arg(long)]
+        daemon_defaults: bool,
         #[arg(long)]
         json: bool,
     },
@@ -237,6 +244,7 @@ async fn async_main() {
             ttl_ms,
             kills,
             capacity,
+            daemon_defaults,
             json,
         } => {
             fleet::placement(
@@ -246,6 +254,7 @@ async fn async_main() {
                 Duration::from_millis(ttl_ms),
                 kills,
                 capacity,
+                daemon_defaults,
                 json,
             )
             .await
