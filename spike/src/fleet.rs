@@ -327,9 +327,7 @@ pub async fn placement(
         // The event totals first (a counter per node): copying every
         // journal each time would cost a core at 100,000 sessions and slow
         // what is measured. The names are checked once the count is there.
-        if starts(&nodes) >= m as u64
-            && started_since(&nodes, &vec![0; nodes.len()]).len() == m
-        {
+        if starts(&nodes) >= m as u64 && started_since(&nodes, &vec![0; nodes.len()]).len() == m {
             placed_at = clock.now().saturating_since(t0);
             break;
         }

@@ -378,8 +378,11 @@ pub type PeerSeen = (String, String, bool, bool, bool);
 /// (hints and full listings name those) or its holder's liveness does
 /// ([`plan::owner_live`](super::plan::owner_live), which reads the views of
 /// the holder's id only). Every other name the last pass looked at and did
-/// not claim is revisited anyway, ranks and all. So the names to look at
-/// again are those whose claim names one of these ids.
+/// not claim is revisited anyway, ranks and all (a corrupt key answers
+/// Skip, never NotClaimable, so it is revisited too). A node's own owner
+/// is fixed for its life (a re-registration starts a new `Node`, which
+/// looks at everything). So the names to look at again are those whose
+/// claim names one of these ids.
 pub fn peers_changed(
     before: &[PeerSeen],
     after: &[PeerSeen],
