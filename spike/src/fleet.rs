@@ -377,7 +377,7 @@ pub async fn placement(
         // survivor (journals, in memory: no polling of the store; the
         // totals first, as above).
         loop {
-            if starts(&nodes) - before >= theirs.len() as u64 {
+            if starts(&nodes).saturating_sub(before) >= theirs.len() as u64 {
                 let started = started_since(&nodes, &marks);
                 if theirs.iter().all(|s| started.contains(s)) {
                     break;
@@ -468,8 +468,6 @@ pub async fn placement(
     Ok(())
 }
 
-/// Sessions with a `started` event in any node's journal after that node's
-/// mark (a sequence number).
 /// Session starts so far, over every node's journal (counters only).
 fn starts(nodes: &[SpikeNode]) -> u64 {
     nodes
@@ -484,6 +482,8 @@ fn starts(nodes: &[SpikeNode]) -> u64 {
         .sum()
 }
 
+/// Sessions with a `started` event in any node's journal after that node's
+/// mark (a sequence number).
 fn started_since(nodes: &[SpikeNode], marks: &[u64]) -> std::collections::BTreeSet<String> {
     let mut out = std::collections::BTreeSet::new();
     for (n, mark) in nodes.iter().zip(marks) {

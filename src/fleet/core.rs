@@ -370,7 +370,7 @@ pub type PeerSeen = (String, String, bool, bool, bool);
 
 /// The ids of the peers whose view differs between two passes (`before`
 /// and `after` sorted): one that came, went, or changed instance,
-/// liveness, capacity or its unproven mark.
+/// liveness, its unproven mark or whether it offers capacity.
 ///
 /// Why a pass needs no more than these after a fleet change (issue #14: a
 /// survivor rescanned all 100,000 manifests when one peer died): a name
