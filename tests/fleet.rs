@@ -2828,3 +2828,128 @@ async fn a_session_with_an_unreadable_manifest_is_not_taken_over_until_it_reads(
     .await;
     f.finish().await;
 }
+
+/// A pass that holds its runtime's only thread for three ttls (CPU work at
+/// 100,000 sessions did this to renewals: docs/evidence.md, sessions 16-17)
+/// must not cost the node its lease. With a renew thread of its own
+/// (`NodeDeps::renew_on`) renewals land while the pass holds the thread, and
+/// the node stays registered as the same instance. With the renew task on the
+/// pull loop's runtime, as before, none lands: the hazard is real here.
+#[tokio::test(flavor = "current_thread")]
+async fn renewals_land_while_a_pass_holds_the_pull_loops_only_thread() {
+    use async_trait::async_trait;
+    use futures::stream::BoxStream;
+    use leasehold::fleet::renew_thread::RenewThread;
+    use leasehold::store::{Cond, Conditional, Entry, Object, StoreError, Version};
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+
+    /// Once armed, the next listing holds the calling thread (as a long
+    /// synchronous pass does) and counts the node's renewals meanwhile.
+    #[derive(Debug)]
+    struct Hog {
+        inner: Arc<dyn Store>,
+        armed: AtomicBool,
+        hogging: AtomicBool,
+        hogged: AtomicU32,
+        renewed_meanwhile: AtomicU32,
+    }
+    impl std::fmt::Display for Hog {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "hog({})", self.inner)
+        }
+    }
+    #[async_trait]
+    impl Store for Hog {
+        async fn get(&self, key: &str) -> Result<Option<Object>, StoreError> {
+            self.inner.get(key).await
+        }
+        async fn get_if_changed(
+            &self,
+            key: &str,
+            known: &Version,
+        ) -> Result<Conditional, StoreError> {
+            self.inner.get_if_changed(key, known).await
+        }
+        async fn put(
+            &self,
+            key: &str,
+            bytes: bytes::Bytes,
+            cond: Cond,
+        ) -> Result<Version, StoreError> {
+            let during = self.hogging.load(Ordering::SeqCst);
+            let r = self.inner.put(key, bytes, cond).await;
+            if during && key == "nodes/hog" && r.is_ok() {
+                self.renewed_meanwhile.fetch_add(1, Ordering::SeqCst);
+            }
+            r
+        }
+        async fn delete(&self, key: &str) -> Result<(), StoreError> {
+            self.inner.delete(key).await
+        }
+        fn list(&self, prefix: &str) -> BoxStream<'static, Result<Entry, StoreError>> {
+            if self.armed.swap(false, Ordering::SeqCst) {
+                self.hogging.store(true, Ordering::SeqCst);
+                std::thread::sleep(TTL * 3);
+                self.hogging.store(false, Ordering::SeqCst);
+                self.hogged.fetch_add(1, Ordering::SeqCst);
+            }
+            self.inner.list(prefix)
+        }
+    }
+
+    /// (renewals landed while the thread was held, journal totals after).
+    async fn hogged(renew_on: Option<tokio::runtime::Handle>) -> (u32, BTreeMap<EventKind, u64>) {
+        let inner: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());
+        init_marker(&inner).await;
+        let hog = Arc::new(Hog {
+            inner,
+            armed: AtomicBool::new(false),
+            hogging: AtomicBool::new(false),
+            hogged: AtomicU32::new(0),
+            renewed_meanwhile: AtomicU32::new(0),
+        });
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+        let mut cfg = NodeConfig::new(Name::new("hog").unwrap(), TTL);
+        cfg.probe = false;
+        cfg.poll = Duration::from_millis(50);
+        cfg.max_poll = Duration::from_millis(100);
+        let journal = Arc::new(Journal::new(10_000, 1 << 20));
+        let deps = NodeDeps {
+            journal: journal.clone(),
+            renew_on,
+            ..NodeDeps::new(
+                hog.clone(),
+                clock.clone(),
+                Arc::new(RecordingRunner::new(clock.clone())),
+            )
+        };
+        let status = deps.status.clone();
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(node::run(cfg, deps, shutdown.clone()));
+        let mut waited = 0;
+        while !status.snapshot().ready {
+            clock.sleep(Duration::from_millis(20)).await;
+            waited += 1;
+            assert!(waited < 500, "the node never registered");
+        }
+        hog.armed.store(true, Ordering::SeqCst);
+        while hog.hogged.load(Ordering::SeqCst) == 0 {
+            clock.sleep(Duration::from_millis(20)).await;
+        }
+        clock.sleep(TTL * 2).await;
+        let totals = journal.totals();
+        shutdown.cancel();
+        let _ = task.await;
+        (hog.renewed_meanwhile.load(Ordering::SeqCst), totals)
+    }
+
+    let thread = RenewThread::start("renew-hog").unwrap();
+    let (renewed, totals) = hogged(Some(thread.handle())).await;
+    // One due every ttl/3 while the thread was held for three ttls: about 9.
+    assert!(renewed >= 3, "{renewed} renewals landed; {totals:?}");
+    assert_eq!(totals.get(&EventKind::LeaseLost), None, "{totals:?}");
+    assert_eq!(totals.get(&EventKind::ReRegistering), None, "{totals:?}");
+    // The same node with its renewals on the held thread: none can land.
+    let (renewed, _) = hogged(None).await;
+    assert_eq!(renewed, 0, "renewals landed on a thread that was held");
+}

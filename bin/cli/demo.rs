@@ -207,6 +207,8 @@ struct DemoNode {
     id: String,
     shutdown: tokio_util::sync::CancellationToken,
     task: tokio::task::JoinHandle<Result<(), Error>>,
+    /// Its renewals' thread, as a daemon has (dropped after the node).
+    _renew: leasehold::fleet::renew_thread::RenewThread,
 }
 
 /// Current claims: session -> (owner node, epoch, state).
@@ -276,9 +278,11 @@ pub async fn fleet(store_url: Option<String>, ttl: Duration, sessions: u32) -> R
             ExecRunner::new(exe.clone(), clock.clone(), Duration::from_millis(500))
                 .with_containment(leasehold::fleet::contain::Mode::Auto)?,
         );
+        let renew = leasehold::fleet::renew_thread::RenewThread::start(&format!("renew-{id}"))?;
         let deps = NodeDeps {
             entropy: entropy.clone(),
             host_lock: Some(Arc::new(lock)),
+            renew_on: Some(renew.handle()),
             journal: Arc::new(leasehold::fleet::journal::Journal::new(1000, 1 << 20)),
             ..NodeDeps::new(store.clone(), clock.clone(), runner)
         };
@@ -288,6 +292,7 @@ pub async fn fleet(store_url: Option<String>, ttl: Duration, sessions: u32) -> R
             id: id.to_string(),
             shutdown,
             task,
+            _renew: renew,
         })
     };
     let mut nodes = vec![start("alpha")?, start("bravo")?, start("charlie")?];

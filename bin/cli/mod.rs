@@ -789,6 +789,15 @@ pub(crate) async fn open(args: &StoreArgs) -> Result<Arc<dyn Store>, Error> {
 /// Opens the store, creating a `file://` root that does not exist yet (and
 /// saying so on stderr): for `init` and `node run`.
 pub(crate) async fn open_creating(args: &StoreArgs) -> Result<Arc<dyn Store>, Error> {
+    open_creating_on(args, None).await
+}
+
+/// As [`open_creating`], with the HTTP stores' socket work on `io` (see
+/// `OpenOptions::io_runtime`).
+async fn open_creating_on(
+    args: &StoreArgs,
+    io: Option<tokio::runtime::Handle>,
+) -> Result<Arc<dyn Store>, Error> {
     if let Some(dir) = args
         .store
         .to_ascii_lowercase()
@@ -802,6 +811,7 @@ pub(crate) async fn open_creating(args: &StoreArgs) -> Result<Arc<dyn Store>, Er
     let opts = OpenOptions {
         endpoint: args.endpoint.clone(),
         request_timeout: args.request_timeout,
+        io_runtime: io,
     };
     open_store(&args.store, &opts).await
 }
@@ -1837,7 +1847,11 @@ async fn node(op: NodeOp) -> Result<(), Failure> {
     {
         return Err(Error::invalid("--full-every", "between the ttl and 24h").into());
     }
-    let store = open_creating(&store).await?;
+    // Renewals, and the store's socket work, on a thread no pass occupies
+    // (`leasehold::fleet::renew_thread`); it lives until the node has
+    // released its lease, at the end of this function.
+    let renew_thread = leasehold::fleet::renew_thread::RenewThread::start("leasehold-renew")?;
+    let store = open_creating_on(&store, Some(renew_thread.handle())).await?;
     let counting = Arc::new(leasehold::store::CountingStore::new(store));
     // Hints are counted with the rest of the node's requests.
     let store: Arc<dyn Store> = hinting(counting.clone());
@@ -1906,6 +1920,7 @@ async fn node(op: NodeOp) -> Result<(), Failure> {
         status: status.clone(),
         claims: Some(claim_inbox),
         nudge,
+        renew_on: Some(renew_thread.handle()),
         ..fleet_node::NodeDeps::new(store, clock, runner)
     };
     let shutdown = tokio_util::sync::CancellationToken::new();

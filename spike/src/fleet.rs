@@ -5,6 +5,7 @@ use leasehold::fleet::claim::{ClaimRecord, ClaimState};
 use leasehold::fleet::journal::{EventKind, Journal};
 use leasehold::fleet::manifest::{self, RestartPolicy, Spec};
 use leasehold::fleet::node::{self, NodeConfig, NodeDeps};
+use leasehold::fleet::renew_thread::RenewThread;
 use leasehold::fleet::runner::RecordingRunner;
 use leasehold::store::{
     CountingStore, ObjectStoreBackend, OpenOptions, RequestCounts, Store, open_store,
@@ -44,6 +45,14 @@ struct SpikeNode {
     status: Arc<leasehold::fleet::node::NodeStatus>,
     shutdown: CancellationToken,
     task: tokio::task::JoinHandle<Result<()>>,
+    /// The node's renewals' thread, as `node run` has one (`None`: renewals
+    /// on the nodes' shared runtime, as in the virtual hour).
+    _renew: Option<RenewThread>,
+}
+
+/// A renew thread for a node on the real clock, unless `inline`.
+fn renew_thread(id: &str, inline: bool) -> Option<RenewThread> {
+    (!inline).then(|| RenewThread::start(&format!("renew-{id}")).expect("renew thread"))
 }
 
 fn start(
@@ -53,6 +62,7 @@ fn start(
     ttl: Duration,
     capacity: u32,
     poll: Option<Duration>,
+    inline: bool,
 ) -> SpikeNode {
     let mut cfg = NodeConfig::new(Name::new(id).unwrap(), ttl);
     cfg.capacity = capacity;
@@ -61,11 +71,18 @@ fn start(
         cfg.grace = p * 2;
         cfg.max_poll = p * 4;
     }
-    start_cfg(cfg, store, clock)
+    start_cfg(cfg, store, clock, inline)
 }
 
-fn start_cfg(cfg: NodeConfig, store: &Arc<dyn Store>, clock: &Arc<dyn Clock>) -> SpikeNode {
-    start_nudged(cfg, store, clock, None)
+/// On the real clock; with a renew thread of its own unless `inline`.
+fn start_cfg(
+    cfg: NodeConfig,
+    store: &Arc<dyn Store>,
+    clock: &Arc<dyn Clock>,
+    inline: bool,
+) -> SpikeNode {
+    let renew = renew_thread(cfg.id.as_str(), inline);
+    start_nudged(cfg, store, clock, None, renew)
 }
 
 /// As `start_cfg`, reachable through (and nudging through) `nudge`.
@@ -74,6 +91,7 @@ fn start_nudged(
     store: &Arc<dyn Store>,
     clock: &Arc<dyn Clock>,
     nudge: Option<&leasehold::fleet::nudge::LocalNudge>,
+    renew: Option<RenewThread>,
 ) -> SpikeNode {
     cfg.probe = false;
     let id = cfg.id.to_string();
@@ -81,6 +99,7 @@ fn start_nudged(
     let deps = NodeDeps {
         journal: journal.clone(),
         nudge: nudge.map(|n| Arc::new(n.clone()) as Arc<dyn leasehold::fleet::nudge::Nudge>),
+        renew_on: renew.as_ref().map(RenewThread::handle),
         ..NodeDeps::new(
             store.clone(),
             clock.clone(),
@@ -106,6 +125,7 @@ fn start_nudged(
         status,
         shutdown,
         task,
+        _renew: renew,
     }
 }
 
@@ -125,7 +145,7 @@ pub async fn admit(url: &str, n: usize, ttl: Duration, samples: usize, json: boo
             let mut cfg = NodeConfig::new(Name::new(format!("n{i}")).unwrap(), ttl);
             cfg.capacity = 1000;
             cfg.full_every = ttl * DEFAULT_FULL_EVERY_TTLS;
-            start_cfg(cfg, &store, &clock)
+            start_cfg(cfg, &store, &clock, false)
         })
         .collect();
     // Idle: a node backs off to one pass per max_poll (= ttl) after about
@@ -260,6 +280,7 @@ pub async fn placement(
     kills: usize,
     capacity: Option<u32>,
     daemon_defaults: bool,
+    renew_inline: bool,
     json: bool,
 ) -> Result<()> {
     let base = open_store(url, &OpenOptions::default()).await?;
@@ -308,9 +329,17 @@ pub async fn placement(
                 let mut cfg = NodeConfig::new(Name::new(id).unwrap(), ttl);
                 cfg.capacity = capacity;
                 cfg.full_every = ttl * DEFAULT_FULL_EVERY_TTLS;
-                start_cfg(cfg, &node_store, &clock)
+                start_cfg(cfg, &node_store, &clock, renew_inline)
             } else {
-                start(&id, &node_store, &clock, ttl, capacity, Some(poll))
+                start(
+                    &id,
+                    &node_store,
+                    &clock,
+                    ttl,
+                    capacity,
+                    Some(poll),
+                    renew_inline,
+                )
             }
         })
         .collect();
@@ -417,6 +446,7 @@ pub async fn placement(
     let row = serde_json::json!({
         "store": url, "nodes": n, "manifests": m, "capacity": capacity, "ttl_ms": ttl.as_millis() as u64, "poll_ms": poll.as_millis() as u64,
         "daemon_defaults": daemon_defaults,
+        "renew_thread": !renew_inline,
         "apply_ms": applied.as_millis() as u64,
         "place_all_ms": placed_at.as_millis() as u64,
         "placed_after_last_apply_ms": placed_at.saturating_sub(applied).as_millis() as u64,
@@ -597,7 +627,8 @@ async fn virtual_hour(n: usize, s: usize, set: Settings, kills: usize) -> Result
                 cfg.max_poll = m;
             }
             cfg.full_every = set.full_every();
-            start_nudged(cfg, &store, &dyn_clock, set.nudge.then_some(&nudges))
+            // On the manual clock, every task on this one runtime.
+            start_nudged(cfg, &store, &dyn_clock, set.nudge.then_some(&nudges), None)
         })
         .collect();
     let step = Duration::from_millis(100);
@@ -693,6 +724,7 @@ async fn virtual_hour(n: usize, s: usize, set: Settings, kills: usize) -> Result
             &store,
             &dyn_clock,
             set.nudge.then_some(&nudges),
+            None,
         ));
     }
     for nd in nodes {

@@ -102,8 +102,11 @@ pub async fn node_child(url: &str, id: &str, ttl: Duration, capacity: u32) -> Re
     cfg.full_every = ttl * crate::fleet::DEFAULT_FULL_EVERY_TTLS;
     cfg.probe = false;
     let journal = Arc::new(Journal::new(10_000, 4 << 20));
+    // As `node run` does: renewals on a thread of their own.
+    let renew = leasehold::fleet::renew_thread::RenewThread::start("leasehold-renew")?;
     let deps = NodeDeps {
         journal: journal.clone(),
+        renew_on: Some(renew.handle()),
         ..NodeDeps::new(
             store,
             clock.clone(),

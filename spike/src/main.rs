@@ -67,6 +67,10 @@ enum Cmd {
         /// ttl/10 (every pass a full listing).
         #[arg(long)]
         daemon_defaults: bool,
+        /// Renewals on the runtime every node's pass runs on, as before
+        /// each node had a renew thread of its own (for an A/B).
+        #[arg(long)]
+        renew_inline: bool,
         #[arg(long)]
         json: bool,
     },
@@ -245,6 +249,7 @@ async fn async_main() {
             kills,
             capacity,
             daemon_defaults,
+            renew_inline,
             json,
         } => {
             fleet::placement(
@@ -255,6 +260,7 @@ async fn async_main() {
                 kills,
                 capacity,
                 daemon_defaults,
+                renew_inline,
                 json,
             )
             .await

@@ -24,6 +24,7 @@ pub mod marker;
 pub mod node;
 pub mod nudge;
 pub mod plan;
+pub mod renew_thread;
 pub mod runner;
 pub mod watchdog;
 

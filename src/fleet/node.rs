@@ -377,6 +377,13 @@ pub struct NodeDeps {
     /// How this node nudges the ranked takers of a peer it fences
     /// (`super::nudge`); `None`: they notice at their own pace.
     pub nudge: Option<Arc<dyn super::nudge::Nudge>>,
+    /// Where the renew task runs. `Some`: a runtime no pass ever occupies
+    /// ([`super::renew_thread::RenewThread`], as the daemon and the spike
+    /// set it), so a renewal waits for nothing but its timer and its request.
+    /// `None`: the runtime `run` is called on, where a long pass delays it
+    /// (the seeded simulation, whose nodes share one current-thread runtime
+    /// on a manual clock, and tests of the protocol itself).
+    pub renew_on: Option<tokio::runtime::Handle>,
 }
 
 impl NodeDeps {
@@ -395,6 +402,7 @@ impl NodeDeps {
             status: Default::default(),
             claims: None,
             nudge: None,
+            renew_on: None,
         }
     }
 }
@@ -1151,9 +1159,7 @@ impl Node {
         });
         let (load_tx, load_rx) = watch::channel(0u32);
         let stop_renew = CancellationToken::new();
-        // Aborted with this future: a node whose task dies must not leave its
-        // lease renewing behind it.
-        let mut renew = AbortOnDrop(tokio::spawn(renew_task(
+        let task = renew_task(
             lease,
             self.cfg.clone(),
             self.deps.clone(),
@@ -1165,7 +1171,13 @@ impl Node {
                 stop: stop_renew.clone(),
                 unproven_until: self.predecessor_unproven_until,
             },
-        )));
+        );
+        // Aborted with this future: a node whose task dies must not leave its
+        // lease renewing behind it (on whichever runtime it runs).
+        let mut renew = AbortOnDrop(match &self.deps.renew_on {
+            Some(rt) => rt.spawn(task),
+            None => tokio::spawn(task),
+        });
         self.validity = Some(valid_rx.clone());
         self.deps
             .status

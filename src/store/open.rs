@@ -12,6 +12,7 @@ use super::{LocalDirStore, ObjectStoreBackend, Store};
 use crate::error::Error;
 use object_store::aws::{AmazonS3Builder, AwsCredential};
 use object_store::azure::MicrosoftAzureBuilder;
+use object_store::client::SpawnedReqwestConnector;
 use object_store::gcp::GoogleCloudStorageBuilder;
 use object_store::{ClientOptions, CredentialProvider, RetryConfig};
 use std::sync::Arc;
@@ -25,6 +26,12 @@ pub struct OpenOptions {
     /// Per-request timeout. Keep it well under the lease TTL: a renew that
     /// hangs longer than the remaining validity is useless.
     pub request_timeout: Duration,
+    /// Where the HTTP stores (S3, Azure, GCS) do their socket work; `None`:
+    /// on the runtime of whichever task sends the request. The daemon gives
+    /// its renew thread (`crate::fleet::renew_thread`), so that a renewal's
+    /// request never waits for a connection driven by the pull loop's busy
+    /// runtime. The local store ignores it.
+    pub io_runtime: Option<tokio::runtime::Handle>,
 }
 
 impl Default for OpenOptions {
@@ -32,6 +39,7 @@ impl Default for OpenOptions {
         OpenOptions {
             endpoint: None,
             request_timeout: Duration::from_secs(5),
+            io_runtime: None,
         }
     }
 }
@@ -176,6 +184,9 @@ pub async fn open_raw(url: &str, opts: &OpenOptions) -> Result<Raw, Error> {
                 .with_region(region)
                 .with_client_options(client)
                 .with_retry(retry);
+            if let Some(rt) = &opts.io_runtime {
+                b = b.with_http_connector(SpawnedReqwestConnector::new(rt.clone()));
+            }
             identity = format!(
                 "s3://{}/{bucket}/{prefix}",
                 endpoint.as_deref().map_or_else(
@@ -199,12 +210,15 @@ pub async fn open_raw(url: &str, opts: &OpenOptions) -> Result<Raw, Error> {
                 .or_else(|_| std::env::var("AZURE_STORAGE_ACCOUNT"))
                 .unwrap_or_else(|_| "default".into());
             identity = format!("az://{account}/{bucket}/{prefix}");
+            let mut b = MicrosoftAzureBuilder::from_env()
+                .with_container_name(bucket)
+                .with_client_options(client.with_allow_http(env_allow_http("AZURE_ALLOW_HTTP")))
+                .with_retry(retry);
+            if let Some(rt) = &opts.io_runtime {
+                b = b.with_http_connector(SpawnedReqwestConnector::new(rt.clone()));
+            }
             Arc::new(
-                MicrosoftAzureBuilder::from_env()
-                    .with_container_name(bucket)
-                    .with_client_options(client.with_allow_http(env_allow_http("AZURE_ALLOW_HTTP")))
-                    .with_retry(retry)
-                    .build()
+                b.build()
                     .map_err(|e| bad(&super::objstore::redact(&e.to_string())))?,
             )
         }
@@ -212,14 +226,19 @@ pub async fn open_raw(url: &str, opts: &OpenOptions) -> Result<Raw, Error> {
         // `GOOGLE_BASE_URL` or the credentials' `gcs_base_url`, decides the
         // scheme); ours replace them, so keep that, or an emulator on
         // http://127.0.0.1 fails before sending anything.
-        "gs" | "gcs" => Arc::new(
-            GoogleCloudStorageBuilder::from_env()
+        "gs" | "gcs" => {
+            let mut b = GoogleCloudStorageBuilder::from_env()
                 .with_bucket_name(bucket)
                 .with_client_options(client.with_allow_http(true))
-                .with_retry(retry)
-                .build()
-                .map_err(|e| bad(&super::objstore::redact(&e.to_string())))?,
-        ),
+                .with_retry(retry);
+            if let Some(rt) = &opts.io_runtime {
+                b = b.with_http_connector(SpawnedReqwestConnector::new(rt.clone()));
+            }
+            Arc::new(
+                b.build()
+                    .map_err(|e| bad(&super::objstore::redact(&e.to_string())))?,
+            )
+        }
         other => return Err(bad(&format!("unknown scheme {other:?}"))),
     };
     Ok(Raw::Object {
