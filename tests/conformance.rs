@@ -24,6 +24,19 @@ async fn memory() {
     .await;
 }
 
+/// `memory://` (`MemoryStore`, paged listings from a cursor).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn memory_url() {
+    suite::run_all(&|| {
+        Box::pin(async {
+            leasehold::store::open_store("memory://", &Default::default())
+                .await
+                .unwrap()
+        })
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn local_directory() {
     let dir = tempfile::tempdir().unwrap();

@@ -119,9 +119,7 @@ pub struct ClaimRecord {
 impl ClaimRecord {
     pub fn decode(key: &str, bytes: &[u8]) -> Result<Self> {
         let corrupt = |r: String| Error::corrupt(key, r);
-        let v = crate::record::envelope(key, bytes, "session", 64 * 1024)?;
-        let r: ClaimRecord =
-            serde_json::from_value(v).map_err(|e| corrupt(format!("malformed claim: {e}")))?;
+        let r: ClaimRecord = crate::record::decode_as(key, bytes, "session", 64 * 1024, "claim")?;
         if r.epoch == 0 && r.state != ClaimState::Released {
             return Err(corrupt(
                 "epoch must be at least 1 (0 only for the queued placeholder)".into(),

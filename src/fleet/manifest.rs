@@ -197,9 +197,8 @@ pub struct ManifestRecord {
 impl ManifestRecord {
     pub fn decode(key: &str, bytes: &[u8]) -> Result<Self> {
         let corrupt = |r: String| Error::corrupt(key, r);
-        let v = crate::record::envelope(key, bytes, "manifest", MAX_MANIFEST_BYTES)?;
         let r: ManifestRecord =
-            serde_json::from_value(v).map_err(|e| corrupt(format!("malformed manifest: {e}")))?;
+            crate::record::decode_as(key, bytes, "manifest", MAX_MANIFEST_BYTES, "manifest")?;
         r.spec.validate().map_err(|e| corrupt(e.to_string()))?;
         if r.digest != r.spec.digest() {
             return Err(corrupt("digest does not match the spec".into()));

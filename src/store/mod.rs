@@ -38,6 +38,7 @@ pub mod counting;
 #[cfg(any(test, feature = "testkit"))]
 pub mod fault;
 pub mod local;
+pub mod mem;
 pub mod objstore;
 pub mod open;
 pub mod traced;
@@ -46,6 +47,7 @@ pub use counting::{CountingStore, RequestCounts};
 #[cfg(any(test, feature = "testkit"))]
 pub use fault::{Fault, FaultPlan, FaultStore};
 pub use local::LocalDirStore;
+pub use mem::MemoryStore;
 pub use objstore::ObjectStoreBackend;
 pub use open::{OpenOptions, Raw, open_raw, open_store};
 pub use traced::TracedStore;
