@@ -2953,3 +2953,50 @@ async fn renewals_land_while_a_pass_holds_the_pull_loops_only_thread() {
     let (renewed, _) = hogged(None).await;
     assert_eq!(renewed, 0, "renewals landed on a thread that was held");
 }
+
+/// A node whose renew thread is dropped under it (an embedder that lets
+/// it go too soon) stops at once as if its lease were lost: it does not run
+/// passes back to back until the lease lapses (a closed validity channel
+/// ends every pause at once), and `run` returns an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_renew_thread_is_dropped_stops_at_once() {
+    use leasehold::fleet::renew_thread::RenewThread;
+    use leasehold::store::CountingStore;
+    let counting = Arc::new(CountingStore::new(Arc::new(ObjectStoreBackend::memory())));
+    let store: Arc<dyn Store> = counting.clone();
+    init_marker(&store).await;
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+    // A long ttl: the lease would stay valid for seconds after the drop.
+    let mut cfg = NodeConfig::new(Name::new("orphan").unwrap(), Duration::from_secs(6));
+    cfg.probe = false;
+    let thread = RenewThread::start("renew-orphan").unwrap();
+    let deps = NodeDeps {
+        renew_on: Some(thread.handle()),
+        ..NodeDeps::new(
+            store.clone(),
+            clock.clone(),
+            Arc::new(RecordingRunner::new(clock.clone())),
+        )
+    };
+    let status = deps.status.clone();
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(node::run(cfg, deps, shutdown.clone()));
+    let mut waited = 0;
+    while !status.snapshot().ready {
+        clock.sleep(Duration::from_millis(20)).await;
+        waited += 1;
+        assert!(waited < 500, "the node never registered");
+    }
+    let before = counting.counts().list_pages;
+    drop(thread);
+    let r = task.await.unwrap();
+    let passes = counting.counts().list_pages - before;
+    let e = r.expect_err("a node without its renewer must not go on");
+    assert!(e.to_string().contains("renew task"), "{e}");
+    // One pass in flight at most (three listings each), not a spin.
+    assert!(
+        passes <= 12,
+        "{passes} list pages after the renewer was gone"
+    );
+    assert!(!status.snapshot().ready);
+}

@@ -247,8 +247,15 @@ pub async fn fleet(store_url: Option<String>, ttl: Duration, sessions: u32) -> R
         return Err(Error::invalid("ttl", "at least 100ms for the fleet demo"));
     }
     let (url, _tmp) = default_store(store_url);
+    // An HTTP store's socket work on a thread of its own, outliving every
+    // node: the nodes' renew threads share its connections, never own them.
+    let io = leasehold::fleet::renew_thread::RenewThread::start("leasehold-io")?;
+    let opts = OpenOptions {
+        io_runtime: Some(io.handle()),
+        ..OpenOptions::default()
+    };
     // The nodes' requests are counted; the demo's own watching is not.
-    let observer_store = open_store(&url, &OpenOptions::default()).await?;
+    let observer_store = open_store(&url, &opts).await?;
     let counting = Arc::new(CountingStore::new(observer_store.clone()));
     let store: Arc<dyn Store> = counting.clone();
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());

@@ -50,6 +50,16 @@ struct SpikeNode {
     _renew: Option<RenewThread>,
 }
 
+/// Options that put an HTTP store's socket work on `io`: a thread that
+/// outlives every node of the run, so the nodes' renew threads (dropped with
+/// a killed node) never own a connection the others reuse.
+fn io_on(io: &RenewThread) -> OpenOptions {
+    OpenOptions {
+        io_runtime: Some(io.handle()),
+        ..OpenOptions::default()
+    }
+}
+
 /// A renew thread for a node on the real clock, unless `inline`.
 fn renew_thread(id: &str, inline: bool) -> Option<RenewThread> {
     (!inline).then(|| RenewThread::start(&format!("renew-{id}")).expect("renew thread"))
@@ -132,10 +142,11 @@ fn start_nudged(
 /// See `Cmd::Admit`.
 pub async fn admit(url: &str, n: usize, ttl: Duration, samples: usize, json: bool) -> Result<()> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+    let io = RenewThread::start("spike-io")?;
     // As the CLI and the daemon write: through the hinting store (a hint
     // per manifest and claim write, a ring of the bell per manifest write).
     let store: Arc<dyn Store> = Arc::new(leasehold::fleet::feed::HintingStore::new(
-        open_store(url, &OpenOptions::default()).await?,
+        open_store(url, &io_on(&io)).await?,
         clock.clone(),
         Arc::new(OsEntropy::new()),
     ));
@@ -283,7 +294,8 @@ pub async fn placement(
     renew_inline: bool,
     json: bool,
 ) -> Result<()> {
-    let base = open_store(url, &OpenOptions::default()).await?;
+    let io = RenewThread::start("spike-io")?;
+    let base = open_store(url, &io_on(&io)).await?;
     let run = OsEntropy::new().hex_id();
     // Fresh namespace per run on shared stores.
     let store: Arc<dyn Store> = match url {
@@ -291,7 +303,7 @@ pub async fn placement(
         u => {
             open_store(
                 &format!("{}/spike-fleet-{run}", u.trim_end_matches('/')),
-                &OpenOptions::default(),
+                &io_on(&io),
             )
             .await?
         }

@@ -91,7 +91,17 @@ fn thread_cpu_us() -> u64 {
 /// recording runner, until its stdin closes.
 pub async fn node_child(url: &str, id: &str, ttl: Duration, capacity: u32) -> Result<()> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
-    let raw = open_store(url, &OpenOptions::default()).await?;
+    // As `node run` does: renewals, and the store's socket work, on a
+    // thread of their own.
+    let renew = leasehold::fleet::renew_thread::RenewThread::start("leasehold-renew")?;
+    let raw = open_store(
+        url,
+        &OpenOptions {
+            io_runtime: Some(renew.handle()),
+            ..OpenOptions::default()
+        },
+    )
+    .await?;
     let store: Arc<dyn Store> = Arc::new(leasehold::fleet::feed::HintingStore::new(
         raw,
         clock.clone(),
@@ -102,8 +112,6 @@ pub async fn node_child(url: &str, id: &str, ttl: Duration, capacity: u32) -> Re
     cfg.full_every = ttl * crate::fleet::DEFAULT_FULL_EVERY_TTLS;
     cfg.probe = false;
     let journal = Arc::new(Journal::new(10_000, 4 << 20));
-    // As `node run` does: renewals on a thread of their own.
-    let renew = leasehold::fleet::renew_thread::RenewThread::start("leasehold-renew")?;
     let deps = NodeDeps {
         journal: journal.clone(),
         renew_on: Some(renew.handle()),

@@ -379,7 +379,8 @@ pub struct NodeDeps {
     pub nudge: Option<Arc<dyn super::nudge::Nudge>>,
     /// Where the renew task runs. `Some`: a runtime no pass ever occupies
     /// ([`super::renew_thread::RenewThread`], as the daemon and the spike
-    /// set it), so a renewal waits for nothing but its timer and its request.
+    /// set it; keep it until `run` returns), so a renewal never waits behind
+    /// a pass (what it can wait for there is listed on that module).
     /// `None`: the runtime `run` is called on, where a long pass delays it
     /// (the seeded simulation, whose nodes share one current-thread runtime
     /// on a manual clock, and tests of the protocol itself).
@@ -1193,9 +1194,15 @@ impl Node {
             let violation = self.violation.lock().unwrap().clone();
             // Marks the value seen, so `changed()` below waits for the next one.
             let v = *valid_rx.borrow_and_update();
+            // The renew task publishes until it is stopped below; a closed
+            // channel means it is gone (its runtime shut down under it, see
+            // `RenewThread`): nothing renews the lease any more, so it is
+            // lost now, rather than passes running back to back until it
+            // lapses (every pause ends at once on a closed channel).
+            let renewer_gone = valid_rx.has_changed().is_err();
             match core::between_passes(core::Between {
                 violation: violation.is_some(),
-                lease_lost: v.lost,
+                lease_lost: v.lost || renewer_gone,
                 lease_expired: self.deps.clock.now() >= v.until,
                 shutdown: shutdown.is_cancelled(),
             }) {
