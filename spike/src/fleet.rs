@@ -360,6 +360,7 @@ pub async fn placement(
     let t0 = clock.now();
     apply_sleepers(&store, m).await?;
     let applied = clock.now().saturating_since(t0);
+    let applied_wall = clock.wall_ms();
     // Progress is read from the nodes' journals in memory, not by polling
     // the store: polling every claim loaded a slow server (moto) enough to
     // distort what was being measured.
@@ -436,6 +437,23 @@ pub async fn placement(
         );
         failovers.push(d);
     }
+    // When claims and conflicts happened, in 5 s buckets from the last
+    // apply (surviving nodes): whether conflicts come with the main wave
+    // of claims or after it.
+    let mut when: BTreeMap<&str, BTreeMap<i64, u64>> = BTreeMap::new();
+    for node in &nodes {
+        if let Ok(p) = node.journal.after(0, usize::MAX) {
+            for e in p.events {
+                let k = match e.kind {
+                    EventKind::Claimed => "claimed",
+                    EventKind::Conflict => "conflict",
+                    _ => continue,
+                };
+                let b = (e.at_ms as i64 - applied_wall as i64).div_euclid(5000) * 5;
+                *when.entry(k).or_default().entry(b).or_default() += 1;
+            }
+        }
+    }
     let used = counting.counts();
     // Every journal event kind, summed over the nodes still in the fleet: a
     // run where nodes lost their leases (an overloaded store) shows it here.
@@ -471,6 +489,7 @@ pub async fn placement(
         "requests": used,
         "events": events,
         "renew_late_max_ms": (renew_late_max * 1000.0).round() as u64,
+        "by_5s_after_last_apply": when,
     });
     if json {
         println!("{}", serde_json::to_string_pretty(&row).unwrap());

@@ -40,6 +40,9 @@ pub struct Sample {
     pub conflicts: u64,
     pub lost: u64,
     pub reregistered: u64,
+    /// The latest start of a renewal after it was due, so far (ms).
+    #[serde(default)]
+    pub renew_late_max_ms: u64,
     pub done: bool,
 }
 
@@ -180,6 +183,7 @@ pub async fn node_child(url: &str, id: &str, ttl: Duration, capacity: u32) -> Re
             conflicts: get(EventKind::Conflict),
             lost: get(EventKind::LeaseLost),
             reregistered: get(EventKind::ReRegistering),
+            renew_late_max_ms: (status.renew_histogram().max_late_seconds * 1000.0).round() as u64,
             done,
         }
     };
@@ -463,6 +467,7 @@ async fn measure(
             "conflicts": l.conflicts,
             "leases_lost": l.lost,
             "re_registered": l.reregistered,
+            "renew_late_max_ms": last.get(id).map_or(l.renew_late_max_ms, |x| x.renew_late_max_ms.max(l.renew_late_max_ms)),
         }));
     }
     let total = |k: &str| rows.iter().map(|r| r[k].as_u64().unwrap_or(0)).sum::<u64>();
