@@ -52,6 +52,14 @@ struct Stored {
     modified_ms: u64,
 }
 
+impl State {
+    fn lock(state: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
+        // A panic elsewhere while holding the lock leaves the map whole (no
+        // update here is left half-done), so a poisoned lock is still usable.
+        state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
 impl Stored {
     fn version(&self) -> Version {
         Version {
@@ -76,9 +84,7 @@ impl MemoryStore {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        // A panic elsewhere while holding the lock leaves the map whole (no
-        // update here is left half-done), so a poisoned lock is still usable.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        State::lock(&self.state)
     }
 
     /// The listing of `prefix` after `after` (exclusive), one page per lock.
@@ -103,7 +109,7 @@ impl MemoryStore {
             async move {
                 let from = from?;
                 let page: Vec<Entry> = {
-                    let st = state.lock().unwrap_or_else(|p| p.into_inner());
+                    let st = State::lock(&state);
                     st.objects
                         .range::<String, _>((from, Bound::Unbounded))
                         .take_while(|(k, _)| k.starts_with(prefix.as_str()))
