@@ -90,9 +90,15 @@ fn thread_cpu_us() -> u64 {
 }
 
 /// The child: one node at the daemon's defaults (`node run`: full listing
-/// every 60 ttls, the hinting store, a journal of 10,000 events) with a
-/// recording runner, until its stdin closes.
-pub async fn node_child(url: &str, id: &str, ttl: Duration, capacity: u32) -> Result<()> {
+/// every 60 ttls unless `full_every` says, the hinting store, a journal of
+/// 10,000 events) with a recording runner, until its stdin closes.
+pub async fn node_child(
+    url: &str,
+    id: &str,
+    ttl: Duration,
+    capacity: u32,
+    full_every: Option<Duration>,
+) -> Result<()> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
     // As `node run` does: renewals, and the store's socket work, on a
     // thread of their own.
@@ -112,7 +118,7 @@ pub async fn node_child(url: &str, id: &str, ttl: Duration, capacity: u32) -> Re
     ));
     let mut cfg = NodeConfig::new(Name::new(id).unwrap(), ttl);
     cfg.capacity = capacity;
-    cfg.full_every = ttl * crate::fleet::DEFAULT_FULL_EVERY_TTLS;
+    cfg.full_every = full_every.unwrap_or(ttl * crate::fleet::DEFAULT_FULL_EVERY_TTLS);
     cfg.probe = false;
     let journal = Arc::new(Journal::new(10_000, 4 << 20));
     let deps = NodeDeps {
@@ -145,8 +151,14 @@ pub async fn node_child(url: &str, id: &str, ttl: Duration, capacity: u32) -> Re
             .read_line(&mut s)
             .is_ok_and(|n| n > 0)
         {
-            if s.trim() == "fast" {
-                fast_set.store(true, std::sync::atomic::Ordering::Relaxed);
+            match s.trim() {
+                "fast" => fast_set.store(true, std::sync::atomic::Ordering::Relaxed),
+                // The peak RSS (VmHWM) from now on: the window's own, apart
+                // from placement's (Linux's clear_refs, value 5).
+                "reset-peak" => {
+                    let _ = std::fs::write("/proc/self/clear_refs", "5");
+                }
+                _ => {}
             }
             s.clear();
         }
@@ -231,6 +243,7 @@ pub async fn footprint(
     dir: Option<std::path::PathBuf>,
     kill: bool,
     json: bool,
+    full_every: Option<Duration>,
 ) -> Result<()> {
     let base = dir.unwrap_or_else(|| std::path::PathBuf::from("/dev/shm"));
     let root = base.join(format!("leasehold-footprint-{}", OsEntropy::new().hex_id()));
@@ -240,7 +253,7 @@ pub async fn footprint(
     // By default 3 ttls; a steady state proper waits out the placement's
     // hints too (`--settle-secs 900`: retention and one expiry round).
     let settle = settle.unwrap_or(ttl * 3);
-    let r = measure(&url, n, s, ttl, window, settle, kill, json).await;
+    let r = measure(&url, n, s, ttl, window, settle, kill, json, full_every).await;
     let _ = std::fs::remove_dir_all(&root);
     r
 }
@@ -255,6 +268,7 @@ async fn measure(
     settle: Duration,
     kill: bool,
     json: bool,
+    full_every: Option<Duration>,
 ) -> Result<()> {
     let clock = SystemClock::new();
     let elapsed = |t| clock.now().saturating_since(t);
@@ -280,6 +294,11 @@ async fn measure(
                 "--capacity",
                 &s.max(1).to_string(),
             ])
+            .args(
+                full_every
+                    .map(|d| vec!["--full-every-ms".to_string(), d.as_millis().to_string()])
+                    .unwrap_or_default(),
+            )
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .kill_on_drop(true)
@@ -358,6 +377,14 @@ async fn measure(
     eprintln!("\nplaced in {placed:?}; settling {settle:?}");
     clock.sleep(settle).await;
     let before = snapshot();
+    // From here each node's peak RSS is the window's (placement's is
+    // `before`'s).
+    for c in &mut children {
+        if let Some(stdin) = c.stdin.as_mut() {
+            let _ = stdin.write_all(b"reset-peak\n").await;
+            let _ = stdin.flush().await;
+        }
+    }
     eprintln!("measuring for {window:?}");
     clock.sleep(window).await;
     let after = snapshot();
@@ -452,7 +479,11 @@ async fn measure(
     for (id, a) in &after {
         let b = before.get(id).cloned().unwrap_or_default();
         let l = a.clone();
-        let peak = last.get(id).map_or(a.hwm_kb, |x| x.hwm_kb.max(a.hwm_kb));
+        // Lifetime peaks: placement's (`b`, before the reset) included.
+        let peak = last
+            .get(id)
+            .map_or(a.hwm_kb, |x| x.hwm_kb.max(a.hwm_kb))
+            .max(b.hwm_kb);
         let cpu_per_hour = (a.cpu_ms - b.cpu_ms) as f64 / 1000.0 * 3600.0 / secs(&b, a);
         rows.push(serde_json::json!({
             "node": id,
@@ -460,7 +491,9 @@ async fn measure(
             "cpu_s_per_hour": (cpu_per_hour * 10.0).round() / 10.0,
             "rss_mb": a.rss_kb / 1024,
             "heap_mb": a.heap_kb / 1024,
-            "peak_rss_mb": a.hwm_kb / 1024,
+            "peak_rss_mb": a.hwm_kb.max(b.hwm_kb) / 1024,
+            "peak_rss_mb_placement": b.hwm_kb / 1024,
+            "peak_rss_mb_window": a.hwm_kb / 1024,
             "peak_rss_mb_with_shutdown": peak / 1024,
             "started": l.started,
             "claimed": l.claimed,
@@ -480,6 +513,7 @@ async fn measure(
         "placed_after_last_apply_ms": placed.as_millis() as u64,
         "window_s": window.as_secs(),
         "settle_s": settle.as_secs(),
+        "full_every_ms": full_every.map(|d| d.as_millis() as u64),
         "claims": claimed, "conflicts": conflicts,
         "conflicts_per_claim": conflicts as f64 / claimed.max(1) as f64,
         "starts": total("started"),
@@ -499,17 +533,20 @@ async fn measure(
         total("started"),
         total("leases_lost")
     );
-    println!("| node | sessions | CPU s per node-hour | RSS MB | heap in use MB | peak RSS MB |");
+    println!(
+        "| node | sessions | CPU s per node-hour | RSS MB | heap in use MB | peak RSS MB (placement / window) |"
+    );
     println!("|---|---|---|---|---|---|");
     for r in &rows {
         println!(
-            "| {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} / {} |",
             r["node"].as_str().unwrap_or(""),
             r["sessions"],
             r["cpu_s_per_hour"],
             r["rss_mb"],
             r["heap_mb"],
-            r["peak_rss_mb"]
+            r["peak_rss_mb_placement"],
+            r["peak_rss_mb_window"]
         );
     }
     Ok(())

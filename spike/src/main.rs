@@ -193,6 +193,10 @@ enum Cmd {
         kill: bool,
         #[arg(long)]
         json: bool,
+        /// Seconds between a node's full listings (default 60 ttls, as
+        /// `node run`): shorter puts full listings into a short window.
+        #[arg(long)]
+        full_every_secs: Option<u64>,
     },
     /// (internal) One node of `footprint`, until stdin closes.
     #[command(hide = true)]
@@ -205,6 +209,8 @@ enum Cmd {
         ttl_ms: u64,
         #[arg(long)]
         capacity: u32,
+        #[arg(long)]
+        full_every_ms: Option<u64>,
     },
     /// Latency of acquire-fresh, renew, resolve and release against raw
     /// PUT-create, PUT-If-Match and GET, with round trips per operation.
@@ -329,6 +335,7 @@ async fn async_main() {
             dir,
             kill,
             json,
+            full_every_secs,
         } => {
             footprint::footprint(
                 nodes,
@@ -339,6 +346,7 @@ async fn async_main() {
                 dir,
                 kill,
                 json,
+                full_every_secs.map(Duration::from_secs),
             )
             .await
         }
@@ -347,7 +355,17 @@ async fn async_main() {
             id,
             ttl_ms,
             capacity,
-        } => footprint::node_child(&store, &id, Duration::from_millis(ttl_ms), capacity).await,
+            full_every_ms,
+        } => {
+            footprint::node_child(
+                &store,
+                &id,
+                Duration::from_millis(ttl_ms),
+                capacity,
+                full_every_ms.map(Duration::from_millis),
+            )
+            .await
+        }
         Cmd::Admit {
             store,
             nodes,
