@@ -2443,7 +2443,14 @@ impl Node {
         if full {
             // Manifests are never judged by expiry: listed without the
             // observer, which then remembers nodes and claims only.
-            let manifest_entries = list_all(&self.deps.store, crate::keys::MANIFESTS).await?;
+            let mut manifests_listed = Listed::new(crate::keys::MANIFESTS);
+            list_into(
+                &self.deps.store,
+                &mut manifests_listed,
+                &self.manifests,
+                &self.corrupt,
+            )
+            .await?;
             let claims_listed_at = self.deps.clock.now();
             // Only what the absence rules may wait out is observed: a
             // version this node holds as an ordinary claim is never judged
@@ -2452,20 +2459,18 @@ impl Node {
             // it, that is a version the cache does not know, observed from
             // the first listing that shows it, as before.
             let claims = &self.claims;
-            let mut unknown: Vec<usize> = Vec::new();
-            let mut at = 0usize;
-            let claim_entries = self
-                .client
-                .observe_listing_where(crate::keys::SESSIONS, |e| {
-                    at += 1;
-                    let watch = !claims.get(&e.key).is_some_and(|(v, c)| {
-                        *v == e.version && !c.is_vanished() && !c.is_placeholder()
-                    });
-                    if watch {
-                        unknown.push(at - 1);
-                    }
-                    watch
-                })
+            let corrupt = &self.corrupt;
+            let mut claims_listed = Listed::new(crate::keys::SESSIONS);
+            self.client
+                .observe_listing_each(
+                    crate::keys::SESSIONS,
+                    |e| {
+                        !claims.get(&e.key).is_some_and(|(v, c)| {
+                            *v == e.version && !c.is_vanished() && !c.is_placeholder()
+                        })
+                    },
+                    |e| claims_listed.take(e, claims, corrupt),
+                )
                 .await?;
             // Peers renew every ttl/3, so their versions always change: that
             // is not news (it does not reset pacing) and needs no read.
@@ -2473,32 +2478,34 @@ impl Node {
             self.read_hinted_nodes(node_keys).await?;
             changed |= refresh(
                 &self.deps.store,
-                crate::keys::MANIFESTS,
-                &manifest_entries,
+                manifests_listed,
                 &mut self.manifests,
                 &mut self.corrupt,
                 KnownManifest::decode,
-            )
-            .await?;
-            changed |= refresh(
-                &self.deps.store,
-                crate::keys::SESSIONS,
-                &claim_entries,
-                &mut self.claims,
-                &mut self.corrupt,
-                decode_claim_view,
+                |_, _, _| {},
             )
             .await?;
             // What this listing observed only because the cache did not
             // know it yet (a node's first listing: every claim), now read:
             // the ordinary claims among it need no observation either.
-            for e in unknown.iter().filter_map(|&i| claim_entries.get(i)) {
-                if self.claims.get(&e.key).is_some_and(|(v, c)| {
-                    *v == e.version && !c.is_vanished() && !c.is_placeholder()
-                }) {
-                    self.client.observer().forget(&e.key);
-                }
-            }
+            // (Only a read can turn a watched version into an ordinary
+            // claim at that version: one watched and not read was a marker
+            // or placeholder the cache already held, or foreign, or known
+            // corrupt, and stays so.)
+            let observer = self.client.observer();
+            changed |= refresh(
+                &self.deps.store,
+                claims_listed,
+                &mut self.claims,
+                &mut self.corrupt,
+                decode_claim_view,
+                |key, listed, (v, c)| {
+                    if v == listed && !c.is_vanished() && !c.is_placeholder() {
+                        observer.forget(key);
+                    }
+                },
+            )
+            .await?;
             self.observe_claim_absence();
             // Every claim we hold that this listing showed at our version is
             // confirmed as of the listing's send time (see
@@ -3935,60 +3942,117 @@ pub fn manifest_view(m: &ManifestRecord) -> ManifestView {
 /// Concurrent reads when refreshing changed manifests and claims.
 const REFRESH_CONCURRENCY: usize = 16;
 
-/// Brings `cache` in line with a listing: drops keys no longer listed and
-/// GETs only keys whose version changed. A corrupt object is logged and left
-/// out (never overwritten); it stays out until its version changes.
-/// A complete listing of `prefix`, yielding now and then (see `tick`).
-async fn list_all(store: &Arc<dyn Store>, prefix: &str) -> Result<Vec<Entry>> {
-    let mut s = store.list(prefix);
-    let mut out = Vec::new();
-    while let Some(e) = s.next().await {
-        tokio::task::coop::consume_budget().await;
-        out.push(e.map_err(|e| Error::from_store("list", prefix, e))?);
-    }
-    Ok(out)
+/// What a full listing of one prefix left to do, gathered as it streamed
+/// past (see [`Listed::take`]): the keys it showed, and the entries whose
+/// version the cache does not hold.
+///
+/// Why not the entries themselves: at 100,000 sessions two collected
+/// listings held 200,000 of them (key, ETag, size, time) beside the caches
+/// they were compared with, lifting a node 40-70 MB above its steady size
+/// for the length of a full pass (issue #14). The keys alone are a third
+/// of that, and what is unchanged (all but a few in steady state) is kept
+/// no further.
+///
+/// Which entries are stale is decided as each streams past, against the
+/// cache and the corrupt set as they are then: neither may change between
+/// the listing and its `refresh` (nothing in a pass writes them between
+/// the two; a read placed there would have its key skipped by `refresh`).
+struct Listed {
+    prefix: &'static str,
+    keys: std::collections::HashSet<String>,
+    stale: Vec<Entry>,
+    /// Keys that are not `<prefix><name>`, at the version listed: marked
+    /// corrupt by `refresh`, so a listing that fails half-way changes
+    /// nothing.
+    foreign: Vec<Entry>,
 }
 
+impl Listed {
+    fn new(prefix: &'static str) -> Self {
+        Listed {
+            prefix,
+            keys: Default::default(),
+            stale: Vec::new(),
+            foreign: Vec::new(),
+        }
+    }
+
+    /// Takes one listed entry: remembered as listed, and kept for a read
+    /// unless the cache holds its version (or that version is known
+    /// corrupt). A key that is not `<prefix><name>` is not ours (a stray
+    /// `notes.txt`, a nested path): reported once, never read.
+    fn take<T>(&mut self, e: Entry, cache: &Cached<T>, corrupt: &Tracked<Version>) {
+        let known = cache.get(&e.key).is_some_and(|(v, _)| *v == e.version)
+            || corrupt.get(&e.key) == Some(&e.version);
+        self.keys.insert(e.key.clone());
+        if known {
+            return;
+        }
+        let ours = e
+            .key
+            .strip_prefix(self.prefix)
+            .is_some_and(|n| !n.contains('/') && Name::new(n).is_ok());
+        if ours {
+            self.stale.push(e);
+        } else {
+            self.foreign.push(e);
+        }
+    }
+}
+
+/// A complete listing of `prefix` taken into `listed`, yielding now and
+/// then (see `tick`).
+async fn list_into<T>(
+    store: &Arc<dyn Store>,
+    listed: &mut Listed,
+    cache: &Cached<T>,
+    corrupt: &Tracked<Version>,
+) -> Result<()> {
+    let mut s = store.list(listed.prefix);
+    while let Some(e) = s.next().await {
+        tokio::task::coop::consume_budget().await;
+        let e = e.map_err(|e| Error::from_store("list", listed.prefix, e))?;
+        listed.take(e, cache, corrupt);
+    }
+    Ok(())
+}
+
+/// Brings `cache` in line with a complete listing: drops keys no longer
+/// listed and GETs only keys whose version changed. A corrupt object is
+/// logged and left out (never overwritten); it stays out until its version
+/// changes. `on_read` sees each object read and cached, with the version
+/// its listing showed.
 async fn refresh<T>(
     store: &Arc<dyn Store>,
-    prefix: &str,
-    entries: &[Entry],
+    listed: Listed,
     cache: &mut Cached<T>,
     corrupt: &mut Tracked<Version>,
     decode: impl Fn(&str, &[u8]) -> Result<T>,
+    mut on_read: impl FnMut(&str, &Version, &(Version, T)),
 ) -> Result<bool> {
+    let Listed {
+        prefix,
+        keys,
+        stale,
+        foreign,
+    } = listed;
     let mut changed = false;
-    let listed: std::collections::HashSet<&str> = entries.iter().map(|e| e.key.as_str()).collect();
     let before = cache.len();
-    cache.retain(|k, _| listed.contains(k.as_str()));
+    cache.retain(|k, _| keys.contains(k.as_str()));
     changed |= cache.len() != before;
-    corrupt.retain(|k, _| !k.starts_with(prefix) || listed.contains(k.as_str()));
+    corrupt.retain(|k, _| !k.starts_with(prefix) || keys.contains(k.as_str()));
+    drop(keys);
+    for e in foreign {
+        tracing::warn!(key = e.key, "skipping a foreign key (not a valid name)");
+        corrupt.insert(e.key, e.version);
+    }
     // Read what changed, a few at a time: on a real store a tick after a
     // burst of manifests would otherwise take one round trip per object. A
     // version already found corrupt is not read again until it changes.
-    let mut stale: Vec<Entry> = Vec::new();
-    for e in entries {
-        // Yields every so often (tokio's coop budget): see `tick`.
-        tokio::task::coop::consume_budget().await;
-        if cache.get(&e.key).is_some_and(|(v, _)| *v == e.version)
-            || corrupt.get(&e.key) == Some(&e.version)
-        {
-            continue;
-        }
-        // A key that is not `<prefix><name>` is not ours (a stray
-        // `notes.txt`, a nested path): reported once, never read.
-        let ours = e
-            .key
-            .strip_prefix(prefix)
-            .is_some_and(|n| !n.contains('/') && Name::new(n).is_ok());
-        if !ours {
-            tracing::warn!(key = e.key, "skipping a foreign key (not a valid name)");
-            corrupt.insert(e.key.clone(), e.version.clone());
-            continue;
-        }
-        stale.push(e.clone());
-    }
-    let fetched: Vec<(Entry, _)> = futures::stream::iter(stale)
+    // Each answer is taken as it comes rather than all collected first (at
+    // a node's first listing, 100,000 objects' bytes at once): each key's
+    // outcome depends on its own answer only, so the order is immaterial.
+    let mut fetched = futures::stream::iter(stale)
         .map(|e| {
             let store = store.clone();
             async move {
@@ -3996,16 +4060,16 @@ async fn refresh<T>(
                 (e, got)
             }
         })
-        .buffer_unordered(REFRESH_CONCURRENCY)
-        .collect()
-        .await;
-    for (e, got) in fetched {
+        .buffer_unordered(REFRESH_CONCURRENCY);
+    while let Some((e, got)) = fetched.next().await {
         changed = true;
         let bad = match got {
             Ok(Some(o)) => match decode(&e.key, &o.bytes) {
                 Ok(rec) => {
                     corrupt.remove(&e.key);
-                    cache.insert(e.key.clone(), (o.version, rec));
+                    let value = (o.version, rec);
+                    on_read(&e.key, &e.version, &value);
+                    cache.insert(e.key.clone(), value);
                     None
                 }
                 Err(err) => Some((err.to_string(), o.version)),
@@ -4264,5 +4328,160 @@ async fn renew_task(
                 return None;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(s: &str) -> Version {
+        Version {
+            etag: Some(s.to_string()),
+            version: None,
+        }
+    }
+
+    fn entry(key: &str, version: &str) -> Entry {
+        Entry {
+            key: key.to_string(),
+            version: v(version),
+            size: 1,
+            last_modified_ms: None,
+        }
+    }
+
+    /// A full listing streamed through `Listed` leaves for reading only what
+    /// the cache does not hold at the listed version (a changed key, a new
+    /// key), never a version known corrupt or a foreign key (reported
+    /// corrupt instead), and remembers every key it showed.
+    #[test]
+    fn a_streamed_listing_keeps_only_what_the_cache_does_not_hold() {
+        let mut cache: Cached<()> = Default::default();
+        cache.insert("manifests/a".into(), (v("1"), ()));
+        cache.insert("manifests/b".into(), (v("1"), ()));
+        let mut corrupt: Tracked<Version> = Default::default();
+        corrupt.insert("manifests/bad".into(), v("7"));
+        let mut l = Listed::new(crate::keys::MANIFESTS);
+        for e in [
+            entry("manifests/a", "1"),
+            entry("manifests/b", "2"),
+            entry("manifests/bad", "7"),
+            entry("manifests/c", "1"),
+            entry("manifests/x/y", "1"),
+        ] {
+            l.take(e, &cache, &corrupt);
+        }
+        let stale: Vec<(&str, &Version)> = l
+            .stale
+            .iter()
+            .map(|e| (e.key.as_str(), &e.version))
+            .collect();
+        assert_eq!(stale, [("manifests/b", &v("2")), ("manifests/c", &v("1"))]);
+        let mut keys: Vec<&str> = l.keys.iter().map(String::as_str).collect();
+        keys.sort();
+        assert_eq!(
+            keys,
+            [
+                "manifests/a",
+                "manifests/b",
+                "manifests/bad",
+                "manifests/c",
+                "manifests/x/y"
+            ]
+        );
+        let foreign: Vec<&str> = l.foreign.iter().map(|e| e.key.as_str()).collect();
+        assert_eq!(foreign, ["manifests/x/y"]);
+        assert_eq!(corrupt.len(), 1, "nothing marked until the refresh");
+    }
+
+    /// `refresh` after a streamed listing: a key the listing did not show
+    /// leaves the cache (and the corrupt set), a changed one is read at the
+    /// version the store has, an unchanged one is not read at all (nor
+    /// shown to `on_read`), and a foreign key is marked corrupt at the
+    /// version listed.
+    #[tokio::test]
+    async fn refresh_from_a_streamed_listing_drops_the_unlisted_and_reads_the_changed() {
+        let mem = crate::store::MemoryStore::new();
+        let store: Arc<dyn Store> = Arc::new(mem);
+        let b = store
+            .put("manifests/b", Bytes::from_static(b"b2"), Cond::Create)
+            .await
+            .unwrap();
+        let c = store
+            .put("manifests/c", Bytes::from_static(b"c1"), Cond::Create)
+            .await
+            .unwrap();
+        let mut cache: Cached<String> = Default::default();
+        // "a" is in the cache at a version the store never had: were it
+        // read, its value would change; it is listed at that version, so
+        // it must be left alone.
+        cache.insert("manifests/a".into(), (v("a-old"), "a".into()));
+        cache.insert("manifests/b".into(), (v("b-old"), "b1".into()));
+        cache.insert("manifests/gone".into(), (v("1"), "gone".into()));
+        let mut corrupt: Tracked<Version> = Default::default();
+        corrupt.insert("manifests/gone-bad".into(), v("9"));
+        let mut l = Listed::new(crate::keys::MANIFESTS);
+        for e in [
+            entry("manifests/a", "a-old"),
+            Entry {
+                key: "manifests/b".into(),
+                version: b.clone(),
+                size: 2,
+                last_modified_ms: None,
+            },
+            Entry {
+                key: "manifests/c".into(),
+                version: c.clone(),
+                size: 2,
+                last_modified_ms: None,
+            },
+            entry("manifests/not a name", "3"),
+        ] {
+            l.take(e, &cache, &corrupt);
+        }
+        let mut read = Vec::new();
+        let changed = refresh(
+            &store,
+            l,
+            &mut cache,
+            &mut corrupt,
+            |_, bytes| Ok(String::from_utf8(bytes.to_vec()).unwrap()),
+            |key, listed, (version, value)| {
+                assert_eq!(listed, version, "{key}: read at the listed version");
+                read.push((key.to_string(), value.clone()));
+            },
+        )
+        .await
+        .unwrap();
+        assert!(changed);
+        read.sort();
+        assert_eq!(
+            read,
+            [
+                ("manifests/b".to_string(), "b2".to_string()),
+                ("manifests/c".to_string(), "c1".to_string())
+            ]
+        );
+        let mut got: Vec<(&str, &str)> = cache
+            .iter()
+            .map(|(k, (_, t))| (k.as_str(), t.as_str()))
+            .collect();
+        got.sort();
+        assert_eq!(
+            got,
+            [
+                ("manifests/a", "a"),
+                ("manifests/b", "b2"),
+                ("manifests/c", "c1")
+            ]
+        );
+        assert_eq!(cache.get("manifests/b").map(|(v, _)| v), Some(&b));
+        let corrupt: Vec<(&str, &Version)> = corrupt.iter().map(|(k, v)| (k.as_str(), v)).collect();
+        assert_eq!(
+            corrupt,
+            [("manifests/not a name", &v("3"))],
+            "an unlisted corrupt key is forgotten, a foreign one marked"
+        );
     }
 }
