@@ -274,6 +274,18 @@ async fn half_written_and_foreign_files_are_corrupt_not_absent() {
     assert_eq!(keys, ["leases/foreign", "leases/t"]);
 }
 
+/// A temporary directory on tmpfs where there is one (`/dev/shm`), else
+/// in the system's temporary directory.
+fn tmpfs_dir() -> tempfile::TempDir {
+    let shm = std::path::Path::new("/dev/shm");
+    if shm.is_dir() {
+        tempfile::tempdir_in(shm)
+    } else {
+        tempfile::tempdir()
+    }
+    .unwrap()
+}
+
 /// Foreign changes to the directory under a listing are taken as found,
 /// never as an error of the whole listing: a file whose time is beyond
 /// what milliseconds since 1970 can hold in 64 bits (set by hand or by a
@@ -282,13 +294,7 @@ async fn half_written_and_foreign_files_are_corrupt_not_absent() {
 #[tokio::test]
 async fn odd_files_under_a_listing_list_or_are_skipped() {
     // tmpfs where there is one: it keeps such a time, where ext4 clamps it.
-    let shm = std::path::Path::new("/dev/shm");
-    let dir = if shm.is_dir() {
-        tempfile::tempdir_in(shm)
-    } else {
-        tempfile::tempdir()
-    }
-    .unwrap();
+    let dir = tmpfs_dir();
     let s = LocalDirStore::open(dir.path()).unwrap();
     for k in ["sessions/far", "sessions/ok", "elsewhere/x"] {
         s.put(k, Bytes::from_static(b"1"), Cond::Create)
@@ -385,13 +391,7 @@ async fn concurrent_reads_each_get_their_own_answer() {
 /// walk always was.
 #[tokio::test]
 async fn a_long_and_wide_listing_is_whole_sorted_and_current() {
-    let shm = std::path::Path::new("/dev/shm");
-    let dir = if shm.is_dir() {
-        tempfile::tempdir_in(shm)
-    } else {
-        tempfile::tempdir()
-    }
-    .unwrap();
+    let dir = tmpfs_dir();
     let s = LocalDirStore::open(dir.path()).unwrap();
     let mut want = std::collections::BTreeMap::new();
     for i in 0..2_500u32 {

@@ -282,7 +282,23 @@ async fn measure(
     let mut readers = Vec::new();
     for i in 0..n {
         let id = format!("n{i:02}");
-        let mut child = tokio::process::Command::new(&exe)
+        // `SPIKE_FOOTPRINT_WRAP_FIRST="heaptrack -o /tmp/n00"` runs the
+        // first node under a tool (a profiler), the others as they are:
+        // that node's figures are then the tool's, not the node's.
+        let wrap: Vec<String> = std::env::var("SPIKE_FOOTPRINT_WRAP_FIRST")
+            .ok()
+            .filter(|_| i == 0)
+            .map(|w| w.split_whitespace().map(str::to_string).collect())
+            .unwrap_or_default();
+        let mut command = match wrap.split_first() {
+            Some((tool, args)) => {
+                let mut c = tokio::process::Command::new(tool);
+                c.args(args).arg(&exe);
+                c
+            }
+            None => tokio::process::Command::new(&exe),
+        };
+        let mut child = command
             .args([
                 "footprint-node",
                 "--store",
