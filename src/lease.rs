@@ -1054,7 +1054,7 @@ impl LeaseClient {
     ///
     /// Why: a fleet node's full listing at 100,000 sessions collected
     /// 200,000 entries (key, ETag, size, time: about 180 bytes each) to
-    /// compare them with its caches, which lifted a node 40-70 MB above its
+    /// compare them with its caches, which lifted a node 30-50 MB above its
     /// steady size while it ran (issue #14). A caller that keeps only what
     /// differs from what it knows needs none of that.
     pub async fn observe_listing_each(

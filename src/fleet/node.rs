@@ -3948,8 +3948,9 @@ const REFRESH_CONCURRENCY: usize = 16;
 ///
 /// Why not the entries themselves: at 100,000 sessions two collected
 /// listings held 200,000 of them (key, ETag, size, time) beside the caches
-/// they were compared with, lifting a node 40-70 MB above its steady size
-/// for the length of a full pass (issue #14). The keys alone are a third
+/// they were compared with, lifting a node 30-50 MB above its steady size
+/// for the length of a full pass (issue #14; docs/evidence.md, "A full
+/// listing streamed"). The keys alone are a third
 /// of that, and what is unchanged (all but a few in steady state) is kept
 /// no further.
 ///
