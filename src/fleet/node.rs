@@ -3950,9 +3950,8 @@ const REFRESH_CONCURRENCY: usize = 16;
 /// listings held 200,000 of them (key, ETag, size, time) beside the caches
 /// they were compared with, lifting a node 30-50 MB above its steady size
 /// for the length of a full pass (issue #14; docs/evidence.md, "A full
-/// listing streamed"). The keys alone are a third
-/// of that, and what is unchanged (all but a few in steady state) is kept
-/// no further.
+/// listing streamed"). The keys alone are a third of that, and what is
+/// unchanged (all but a few in steady state) is kept no further.
 ///
 /// Which entries are stale is decided as each streams past, against the
 /// cache and the corrupt set as they are then: neither may change between
@@ -4344,10 +4343,10 @@ mod tests {
         }
     }
 
-    fn entry(key: &str, version: &str) -> Entry {
+    fn entry(key: &str, version: Version) -> Entry {
         Entry {
             key: key.to_string(),
-            version: v(version),
+            version,
             size: 1,
             last_modified_ms: None,
         }
@@ -4366,11 +4365,11 @@ mod tests {
         corrupt.insert("manifests/bad".into(), v("7"));
         let mut l = Listed::new(crate::keys::MANIFESTS);
         for e in [
-            entry("manifests/a", "1"),
-            entry("manifests/b", "2"),
-            entry("manifests/bad", "7"),
-            entry("manifests/c", "1"),
-            entry("manifests/x/y", "1"),
+            entry("manifests/a", v("1")),
+            entry("manifests/b", v("2")),
+            entry("manifests/bad", v("7")),
+            entry("manifests/c", v("1")),
+            entry("manifests/x/y", v("1")),
         ] {
             l.take(e, &cache, &corrupt);
         }
@@ -4425,20 +4424,10 @@ mod tests {
         corrupt.insert("manifests/gone-bad".into(), v("9"));
         let mut l = Listed::new(crate::keys::MANIFESTS);
         for e in [
-            entry("manifests/a", "a-old"),
-            Entry {
-                key: "manifests/b".into(),
-                version: b.clone(),
-                size: 2,
-                last_modified_ms: None,
-            },
-            Entry {
-                key: "manifests/c".into(),
-                version: c.clone(),
-                size: 2,
-                last_modified_ms: None,
-            },
-            entry("manifests/not a name", "3"),
+            entry("manifests/a", v("a-old")),
+            entry("manifests/b", b.clone()),
+            entry("manifests/c", c.clone()),
+            entry("manifests/not a name", v("3")),
         ] {
             l.take(e, &cache, &corrupt);
         }
