@@ -292,6 +292,7 @@ pub async fn placement(
     capacity: Option<u32>,
     daemon_defaults: bool,
     renew_inline: bool,
+    latency: Duration,
     json: bool,
 ) -> Result<()> {
     let io = RenewThread::start("spike-io")?;
@@ -321,7 +322,27 @@ pub async fn placement(
     } else {
         store
     };
-    let counting = Arc::new(CountingStore::new(store.clone()));
+    // The nodes' latency (a FaultStore delays a GET or PUT on its way in
+    // and again on its way out, each uniformly up to `latency`; listings
+    // and deletes are not delayed): the applier writes without it, so
+    // that placement, not the apply, is measured.
+    let slow: Arc<dyn Store> = if latency.is_zero() {
+        store.clone()
+    } else {
+        Arc::new(
+            leasehold::store::FaultStore::new(store.clone())
+                .with_clock(clock.clone())
+                .with_plan(
+                    1,
+                    leasehold::store::FaultPlan {
+                        delay: 1.0,
+                        max_delay: latency,
+                        ..Default::default()
+                    },
+                ),
+        )
+    };
+    let counting = Arc::new(CountingStore::new(slow));
     let node_store: Arc<dyn Store> = counting.clone();
     // By default, room for every session on the last node standing.
     let capacity = capacity.unwrap_or(m.max(8) as u32);
@@ -477,6 +498,7 @@ pub async fn placement(
         "store": url, "nodes": n, "manifests": m, "capacity": capacity, "ttl_ms": ttl.as_millis() as u64, "poll_ms": poll.as_millis() as u64,
         "daemon_defaults": daemon_defaults,
         "renew_thread": !renew_inline,
+        "latency_ms": latency.as_millis() as u64,
         "apply_ms": applied.as_millis() as u64,
         "place_all_ms": placed_at.as_millis() as u64,
         "placed_after_last_apply_ms": placed_at.saturating_sub(applied).as_millis() as u64,

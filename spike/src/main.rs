@@ -71,6 +71,11 @@ enum Cmd {
         /// each node had a renew thread of its own (for an A/B).
         #[arg(long)]
         renew_inline: bool,
+        /// Every GET and PUT of the nodes (not the applier's) takes a
+        /// round trip drawn uniformly from 0..2×this many ms (mean: this),
+        /// as a remote bucket would; listings and deletes are not delayed.
+        #[arg(long, default_value_t = 0)]
+        latency_ms: u64,
         #[arg(long)]
         json: bool,
     },
@@ -256,6 +261,7 @@ async fn async_main() {
             capacity,
             daemon_defaults,
             renew_inline,
+            latency_ms,
             json,
         } => {
             fleet::placement(
@@ -267,6 +273,7 @@ async fn async_main() {
                 capacity,
                 daemon_defaults,
                 renew_inline,
+                Duration::from_millis(latency_ms),
                 json,
             )
             .await
