@@ -3000,3 +3000,236 @@ async fn a_node_whose_renew_thread_is_dropped_stops_at_once() {
     );
     assert!(!status.snapshot().ready);
 }
+
+/// Counts the claim writes (`sessions/` puts) in flight at once: each
+/// waits 20 ms before it reaches the store, and the one at `fail_once`
+/// fails there once without landing.
+#[derive(Debug)]
+struct ClaimWrites {
+    inner: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    in_flight: std::sync::atomic::AtomicUsize,
+    most: std::sync::atomic::AtomicUsize,
+    fail_once: std::sync::Mutex<Option<&'static str>>,
+}
+
+impl ClaimWrites {
+    fn new(inner: Arc<dyn Store>, clock: Arc<dyn Clock>, fail_once: Option<&'static str>) -> Self {
+        ClaimWrites {
+            inner,
+            clock,
+            in_flight: Default::default(),
+            most: Default::default(),
+            fail_once: std::sync::Mutex::new(fail_once),
+        }
+    }
+
+    /// The most in flight at once since the last call.
+    fn take_most(&self) -> usize {
+        self.most.swap(0, std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl std::fmt::Display for ClaimWrites {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.inner)
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for ClaimWrites {
+    async fn get(
+        &self,
+        key: &str,
+    ) -> Result<Option<leasehold::store::Object>, leasehold::store::StoreError> {
+        self.inner.get(key).await
+    }
+    async fn get_if_changed(
+        &self,
+        key: &str,
+        v: &leasehold::store::Version,
+    ) -> Result<leasehold::store::Conditional, leasehold::store::StoreError> {
+        self.inner.get_if_changed(key, v).await
+    }
+    async fn put(
+        &self,
+        key: &str,
+        b: bytes::Bytes,
+        c: leasehold::store::Cond,
+    ) -> Result<leasehold::store::Version, leasehold::store::StoreError> {
+        use std::sync::atomic::Ordering;
+        if !key.starts_with("sessions/") {
+            return self.inner.put(key, b, c).await;
+        }
+        let n = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(n, Ordering::SeqCst);
+        self.clock.sleep(Duration::from_millis(20)).await;
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        let fail = {
+            let mut f = self.fail_once.lock().unwrap();
+            *f == Some(key) && f.take().is_some()
+        };
+        if fail {
+            return Err(leasehold::store::StoreError::Unavailable {
+                message: "injected: not landed".into(),
+            });
+        }
+        self.inner.put(key, b, c).await
+    }
+    async fn delete(&self, key: &str) -> Result<(), leasehold::store::StoreError> {
+        self.inner.delete(key).await
+    }
+    fn list(
+        &self,
+        p: &str,
+    ) -> futures::stream::BoxStream<
+        'static,
+        Result<leasehold::store::Entry, leasehold::store::StoreError>,
+    > {
+        self.inner.list(p)
+    }
+    fn list_after(
+        &self,
+        p: &str,
+        a: &str,
+    ) -> futures::stream::BoxStream<
+        'static,
+        Result<leasehold::store::Entry, leasehold::store::StoreError>,
+    > {
+        self.inner.list_after(p, a)
+    }
+}
+
+/// Issue #14: a pass sends its claims several at a time (a claim is two to
+/// four round trips, and a survivor taking over a thousand sessions one
+/// after the other on S3 took minutes), and every claim that lands is
+/// recorded as ours even when another of the same batch fails. Here each
+/// claim write waits 20 ms in flight, and the first one fails without
+/// landing (its pass ends with the error). Fails with the claims sent one
+/// at a time (at most one in flight), and with a batch whose outcomes are
+/// applied only up to the failure: the claims that landed after it would
+/// stand unknown to their node, which takes them back at epoch 2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pass_sends_its_claims_together_and_keeps_every_one_that_lands() {
+    let inner: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());
+    init_marker(&inner).await;
+    for i in 0..48 {
+        apply(&inner, &format!("c{i:02}"), &spec("sleep")).await;
+    }
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+    let writes = Arc::new(ClaimWrites::new(
+        inner.clone(),
+        clock.clone(),
+        Some("sessions/c00"),
+    ));
+    let mut f = Fleet::new(writes.clone());
+    f.clock = clock;
+    f.start("a", 64, &[]);
+    f.wait_for("all 48 running", |p| {
+        p.len() == 48 && p.values().all(|v| v.len() == 1)
+    })
+    .await;
+    assert!(
+        writes.fail_once.lock().unwrap().is_none(),
+        "the injected failure happened"
+    );
+    let most = writes.take_most();
+    assert!(most >= 8, "claim writes in flight at once: at most {most}");
+    for (name, runs) in f.placement() {
+        assert_eq!(runs, vec![("a".to_string(), 1)], "{name}");
+    }
+    f.finish().await;
+}
+
+/// A runner whose stops take 20 ms (a session given time to exit), counting
+/// how many are under way at once.
+#[derive(Debug)]
+struct SlowStops {
+    inner: RecordingRunner,
+    clock: Arc<dyn Clock>,
+    in_flight: std::sync::atomic::AtomicUsize,
+    most: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl leasehold::fleet::runner::Runner for SlowStops {
+    async fn start(&self, s: leasehold::fleet::runner::SessionStart) -> leasehold::Result<()> {
+        self.inner.start(s).await
+    }
+    fn announce(&self, deadline: leasehold::clock::MonoTime) {
+        self.inner.announce(deadline)
+    }
+    async fn stop(&self, name: &str) {
+        use std::sync::atomic::Ordering;
+        let n = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(n, Ordering::SeqCst);
+        self.clock.sleep(Duration::from_millis(20)).await;
+        self.inner.stop(name).await;
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+    fn take_exits(&self) -> Vec<leasehold::fleet::runner::Exit> {
+        self.inner.take_exits()
+    }
+    fn running(&self) -> Vec<(String, u64)> {
+        self.inner.running()
+    }
+}
+
+/// A node shutting down stops its sessions together and then releases
+/// their claims together: one after the other, a thousand sessions took a
+/// thousand stop graces and, at 30 ms per request, about a minute of claim
+/// writes, past most supervisors' stop timeouts. Every claim still ends
+/// released. Fails with either loop one at a time (at most one in flight).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_stops_and_releases_its_sessions_together() {
+    use leasehold::fleet::runner::Runner;
+    use std::sync::atomic::Ordering;
+    let inner: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());
+    init_marker(&inner).await;
+    for i in 0..40 {
+        apply(&inner, &format!("r{i:02}"), &spec("sleep")).await;
+    }
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+    let writes = Arc::new(ClaimWrites::new(inner.clone(), clock.clone(), None));
+    let runner = Arc::new(SlowStops {
+        inner: RecordingRunner::new(clock.clone()),
+        clock: clock.clone(),
+        in_flight: Default::default(),
+        most: Default::default(),
+    });
+    let mut cfg = NodeConfig::new(Name::new("a").unwrap(), TTL);
+    cfg.capacity = 64;
+    cfg.poll = Duration::from_millis(50);
+    cfg.max_poll = Duration::from_millis(100);
+    let deps = NodeDeps::new(writes.clone(), clock.clone(), runner.clone());
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(node::run(cfg, deps, shutdown.clone()));
+    for _ in 0..400 {
+        if runner.running().len() == 40 {
+            break;
+        }
+        clock.sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(runner.running().len(), 40, "all placed");
+    writes.take_most();
+    shutdown.cancel();
+    task.await.unwrap().unwrap();
+    assert!(runner.running().is_empty(), "every session stopped");
+    let stops = runner.most.load(Ordering::SeqCst);
+    assert!(stops >= 8, "stops under way at once: at most {stops}");
+    let releases = writes.take_most();
+    assert!(
+        releases >= 8,
+        "releases in flight at once: at most {releases}"
+    );
+    for i in 0..40 {
+        let name = format!("r{i:02}");
+        let o = inner
+            .get(&format!("sessions/{name}"))
+            .await
+            .unwrap()
+            .unwrap();
+        let c = ClaimRecord::decode(&name, &o.bytes).unwrap();
+        assert_eq!(c.state, ClaimState::Released, "{name}");
+    }
+}

@@ -293,6 +293,7 @@ pub async fn placement(
     daemon_defaults: bool,
     renew_inline: bool,
     latency: Duration,
+    settle: Duration,
     json: bool,
 ) -> Result<()> {
     let io = RenewThread::start("spike-io")?;
@@ -426,7 +427,9 @@ pub async fn placement(
             });
     // Failover: kill nodes one at a time (abort: no release), time until all
     // of the victim's sessions run elsewhere.
+    clock.sleep(settle).await;
     let mut failovers = Vec::new();
+    let mut phases = Vec::new();
     for k in 0..kills.min(n.saturating_sub(1)) {
         let o = owners(&store).await?;
         let victim = nodes.remove(0);
@@ -436,6 +439,7 @@ pub async fn placement(
             .map(|(s, _)| s.clone())
             .collect();
         let mut started = Started::from_latest(&nodes);
+        let kill_wall = clock.wall_ms();
         victim.task.abort();
         let _ = victim.task.await;
         let t = clock.now();
@@ -457,6 +461,31 @@ pub async fn placement(
             victim.id
         );
         failovers.push(d);
+        // Where the time went (survivors' journals, wall ms after the
+        // kill): the first fence of the victim, then the first and last
+        // claim and start of its sessions.
+        let mine: std::collections::HashSet<&str> = theirs.iter().map(String::as_str).collect();
+        let (mut fenced, mut claimed, mut started_at) = (None::<u64>, Vec::new(), Vec::new());
+        for node in &nodes {
+            if let Ok(p) = node.journal.after(0, usize::MAX) {
+                for e in p.events.iter().filter(|e| e.at_ms >= kill_wall) {
+                    let after = e.at_ms - kill_wall;
+                    let theirs = e.session.as_deref().is_some_and(|s| mine.contains(s));
+                    match e.kind {
+                        EventKind::Fenced => fenced = Some(fenced.map_or(after, |f| f.min(after))),
+                        EventKind::Claimed if theirs => claimed.push(after),
+                        EventKind::Started if theirs => started_at.push(after),
+                        _ => {}
+                    }
+                }
+            }
+        }
+        let span = |v: &[u64]| serde_json::json!([v.iter().min(), v.iter().max()]);
+        phases.push(serde_json::json!({
+            "fenced_ms": fenced,
+            "claimed_ms": span(&claimed),
+            "started_ms": span(&started_at),
+        }));
     }
     // When claims and conflicts happened, in 5 s buckets from the last
     // apply (surviving nodes): whether conflicts come with the main wave
@@ -490,15 +519,24 @@ pub async fn placement(
         .iter()
         .map(|n| n.status.renew_histogram().max_late_seconds)
         .fold(0.0f64, f64::max);
-    for n in nodes.drain(..) {
+    // Graceful shutdown of every survivor at once (each stops its sessions
+    // and releases their claims): how long until the last has finished.
+    let t = clock.now();
+    for n in &nodes {
         n.shutdown.cancel();
+    }
+    for n in nodes.drain(..) {
         let _ = n.task.await;
     }
+    let shutdown = clock.now().saturating_since(t);
     let row = serde_json::json!({
+        "shutdown_ms": shutdown.as_millis() as u64,
         "store": url, "nodes": n, "manifests": m, "capacity": capacity, "ttl_ms": ttl.as_millis() as u64, "poll_ms": poll.as_millis() as u64,
         "daemon_defaults": daemon_defaults,
         "renew_thread": !renew_inline,
         "latency_ms": latency.as_millis() as u64,
+        "failover_phases": phases,
+        "settle_ms": settle.as_millis() as u64,
         "apply_ms": applied.as_millis() as u64,
         "place_all_ms": placed_at.as_millis() as u64,
         "placed_after_last_apply_ms": placed_at.saturating_sub(applied).as_millis() as u64,

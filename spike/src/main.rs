@@ -76,6 +76,10 @@ enum Cmd {
         /// as a remote bucket would; listings and deletes are not delayed.
         #[arg(long, default_value_t = 0)]
         latency_ms: u64,
+        /// Seconds between placement and the first kill (0: kill at once,
+        /// while the nodes still read the hints placement left).
+        #[arg(long, default_value_t = 0)]
+        settle_secs: u64,
         #[arg(long)]
         json: bool,
     },
@@ -262,6 +266,7 @@ async fn async_main() {
             daemon_defaults,
             renew_inline,
             latency_ms,
+            settle_secs,
             json,
         } => {
             fleet::placement(
@@ -274,6 +279,7 @@ async fn async_main() {
                 daemon_defaults,
                 renew_inline,
                 Duration::from_millis(latency_ms),
+                Duration::from_secs(settle_secs),
                 json,
             )
             .await

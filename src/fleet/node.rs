@@ -31,7 +31,7 @@ use crate::name::Name;
 use crate::record::{Kind, LeaseRecord, SCHEMA};
 use crate::store::{Cond, Conditional, Entry, Store, Version};
 use bytes::Bytes;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
@@ -1127,7 +1127,14 @@ impl Node {
     /// [`super::audit`]). A contradiction is a store violation, recorded for
     /// the serve loop to act on; a read that fails is no evidence either way.
     async fn audit(&mut self, key: &str, nonce: &str, epoch: u64) {
-        match audit(&self.deps.store, key, nonce, epoch).await {
+        let r = audit(&self.deps.store, key, nonce, epoch).await;
+        self.note_audit(r, epoch);
+    }
+
+    /// What the audit read-back of one of our committed writes found: a
+    /// store that let two writers win stops the node.
+    fn note_audit(&mut self, r: Result<()>, epoch: u64) {
+        match r {
             Err(e) if e.kind() == crate::ErrorKind::Unsupported => {
                 tracing::error!(error = %e, "store violation: stopping");
                 self.event(EventKind::StoreViolation, None, Some(epoch), e.to_string());
@@ -1136,7 +1143,7 @@ impl Node {
                     other => other.to_string(),
                 });
             }
-            Err(e) => tracing::warn!(key, error = %e, "audit read-back failed"),
+            Err(e) => tracing::warn!(error = %e, "audit read-back failed"),
             Ok(()) => {}
         }
     }
@@ -1983,23 +1990,40 @@ impl Node {
         // In name order, as every loop over `owned` that acts: a HashMap's
         // order is random per process, and a seeded simulation must replay
         // the same requests in the same order in any process.
-        let mut names: Vec<String> = self.owned.keys().cloned().collect();
+        let mut names: Vec<String> = self
+            .owned
+            .iter()
+            .filter(|(_, o)| o.running)
+            .map(|(n, _)| n.clone())
+            .collect();
         names.sort_unstable();
+        // Stopped together, STOP_CONCURRENCY at a time: a stop waits for
+        // the session to exit, up to the runner's grace (a session that
+        // ignores the request takes all of it), so one after the other a
+        // node shutting down with a thousand sessions took a thousand
+        // graces. Each is stopped before anything is written of it (its
+        // claim is released after this returns), as before.
+        let runner = self.deps.runner.clone();
+        futures::stream::iter(names.clone())
+            .map(move |name| {
+                let runner = runner.clone();
+                async move { runner.stop(&name).await }
+            })
+            .buffer_unordered(STOP_CONCURRENCY)
+            .collect::<Vec<()>>()
+            .await;
         for name in &names {
             let Some(o) = self.owned.get_mut(name) else {
                 continue;
             };
-            if o.running {
-                self.deps.runner.stop(name).await;
-                o.running = false;
-                self.deps.journal.record(
-                    self.deps.clock.wall_ms(),
-                    EventKind::Stopped,
-                    Some(name),
-                    Some(o.record.epoch),
-                    why.to_string(),
-                );
-            }
+            o.running = false;
+            self.deps.journal.record(
+                self.deps.clock.wall_ms(),
+                EventKind::Stopped,
+                Some(name),
+                Some(o.record.epoch),
+                why.to_string(),
+            );
         }
     }
 
@@ -2063,9 +2087,42 @@ impl Node {
     async fn release_claims(&mut self, forget_the_rest: bool) {
         let mut names: Vec<String> = self.owned.keys().cloned().collect();
         names.sort_unstable(); // see `stop_all`
+        // Written CLAIM_CONCURRENCY at a time (one round trip each, and its
+        // hint): one after the other, a node with a thousand sessions took
+        // about a minute to shut down or drain at 30 ms per request, past
+        // most supervisors' stop timeouts. Each outcome is then applied in
+        // name order, as `set_state` would.
+        let mut writes = Vec::with_capacity(names.len());
         for name in names {
-            if let Err(e) = self.set_state(&name, ClaimState::Released, None).await {
-                tracing::warn!(session = name, error = %e, "releasing claim");
+            let Some(o) = self.owned.get(&name) else {
+                continue;
+            };
+            if !o.record.state.can_become(ClaimState::Released) {
+                tracing::warn!(session = name, state = ?o.record.state, "releasing claim: not releasable");
+                continue;
+            }
+            let mut next = o.record.clone();
+            next.state = ClaimState::Released;
+            next.exit_code = None;
+            writes.push((name, o.version.clone(), next));
+        }
+        let io = ClaimIo::of(&self.deps);
+        let sent: Vec<_> = futures::stream::iter(writes)
+            .map(move |(name, version, next)| {
+                let io = io.clone();
+                async move {
+                    let w = ClaimWrite::send(io, &name, version, next).await;
+                    (name, w)
+                }
+            })
+            .buffered(CLAIM_CONCURRENCY)
+            .collect()
+            .await;
+        for (name, w) in sent {
+            let epoch = w.next.epoch;
+            match self.apply_claim_write(&name, w).await {
+                Ok(()) => self.event(EventKind::Released, Some(&name), Some(epoch), ""),
+                Err(e) => tracing::warn!(session = name, error = %e, "releasing claim"),
             }
         }
         if forget_the_rest {
@@ -2650,6 +2707,8 @@ impl Node {
         // each claim adds (one that could not start is failed, terminal,
         // and not counted), so the loop is not O(names × owned).
         let mut load = self.load();
+        // Claims decided and not yet sent (`claim_batch`).
+        let mut batch: Vec<ClaimTry> = Vec::new();
         let (mut mkey, mut ckey, mut okey_buf) = (String::new(), String::new(), String::new());
         for name in names {
             // A pass over 100,000 sessions is hundreds of milliseconds of
@@ -2662,7 +2721,7 @@ impl Node {
             if self.owned.contains_key(&name) {
                 continue;
             }
-            debug_assert_eq!(load, self.load());
+            debug_assert_eq!(load as usize, self.load() as usize + batch.len());
             if load >= self.cfg.capacity {
                 // What is left is looked at again once there is room.
                 self.rescan = true;
@@ -2759,14 +2818,20 @@ impl Node {
                 continue;
             }
             self.after_fence(&views);
-            changed |= self
-                .claim(&name, mv.digest.to_string(), claim, None)
-                .await?;
-            if let Some(o) = self.owned.get(&name) {
-                revisit.remove(&name);
-                load += u32::from(!o.record.state.is_terminal());
+            if let Some(t) = self.claim_try(&name, mv.digest.to_string(), claim, None) {
+                // Counted as if it lands; recounted once the batch is in.
+                load += 1;
+                batch.push(t);
+                if batch.len() >= CLAIM_BATCH {
+                    changed |= self
+                        .send_claims(&mut batch, &mut revisit, &mut load)
+                        .await?;
+                }
             }
         }
+        changed |= self
+            .send_claims(&mut batch, &mut revisit, &mut load)
+            .await?;
         self.revisit = revisit;
         // As a full listing forgets the epochs of sessions whose manifest
         // is gone (`observe_claim_absence`), so that one deleted with
@@ -3293,6 +3358,8 @@ impl Node {
         Ok(())
     }
 
+    /// Claims one session now: [`Node::claim_try`], sent, then applied
+    /// (the wake path's single claim, and the shape every claim takes).
     async fn claim(
         &mut self,
         name: &str,
@@ -3300,73 +3367,158 @@ impl Node {
         existing: Option<(Version, ClaimView)>,
         spec: Option<Arc<Spec>>,
     ) -> Result<bool> {
-        if self.deps.clock.now() >= self.valid_until() {
+        let Some(t) = self.claim_try(name, digest, existing, spec) else {
             return Ok(false);
+        };
+        self.ensure_marker().await?;
+        let sent = t.send(ClaimIo::of(&self.deps)).await;
+        self.apply_claim(sent).await
+    }
+
+    /// A claim this pass decided to make, not yet sent: its condition and
+    /// the epoch it goes at (gc's floor still to apply), or `None` when our
+    /// validity has ended (nothing may be claimed then).
+    fn claim_try(
+        &self,
+        name: &str,
+        digest: String,
+        existing: Option<(Version, ClaimView)>,
+        spec: Option<Arc<Spec>>,
+    ) -> Option<ClaimTry> {
+        if self.deps.clock.now() >= self.valid_until() {
+            return None;
         }
         let key = crate::keys::session(name);
-        // A claim created where none is, or over a placeholder, may follow
-        // a claim that `gc` deleted: start above gc's epoch floor (one GET,
-        // on these paths only; see `gc`).
-        let floor = match &existing {
-            Some((_, c)) if !c.is_placeholder() && !c.is_vanished() => 0,
-            _ => super::gc::floor(&self.deps.store).await?,
-        };
-        let (cond, epoch, restarts) = match &existing {
+        let (cond, epoch) = match &existing {
             // Above any epoch we saw for it, should it have vanished.
             None => (
                 Cond::Create,
                 self.seen_claims
                     .get(&key)
                     .map_or(1, |e| e + 1)
-                    .max(self.epoch_base + 1)
-                    .max(floor + 1),
-                0,
+                    .max(self.epoch_base + 1),
             ),
             Some((v, c)) => (
                 Cond::Match(v.clone()),
                 (c.epoch + 1)
                     .max(self.seen_claims.get(&key).map_or(0, |e| e + 1))
-                    .max(self.epoch_base + 1)
-                    .max(floor + 1),
-                0,
+                    .max(self.epoch_base + 1),
             ),
         };
-        self.ensure_marker().await?;
-        let sent = self.deps.clock.now();
-        let record = ClaimRecord {
-            schema: SCHEMA.into(),
-            kind: "session".into(),
-            owner: self.me.clone(),
-            epoch,
-            state: ClaimState::Running,
-            digest: digest.clone(),
-            address: self.cfg.address.clone(),
-            exit_code: None,
-            restarts,
-            updated_at_ms: self.deps.clock.wall_ms(),
-            nonce: self.deps.entropy.hex_id(),
-        };
-        let put = put_checked(
-            &self.deps.store,
-            &key,
-            Bytes::from(record.encode()),
+        // A claim created where none is, or over a placeholder, may follow
+        // a claim that `gc` deleted: it starts above gc's epoch floor (one
+        // GET, on these paths only; see `gc`).
+        let needs_floor =
+            !matches!(&existing, Some((_, c)) if !c.is_placeholder() && !c.is_vanished());
+        // The spec is read with the claim when none came with it (the
+        // manifest's, unless the listing found it corrupt: `spec_for`).
+        let read_spec = spec.is_none() && !self.corrupt.contains_key(&crate::keys::manifest(name));
+        Some(ClaimTry {
+            name: name.to_string(),
+            key,
+            digest,
+            existing,
+            spec,
             cond,
-            &record.nonce,
-            json_nonce,
-        )
-        .await?;
-        match put {
-            Put::Committed(version) => {
-                self.audit(&key, &record.nonce, epoch).await;
+            epoch,
+            needs_floor,
+            read_spec,
+            owner: self.me.clone(),
+            address: self.cfg.address.clone(),
+            valid_until: self.valid_until(),
+        })
+    }
+
+    /// Sends `tries` [`CLAIM_CONCURRENCY`] at a time and applies each
+    /// outcome in order. Every outcome is applied, whatever an earlier one
+    /// was: a claim that landed is recorded as ours (and started) even when
+    /// another in the batch failed, so no claim of ours stands unknown to
+    /// us. The first error is returned after all are applied, as a failed
+    /// claim ends the pass.
+    ///
+    /// Why concurrent: a claim is two to four round trips (gc's floor on a
+    /// create, the conditional write, its audit read-back, the manifest's
+    /// spec), and a pass that placed or took over sessions one after the
+    /// other spent them in series: at 30-60 ms per request on S3, about a
+    /// thousand sessions of a dead peer took a survivor minutes (issue
+    /// #14). The decisions are unchanged: each claim is still an If-Match
+    /// or create-if-absent on what this pass saw, and the gate runs before
+    /// any is sent.
+    async fn claim_batch(&mut self, tries: Vec<ClaimTry>) -> Result<bool> {
+        if tries.is_empty() {
+            return Ok(false);
+        }
+        self.ensure_marker().await?;
+        let io = ClaimIo::of(&self.deps);
+        let sent: Vec<ClaimSent> = futures::stream::iter(tries)
+            .map(move |t| t.send(io.clone()))
+            .buffered(CLAIM_CONCURRENCY)
+            .collect()
+            .await;
+        let mut changed = false;
+        let mut first_err = None;
+        for s in sent {
+            match self.apply_claim(s).await {
+                Ok(c) => changed |= c,
+                Err(e) => {
+                    changed = true;
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(changed),
+        }
+    }
+
+    /// Sends the claim loop's `batch` (`claim_batch`), then counts what it
+    /// came to: the load it counted as landing is recounted from what is
+    /// owned now, and a name claimed is not revisited.
+    async fn send_claims(
+        &mut self,
+        batch: &mut Vec<ClaimTry>,
+        revisit: &mut std::collections::BTreeSet<String>,
+        load: &mut u32,
+    ) -> Result<bool> {
+        let names: Vec<String> = batch.iter().map(|t| t.name.clone()).collect();
+        *load = load.saturating_sub(names.len() as u32);
+        let r = self.claim_batch(std::mem::take(batch)).await;
+        for name in &names {
+            if let Some(o) = self.owned.get(name) {
+                revisit.remove(name);
+                *load += u32::from(!o.record.state.is_terminal());
+            }
+        }
+        r
+    }
+
+    /// What one sent claim came to, applied to this node: recorded as ours
+    /// and started, or the rival's claim cached, or the error returned.
+    async fn apply_claim(&mut self, s: ClaimSent) -> Result<bool> {
+        let ClaimSent {
+            t,
+            sent,
+            record,
+            outcome,
+        } = s;
+        match outcome? {
+            ClaimOutcome::Committed {
+                version,
+                audit,
+                manifest,
+            } => {
+                self.note_audit(audit, record.epoch);
                 if self.violation.lock().unwrap().is_some() {
                     return Ok(true);
                 }
+                let (name, key, epoch) = (t.name.as_str(), t.key.as_str(), record.epoch);
                 self.first_claimable.remove(name);
                 self.event(
                     EventKind::Claimed,
                     Some(name),
                     Some(epoch),
-                    match &existing {
+                    match &t.existing {
                         None => "claim made again after its absence".to_string(),
                         Some((_, c)) if c.is_vanished() => {
                             "claim made again after its absence".to_string()
@@ -3379,8 +3531,8 @@ impl Node {
                     },
                 );
                 self.claims
-                    .insert(key.clone(), (version.clone(), ClaimView::from(&record)));
-                self.note_claim(&key);
+                    .insert(key.to_string(), (version.clone(), ClaimView::from(&record)));
+                self.note_claim(key);
                 // The only insertion: the floor stays at or below every
                 // confirmation (see `confirmed_floor`).
                 self.confirmed_floor = Some(self.confirmed_floor.map_or(sent, |f| f.min(sent)));
@@ -3394,28 +3546,57 @@ impl Node {
                         started_at: sent,
                         quick_exits: 0,
                         restart_at: None,
-                        spec: spec.map(|s| (plan::Digest::new(&digest), s)),
+                        spec: t.spec.map(|s| (plan::Digest::new(&t.digest), s)),
                     },
                 );
+                if let Some(m) = manifest {
+                    self.take_manifest(name, *m);
+                }
                 // The renew task must bound this session too, from now.
                 self.confirmed_tx
                     .send_replace(self.confirmed_until().unwrap_or(MonoTime::ZERO));
                 self.start(name).await;
                 Ok(true)
             }
-            Put::Rejected(found) => {
+            ClaimOutcome::NotSent => Ok(false),
+            ClaimOutcome::Rejected(found) => {
                 // Another node claimed first: placement should make this
                 // rare. What stands there now replaces our cached view (a
                 // light pass may have had a stale one), so the next pass
                 // does not repeat a write that cannot succeed.
-                self.cache_read_back(&key, found);
+                self.cache_read_back(&t.key, found);
                 self.event(
                     EventKind::Conflict,
-                    Some(name),
-                    Some(epoch),
+                    Some(&t.name),
+                    Some(record.epoch),
                     "lost the claim race",
                 );
                 Ok(true)
+            }
+        }
+    }
+
+    /// A manifest read with the claim of `name` (see `spec_for`, which does
+    /// the same read when none came): what we know of it is updated, and
+    /// its spec kept beside the claim if its digest is the claim's.
+    fn take_manifest(&mut self, name: &str, read: ManifestRead) {
+        let mkey = crate::keys::manifest(name);
+        match read {
+            Ok(Some((m, v))) => {
+                let known = KnownManifest::of(&m);
+                self.manifests.insert(mkey, (v, known));
+                if let Some(o) = self.owned.get_mut(name)
+                    && o.record.digest == m.digest
+                {
+                    o.spec = Some((plan::Digest::new(&m.digest), Arc::new(m.spec)));
+                }
+            }
+            Ok(None) => {
+                self.manifests.remove(&mkey);
+            }
+            // Read again when it is started (`spec_for`).
+            Err(e) => {
+                tracing::warn!(session = name, error = %e, "reading the manifest to start it")
             }
         }
     }
@@ -3560,21 +3741,18 @@ impl Node {
     /// Writes `next` over our claim `name` (If-Match on the version we
     /// hold), and keeps the caches in line. A rejection means a peer took the
     /// claim over: stop the session and forget it.
-    async fn write_claim(&mut self, name: &str, o: &Owned, mut next: ClaimRecord) -> Result<()> {
-        let sent = self.deps.clock.now();
-        next.updated_at_ms = self.deps.clock.wall_ms();
-        next.nonce = self.deps.entropy.hex_id();
+    async fn write_claim(&mut self, name: &str, o: &Owned, next: ClaimRecord) -> Result<()> {
+        let w = ClaimWrite::send(ClaimIo::of(&self.deps), name, o.version.clone(), next).await;
+        self.apply_claim_write(name, w).await
+    }
+
+    /// What a write of our claim `name` came to (`ClaimWrite::send`),
+    /// applied: the caches follow a committed one; a rejected one means a
+    /// peer took the claim over, so the session is stopped and forgotten.
+    async fn apply_claim_write(&mut self, name: &str, w: ClaimWrite) -> Result<()> {
+        let ClaimWrite { sent, next, put } = w;
         let key = crate::keys::session(name);
-        match put_checked(
-            &self.deps.store,
-            &key,
-            Bytes::from(next.encode()),
-            Cond::Match(o.version.clone()),
-            &next.nonce,
-            json_nonce,
-        )
-        .await?
-        {
+        match put? {
             Put::Committed(v) => {
                 self.claim_writes += 1;
                 if self.claim_writes.is_multiple_of(AUDIT_SAMPLE) {
@@ -3594,7 +3772,7 @@ impl Node {
                 self.lose(name, "claim changed by another writer").await;
                 Err(Error::Lost {
                     key,
-                    epoch: o.record.epoch,
+                    epoch: next.epoch,
                     reason: "claim taken over".into(),
                 })
             }
@@ -3941,6 +4119,193 @@ pub fn manifest_view(m: &ManifestRecord) -> ManifestView {
 
 /// Concurrent reads when refreshing changed manifests and claims.
 const REFRESH_CONCURRENCY: usize = 16;
+
+/// Claims in flight at once in a pass (see `Node::claim_batch`), and how
+/// many a pass gathers before it sends them: a batch is sent when full and
+/// at the end of the claim loop.
+const CLAIM_CONCURRENCY: usize = 16;
+const CLAIM_BATCH: usize = 64;
+
+/// A claim decided by a pass and not yet sent (`Node::claim_try`).
+struct ClaimTry {
+    name: String,
+    key: String,
+    digest: String,
+    /// What the pass saw there: `None` for a create.
+    existing: Option<(Version, ClaimView)>,
+    spec: Option<Arc<Spec>>,
+    cond: Cond,
+    /// Before gc's floor.
+    epoch: u64,
+    needs_floor: bool,
+    /// Read the manifest once the claim lands (no spec came with it).
+    read_spec: bool,
+    owner: Owner,
+    address: Option<String>,
+    /// Our validity when it was decided: not sent after it.
+    valid_until: MonoTime,
+}
+
+/// A write over one of our claims (If-Match on the version we hold), as
+/// sent, and what came of it (`Node::apply_claim_write`).
+struct ClaimWrite {
+    /// Taken before the write was sent.
+    sent: MonoTime,
+    next: ClaimRecord,
+    put: Result<Put>,
+}
+
+impl ClaimWrite {
+    /// The write's round trip, touching no node state (so that a shutdown
+    /// or drain can have several in flight).
+    fn send(
+        deps: ClaimIo,
+        name: &str,
+        version: Version,
+        mut next: ClaimRecord,
+    ) -> futures::future::BoxFuture<'static, Self> {
+        let key = crate::keys::session(name);
+        async move {
+            let sent = deps.clock.now();
+            next.updated_at_ms = deps.clock.wall_ms();
+            next.nonce = deps.entropy.hex_id();
+            let put = put_checked(
+                &deps.store,
+                &key,
+                Bytes::from(next.encode()),
+                Cond::Match(version),
+                &next.nonce,
+                json_nonce,
+            )
+            .await;
+            ClaimWrite { sent, next, put }
+        }
+        .boxed()
+    }
+}
+
+/// What a claim's round trips use of a node's deps, owned (cheap clones).
+#[derive(Clone)]
+struct ClaimIo {
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    entropy: Arc<dyn Entropy>,
+}
+
+impl ClaimIo {
+    fn of(deps: &NodeDeps) -> Self {
+        ClaimIo {
+            store: deps.store.clone(),
+            clock: deps.clock.clone(),
+            entropy: deps.entropy.clone(),
+        }
+    }
+}
+
+/// Sessions stopped at once when a node stops them all (`Node::stop_all`).
+const STOP_CONCURRENCY: usize = 256;
+
+/// A claim as sent, and what came of it.
+struct ClaimSent {
+    t: ClaimTry,
+    /// Taken before the write was sent: the claim is ours as of then at
+    /// the latest (see `Node::confirmed_until`).
+    sent: MonoTime,
+    record: ClaimRecord,
+    outcome: Result<ClaimOutcome>,
+}
+
+/// A manifest read: absent, or the record and its version.
+type ManifestRead = Result<Option<(ManifestRecord, Version)>>;
+
+enum ClaimOutcome {
+    Committed {
+        version: Version,
+        /// The audit's read-back.
+        audit: Result<()>,
+        /// Boxed: a manifest record is large beside the other outcomes.
+        manifest: Option<Box<ManifestRead>>,
+    },
+    Rejected(Option<(Bytes, Version)>),
+    /// Our validity ended before it was sent.
+    NotSent,
+}
+
+impl ClaimTry {
+    /// The claim's round trips, touching no node state, so that a pass can
+    /// have several in flight: gc's floor where needed, the conditional
+    /// write (resolved by read-back when its answer is lost), then on
+    /// success the audit's read-back and the manifest for the spec.
+    /// Boxed and owning what it uses: futures that borrow, gathered by a
+    /// stream combinator inside the node's loop, made the compiler give up
+    /// proving the spawned loop `Send` (rust-lang/rust#102211).
+    fn send(self, deps: ClaimIo) -> futures::future::BoxFuture<'static, ClaimSent> {
+        async move {
+            // Our validity ended while the batch waited: nothing is sent.
+            let expired = deps.clock.now() >= self.valid_until;
+            let floor = if expired {
+                Ok(0)
+            } else if self.needs_floor {
+                super::gc::floor(&deps.store).await
+            } else {
+                Ok(0)
+            };
+            let sent = deps.clock.now();
+            let record = ClaimRecord {
+                schema: SCHEMA.into(),
+                kind: "session".into(),
+                owner: self.owner.clone(),
+                epoch: self.epoch.max(floor.as_ref().map_or(0, |f| f + 1)),
+                state: ClaimState::Running,
+                digest: self.digest.clone(),
+                address: self.address.clone(),
+                exit_code: None,
+                restarts: 0,
+                updated_at_ms: deps.clock.wall_ms(),
+                nonce: deps.entropy.hex_id(),
+            };
+            let outcome = match floor {
+                _ if expired => Ok(ClaimOutcome::NotSent),
+                Err(e) => Err(e),
+                Ok(_) => self.write(&deps, &record).await,
+            };
+            ClaimSent {
+                t: self,
+                sent,
+                record,
+                outcome,
+            }
+        }
+        .boxed()
+    }
+
+    async fn write(&self, deps: &ClaimIo, record: &ClaimRecord) -> Result<ClaimOutcome> {
+        let put = put_checked(
+            &deps.store,
+            &self.key,
+            Bytes::from(record.encode()),
+            self.cond.clone(),
+            &record.nonce,
+            json_nonce,
+        )
+        .await?;
+        Ok(match put {
+            Put::Committed(version) => {
+                let audit = audit(&deps.store, &self.key, &record.nonce, record.epoch).await;
+                let manifest = match (self.read_spec, Name::new(&self.name)) {
+                    (true, Ok(n)) => Some(Box::new(super::manifest::get(&deps.store, &n).await)),
+                    _ => None,
+                };
+                ClaimOutcome::Committed {
+                    version,
+                    audit,
+                    manifest,
+                }
+            }
+            Put::Rejected(found) => ClaimOutcome::Rejected(found),
+        })
+    }
+}
 
 /// What a full listing of one prefix left to do, gathered as it streamed
 /// past (see [`Listed::take`]): the keys it showed, and the entries whose
