@@ -3011,6 +3011,11 @@ struct ClaimWrites {
     in_flight: std::sync::atomic::AtomicUsize,
     most: std::sync::atomic::AtomicUsize,
     fail_once: std::sync::Mutex<Option<&'static str>>,
+    /// When set: the runner whose sessions must all have stopped before
+    /// any of their claims is written released; `early` counts those that
+    /// had not.
+    runner: std::sync::Mutex<Option<Arc<dyn leasehold::fleet::runner::Runner>>>,
+    early: std::sync::atomic::AtomicUsize,
 }
 
 impl ClaimWrites {
@@ -3021,6 +3026,8 @@ impl ClaimWrites {
             in_flight: Default::default(),
             most: Default::default(),
             fail_once: std::sync::Mutex::new(fail_once),
+            runner: Default::default(),
+            early: Default::default(),
         }
     }
 
@@ -3060,6 +3067,14 @@ impl Store for ClaimWrites {
         use std::sync::atomic::Ordering;
         if !key.starts_with("sessions/") {
             return self.inner.put(key, b, c).await;
+        }
+        let runner = self.runner.lock().unwrap().clone();
+        if let Some(runner) = runner
+            && let Ok(r) = ClaimRecord::decode(key, &b)
+            && r.state == ClaimState::Released
+            && !runner.running().is_empty()
+        {
+            self.early.fetch_add(1, Ordering::SeqCst);
         }
         let n = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
         self.most.fetch_max(n, Ordering::SeqCst);
@@ -3178,8 +3193,10 @@ impl leasehold::fleet::runner::Runner for SlowStops {
 /// A node shutting down stops its sessions together and then releases
 /// their claims together: one after the other, a thousand sessions took a
 /// thousand stop graces and, at 30 ms per request, about a minute of claim
-/// writes, past most supervisors' stop timeouts. Every claim still ends
-/// released. Fails with either loop one at a time (at most one in flight).
+/// writes, past most supervisors' stop timeouts. Every session has stopped
+/// before any claim is written released, and every claim ends released.
+/// Fails with either loop one at a time (at most one in flight), and with
+/// the releases sent before the stops have all ended.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shutdown_stops_and_releases_its_sessions_together() {
     use leasehold::fleet::runner::Runner;
@@ -3212,8 +3229,11 @@ async fn a_shutdown_stops_and_releases_its_sessions_together() {
     }
     assert_eq!(runner.running().len(), 40, "all placed");
     writes.take_most();
+    *writes.runner.lock().unwrap() = Some(runner.clone());
     shutdown.cancel();
     task.await.unwrap().unwrap();
+    let early = writes.early.load(Ordering::SeqCst);
+    assert_eq!(early, 0, "claims released while sessions still ran");
     assert!(runner.running().is_empty(), "every session stopped");
     let stops = runner.most.load(Ordering::SeqCst);
     assert!(stops >= 8, "stops under way at once: at most {stops}");

@@ -1128,12 +1128,12 @@ impl Node {
     /// the serve loop to act on; a read that fails is no evidence either way.
     async fn audit(&mut self, key: &str, nonce: &str, epoch: u64) {
         let r = audit(&self.deps.store, key, nonce, epoch).await;
-        self.note_audit(r, epoch);
+        self.note_audit(key, r, epoch);
     }
 
     /// What the audit read-back of one of our committed writes found: a
     /// store that let two writers win stops the node.
-    fn note_audit(&mut self, r: Result<()>, epoch: u64) {
+    fn note_audit(&mut self, key: &str, r: Result<()>, epoch: u64) {
         match r {
             Err(e) if e.kind() == crate::ErrorKind::Unsupported => {
                 tracing::error!(error = %e, "store violation: stopping");
@@ -1143,7 +1143,7 @@ impl Node {
                     other => other.to_string(),
                 });
             }
-            Err(e) => tracing::warn!(error = %e, "audit read-back failed"),
+            Err(e) => tracing::warn!(key, error = %e, "audit read-back failed"),
             Ok(()) => {}
         }
     }
@@ -2754,7 +2754,12 @@ impl Node {
             let mut gate = first;
             while let (core::Gate::RefetchOwner, Some(key)) = (gate, &owner_key) {
                 refetched.insert(key.clone());
-                self.fetch_node(key, None).await?;
+                if let Err(e) = self.fetch_node(key, None).await {
+                    // What this pass decided is sent before it ends (a
+                    // fence already written may be waiting on it).
+                    let _ = self.send_claims(&mut batch, &mut revisit, &mut load).await;
+                    return Err(e);
+                }
                 views = self.node_views(&loads);
                 gate = self.gate_for(
                     &name,
@@ -2810,12 +2815,20 @@ impl Node {
                     self.first_claimable.entry(name.clone()).or_insert(now);
                 }
             }
-            if let Some((_, c)) = &claim
-                && !self.fence_owner(c).await?
-            {
-                views = self.node_views(&loads);
-                changed = true;
-                continue;
+            if let Some((_, c)) = &claim {
+                match self.fence_owner(c).await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        views = self.node_views(&loads);
+                        changed = true;
+                        continue;
+                    }
+                    Err(e) => {
+                        // As above: the batch goes out before the error.
+                        let _ = self.send_claims(&mut batch, &mut revisit, &mut load).await;
+                        return Err(e);
+                    }
+                }
             }
             self.after_fence(&views);
             if let Some(t) = self.claim_try(&name, mv.digest.to_string(), claim, None) {
@@ -3425,16 +3438,21 @@ impl Node {
             read_spec,
             owner: self.me.clone(),
             address: self.cfg.address.clone(),
-            valid_until: self.valid_until(),
+            live: Live {
+                decided: self.valid_until(),
+                lease: self.validity.clone(),
+                violation: self.violation.clone(),
+            },
         })
     }
 
     /// Sends `tries` [`CLAIM_CONCURRENCY`] at a time and applies each
-    /// outcome in order. Every outcome is applied, whatever an earlier one
-    /// was: a claim that landed is recorded as ours (and started) even when
-    /// another in the batch failed, so no claim of ours stands unknown to
-    /// us. The first error is returned after all are applied, as a failed
-    /// claim ends the pass.
+    /// outcome in order as it comes. Every outcome is applied, whatever an
+    /// earlier one was: a claim that landed is recorded as ours (and
+    /// started) even when another in the batch failed, so no claim of ours
+    /// stands unknown to us (short of a store violation, which stops the
+    /// node: `apply_claim`). The first error is returned after all are
+    /// applied, as a failed claim ends the pass.
     ///
     /// Why concurrent: a claim is two to four round trips (gc's floor on a
     /// create, the conditional write, its audit read-back, the manifest's
@@ -3450,14 +3468,14 @@ impl Node {
         }
         self.ensure_marker().await?;
         let io = ClaimIo::of(&self.deps);
-        let sent: Vec<ClaimSent> = futures::stream::iter(tries)
+        // Each applied as it comes back, in order: a claim that landed is
+        // ours (and started) without waiting for the slowest of the batch.
+        let mut sent = futures::stream::iter(tries)
             .map(move |t| t.send(io.clone()))
-            .buffered(CLAIM_CONCURRENCY)
-            .collect()
-            .await;
+            .buffered(CLAIM_CONCURRENCY);
         let mut changed = false;
         let mut first_err = None;
-        for s in sent {
+        while let Some(s) = sent.next().await {
             match self.apply_claim(s).await {
                 Ok(c) => changed |= c,
                 Err(e) => {
@@ -3508,7 +3526,9 @@ impl Node {
                 audit,
                 manifest,
             } => {
-                self.note_audit(audit, record.epoch);
+                self.note_audit(&t.key, audit, record.epoch);
+                // A store that let two writers win: nothing more is started
+                // or recorded (the node stops, and its lease with it).
                 if self.violation.lock().unwrap().is_some() {
                     return Ok(true);
                 }
@@ -4142,8 +4162,31 @@ struct ClaimTry {
     read_spec: bool,
     owner: Owner,
     address: Option<String>,
-    /// Our validity when it was decided: not sent after it.
-    valid_until: MonoTime,
+    /// Whether it may still be sent when its turn comes.
+    live: Live,
+}
+
+/// What says whether a claim waiting in a batch may still be sent: the
+/// node's validity when the claim was decided (the confirmation of its
+/// claims included), and, as they are now, the renew task's word on the
+/// lease and the audit's on the store. Past any of them the node stops
+/// acting, as `claim` did before each write when claims went one at a time.
+#[derive(Clone)]
+struct Live {
+    decided: MonoTime,
+    lease: Option<watch::Receiver<Validity>>,
+    violation: Arc<std::sync::Mutex<Option<String>>>,
+}
+
+impl Live {
+    fn ended(&self, now: MonoTime) -> bool {
+        now >= self.decided
+            || self.lease.as_ref().is_some_and(|rx| {
+                let v = *rx.borrow();
+                v.lost || now >= v.until
+            })
+            || self.violation.lock().unwrap().is_some()
+    }
 }
 
 /// A write over one of our claims (If-Match on the version we hold), as
@@ -4227,7 +4270,8 @@ enum ClaimOutcome {
         manifest: Option<Box<ManifestRead>>,
     },
     Rejected(Option<(Bytes, Version)>),
-    /// Our validity ended before it was sent.
+    /// Our validity ended (or the lease or the store's audit failed)
+    /// before it was sent.
     NotSent,
 }
 
@@ -4241,8 +4285,9 @@ impl ClaimTry {
     /// proving the spawned loop `Send` (rust-lang/rust#102211).
     fn send(self, deps: ClaimIo) -> futures::future::BoxFuture<'static, ClaimSent> {
         async move {
-            // Our validity ended while the batch waited: nothing is sent.
-            let expired = deps.clock.now() >= self.valid_until;
+            // Our validity ended (or the lease was lost, or the store
+            // caught lying) while the batch waited: nothing is sent.
+            let mut expired = self.live.ended(deps.clock.now());
             let floor = if expired {
                 Ok(0)
             } else if self.needs_floor {
@@ -4250,6 +4295,8 @@ impl ClaimTry {
             } else {
                 Ok(0)
             };
+            // Again right before the write: the floor's read takes a trip.
+            expired = expired || self.live.ended(deps.clock.now());
             let sent = deps.clock.now();
             let record = ClaimRecord {
                 schema: SCHEMA.into(),
@@ -4261,8 +4308,14 @@ impl ClaimTry {
                 address: self.address.clone(),
                 exit_code: None,
                 restarts: 0,
-                updated_at_ms: deps.clock.wall_ms(),
-                nonce: deps.entropy.hex_id(),
+                // Drawn only for a claim sent (the seeded entropy stream of
+                // a simulation is as it was with claims one at a time).
+                updated_at_ms: if expired { 0 } else { deps.clock.wall_ms() },
+                nonce: if expired {
+                    String::new()
+                } else {
+                    deps.entropy.hex_id()
+                },
             };
             let outcome = match floor {
                 _ if expired => Ok(ClaimOutcome::NotSent),
