@@ -4894,3 +4894,53 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod live_tests {
+    use super::*;
+
+    /// A claim waiting in a batch is not sent once its validity as decided
+    /// has passed, nor once the renew task says the lease is lost or past
+    /// its end, nor once the audit caught the store letting two writers
+    /// win, whatever the validity saved when it was decided (issue #14:
+    /// before, a batch checked only that saved validity).
+    #[test]
+    fn a_batched_claim_is_not_sent_past_the_lease_or_a_store_violation() {
+        let t0 = MonoTime::ZERO + Duration::from_secs(100);
+        let (tx, rx) = watch::channel(Validity {
+            until: t0 + Duration::from_secs(10),
+            lost: false,
+        });
+        let live = Live {
+            decided: t0 + Duration::from_secs(5),
+            lease: Some(rx),
+            violation: Default::default(),
+        };
+        assert!(!live.ended(t0));
+        assert!(
+            live.ended(t0 + Duration::from_secs(5)),
+            "past the decided validity"
+        );
+        tx.send_replace(Validity {
+            until: t0 + Duration::from_secs(2),
+            lost: false,
+        });
+        assert!(!live.ended(t0));
+        assert!(
+            live.ended(t0 + Duration::from_secs(2)),
+            "past the lease's end now"
+        );
+        tx.send_replace(Validity {
+            until: t0 + Duration::from_secs(10),
+            lost: true,
+        });
+        assert!(live.ended(t0), "the lease lost");
+        tx.send_replace(Validity {
+            until: t0 + Duration::from_secs(10),
+            lost: false,
+        });
+        assert!(!live.ended(t0));
+        *live.violation.lock().unwrap() = Some("two writers won".into());
+        assert!(live.ended(t0), "the store caught lying");
+    }
+}
