@@ -3001,6 +3001,16 @@ async fn a_node_whose_renew_thread_is_dropped_stops_at_once() {
     assert!(!status.snapshot().ready);
 }
 
+/// A memory bucket made a fleet, with `n` sleepers named `<prefix>00`...
+async fn memory_fleet_of(prefix: &str, n: usize) -> Arc<dyn Store> {
+    let store: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());
+    init_marker(&store).await;
+    for i in 0..n {
+        apply(&store, &format!("{prefix}{i:02}"), &spec("sleep")).await;
+    }
+    store
+}
+
 /// Counts the claim writes (`sessions/` puts) in flight at once: each
 /// waits 20 ms before it reaches the store, and the one at `fail_once`
 /// fails there once without landing.
@@ -3126,11 +3136,7 @@ impl Store for ClaimWrites {
 /// stand unknown to their node, which takes them back at epoch 2.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pass_sends_its_claims_together_and_keeps_every_one_that_lands() {
-    let inner: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());
-    init_marker(&inner).await;
-    for i in 0..48 {
-        apply(&inner, &format!("c{i:02}"), &spec("sleep")).await;
-    }
+    let inner = memory_fleet_of("c", 48).await;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
     let writes = Arc::new(ClaimWrites::new(
         inner.clone(),
@@ -3201,11 +3207,7 @@ impl leasehold::fleet::runner::Runner for SlowStops {
 async fn a_shutdown_stops_and_releases_its_sessions_together() {
     use leasehold::fleet::runner::Runner;
     use std::sync::atomic::Ordering;
-    let inner: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());
-    init_marker(&inner).await;
-    for i in 0..40 {
-        apply(&inner, &format!("r{i:02}"), &spec("sleep")).await;
-    }
+    let inner = memory_fleet_of("r", 40).await;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
     let writes = Arc::new(ClaimWrites::new(inner.clone(), clock.clone(), None));
     let runner = Arc::new(SlowStops {

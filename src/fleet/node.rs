@@ -4907,38 +4907,27 @@ mod live_tests {
     #[test]
     fn a_batched_claim_is_not_sent_past_the_lease_or_a_store_violation() {
         let t0 = MonoTime::ZERO + Duration::from_secs(100);
+        let secs = Duration::from_secs;
         let (tx, rx) = watch::channel(Validity {
-            until: t0 + Duration::from_secs(10),
+            until: t0 + secs(10),
             lost: false,
         });
+        let lease = |until: MonoTime, lost: bool| {
+            tx.send_replace(Validity { until, lost });
+        };
         let live = Live {
-            decided: t0 + Duration::from_secs(5),
+            decided: t0 + secs(5),
             lease: Some(rx),
             violation: Default::default(),
         };
         assert!(!live.ended(t0));
-        assert!(
-            live.ended(t0 + Duration::from_secs(5)),
-            "past the decided validity"
-        );
-        tx.send_replace(Validity {
-            until: t0 + Duration::from_secs(2),
-            lost: false,
-        });
+        assert!(live.ended(t0 + secs(5)), "past the decided validity");
+        lease(t0 + secs(2), false);
         assert!(!live.ended(t0));
-        assert!(
-            live.ended(t0 + Duration::from_secs(2)),
-            "past the lease's end now"
-        );
-        tx.send_replace(Validity {
-            until: t0 + Duration::from_secs(10),
-            lost: true,
-        });
+        assert!(live.ended(t0 + secs(2)), "past the lease's end now");
+        lease(t0 + secs(10), true);
         assert!(live.ended(t0), "the lease lost");
-        tx.send_replace(Validity {
-            until: t0 + Duration::from_secs(10),
-            lost: false,
-        });
+        lease(t0 + secs(10), false);
         assert!(!live.ended(t0));
         *live.violation.lock().unwrap() = Some("two writers won".into());
         assert!(live.ended(t0), "the store caught lying");
