@@ -2094,17 +2094,11 @@ impl Node {
         // name order, as `set_state` would.
         let mut writes = Vec::with_capacity(names.len());
         for name in names {
-            let Some(o) = self.owned.get(&name) else {
-                continue;
-            };
-            if !o.record.state.can_become(ClaimState::Released) {
-                tracing::warn!(session = name, state = ?o.record.state, "releasing claim: not releasable");
-                continue;
+            match self.state_change(&name, ClaimState::Released, None) {
+                Ok(Some((version, next))) => writes.push((name, version, next)),
+                Ok(None) => {}
+                Err(e) => tracing::warn!(session = name, error = %e, "releasing claim"),
             }
-            let mut next = o.record.clone();
-            next.state = ClaimState::Released;
-            next.exit_code = None;
-            writes.push((name, o.version.clone(), next));
         }
         let io = ClaimIo::of(&self.deps);
         let sent: Vec<_> = futures::stream::iter(writes)
@@ -2119,10 +2113,8 @@ impl Node {
             .collect()
             .await;
         for (name, w) in sent {
-            let epoch = w.next.epoch;
-            match self.apply_claim_write(&name, w).await {
-                Ok(()) => self.event(EventKind::Released, Some(&name), Some(epoch), ""),
-                Err(e) => tracing::warn!(session = name, error = %e, "releasing claim"),
+            if let Err(e) = self.apply_state_change(&name, w).await {
+                tracing::warn!(session = name, error = %e, "releasing claim");
             }
         }
         if forget_the_rest {
@@ -3729,8 +3721,24 @@ impl Node {
         state: ClaimState,
         exit_code: Option<i32>,
     ) -> Result<()> {
-        let Some(o) = self.owned.get(name).cloned() else {
+        let Some((version, next)) = self.state_change(name, state, exit_code)? else {
             return Ok(());
+        };
+        let w = ClaimWrite::send(ClaimIo::of(&self.deps), name, version, next).await;
+        self.apply_state_change(name, w).await
+    }
+
+    /// The write that moves our claim `name` to `state` (If-Match on the
+    /// version we hold), or `None` if we do not hold it; an error if the
+    /// claim may not become `state`.
+    fn state_change(
+        &self,
+        name: &str,
+        state: ClaimState,
+        exit_code: Option<i32>,
+    ) -> Result<Option<(Version, ClaimRecord)>> {
+        let Some(o) = self.owned.get(name) else {
+            return Ok(None);
         };
         if !o.record.state.can_become(state) {
             return Err(Error::invalid(
@@ -3741,7 +3749,13 @@ impl Node {
         let mut next = o.record.clone();
         next.state = state;
         next.exit_code = exit_code;
-        self.write_claim(name, &o, next.clone()).await?;
+        Ok(Some((o.version.clone(), next)))
+    }
+
+    /// A state change's write applied (`apply_claim_write`), then its event.
+    async fn apply_state_change(&mut self, name: &str, w: ClaimWrite) -> Result<()> {
+        let (state, epoch, exit_code) = (w.next.state, w.next.epoch, w.next.exit_code);
+        self.apply_claim_write(name, w).await?;
         let kind = match state {
             ClaimState::Running => EventKind::Running,
             ClaimState::Paused => EventKind::Paused,
@@ -3752,7 +3766,7 @@ impl Node {
         self.event(
             kind,
             Some(name),
-            Some(next.epoch),
+            Some(epoch),
             exit_code.map(|c| format!("exit {c}")).unwrap_or_default(),
         );
         Ok(())
