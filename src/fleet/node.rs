@@ -3588,9 +3588,9 @@ impl Node {
         }
     }
 
-    /// A manifest read with the claim of `name` (see `spec_for`, which does
-    /// the same read when none came): what we know of it is updated, and
-    /// its spec kept beside the claim if its digest is the claim's.
+    /// A manifest read for the claim of `name` (with the claim, or by
+    /// `spec_for`): what we know of it is updated, and its spec kept beside
+    /// the claim if its digest is the claim's.
     fn take_manifest(&mut self, name: &str, read: ManifestRead) {
         let mkey = crate::keys::manifest(name);
         match read {
@@ -3640,29 +3640,11 @@ impl Node {
             return None;
         }
         let n = Name::new(name).ok()?;
-        match super::manifest::get(&self.deps.store, &n).await {
-            Ok(Some((m, v))) => {
-                let known = KnownManifest::of(&m);
-                let same = digest == m.digest;
-                self.manifests.insert(mkey, (v, known));
-                if !same {
-                    return None;
-                }
-                let spec = Arc::new(m.spec);
-                if let Some(o) = self.owned.get_mut(name) {
-                    o.spec = Some((digest, spec.clone()));
-                }
-                Some(spec)
-            }
-            Ok(None) => {
-                self.manifests.remove(&mkey);
-                None
-            }
-            Err(e) => {
-                tracing::warn!(session = name, error = %e, "reading the manifest to start it");
-                None
-            }
-        }
+        let read = super::manifest::get(&self.deps.store, &n).await;
+        self.take_manifest(name, read);
+        // Kept only if the manifest read has the claim's digest.
+        let (d, spec) = self.owned.get(name)?.spec.as_ref()?;
+        (*d == digest).then(|| spec.clone())
     }
 
     async fn start(&mut self, name: &str) {
