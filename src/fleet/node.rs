@@ -3363,8 +3363,8 @@ impl Node {
         Ok(())
     }
 
-    /// Claims one session now: [`Node::claim_try`], sent, then applied
-    /// (the wake path's single claim, and the shape every claim takes).
+    /// Claims one session now (the wake path): [`Node::claim_try`], then a
+    /// batch of one.
     async fn claim(
         &mut self,
         name: &str,
@@ -3372,12 +3372,10 @@ impl Node {
         existing: Option<(Version, ClaimView)>,
         spec: Option<Arc<Spec>>,
     ) -> Result<bool> {
-        let Some(t) = self.claim_try(name, digest, existing, spec) else {
-            return Ok(false);
-        };
-        self.ensure_marker().await?;
-        let sent = t.send(ClaimIo::of(&self.deps)).await;
-        self.apply_claim(sent).await
+        match self.claim_try(name, digest, existing, spec) {
+            Some(t) => self.claim_batch(vec![t]).await,
+            None => Ok(false),
+        }
     }
 
     /// A claim this pass decided to make, not yet sent: its condition and
