@@ -171,15 +171,22 @@ fn current_thread_rt() -> tokio::runtime::Runtime {
 }
 
 /// A local directory store holding 100,000 small objects under `sessions/`,
-/// made once per bench process (about ten seconds) and removed at exit.
-fn local_with_objects() -> &'static (
+/// made once per bench process (about ten seconds) and removed at exit:
+/// stamped (each version in its file's modification time, as the store
+/// writes where the filesystem keeps nanoseconds) or plain (each version in
+/// its header only, as before stamps).
+fn local_with_objects(
+    stamped: bool,
+) -> &'static (
     tempfile::TempDir,
     std::sync::Arc<dyn leasehold::store::Store>,
 ) {
     use leasehold::store::{Cond, LocalDirStore, Store};
-    static STORE: std::sync::OnceLock<(tempfile::TempDir, std::sync::Arc<dyn Store>)> =
-        std::sync::OnceLock::new();
-    STORE.get_or_init(|| {
+    type Fixture = std::sync::OnceLock<(tempfile::TempDir, std::sync::Arc<dyn Store>)>;
+    static STAMPED: Fixture = std::sync::OnceLock::new();
+    static PLAIN: Fixture = std::sync::OnceLock::new();
+    let cell = if stamped { &STAMPED } else { &PLAIN };
+    cell.get_or_init(|| {
         let shm = std::path::Path::new("/dev/shm");
         let dir = if shm.is_dir() {
             tempfile::tempdir_in(shm)
@@ -187,8 +194,13 @@ fn local_with_objects() -> &'static (
             tempfile::tempdir()
         }
         .unwrap();
-        let store: std::sync::Arc<dyn Store> =
-            std::sync::Arc::new(LocalDirStore::open(dir.path()).unwrap());
+        let local = LocalDirStore::open(dir.path()).unwrap();
+        assert!(local.stamps(), "the bench's filesystem keeps nanoseconds");
+        let store: std::sync::Arc<dyn Store> = if stamped {
+            std::sync::Arc::new(local)
+        } else {
+            std::sync::Arc::new(local.without_stamps())
+        };
         current_thread_rt().block_on(async {
             for i in 0..100_000 {
                 store
@@ -206,11 +218,21 @@ fn local_with_objects() -> &'static (
 }
 
 /// One complete listing of 100,000 objects (ETags, sizes, times) in the
-/// local directory store: every object's header is read.
+/// local directory store: one `fstatat` per object (stamped).
 #[divan::bench(sample_count = 10)]
 fn local_list_100k(b: divan::Bencher) {
     use futures::StreamExt;
-    let (_, store) = local_with_objects();
+    let (_, store) = local_with_objects(true);
+    let rt = current_thread_rt();
+    b.bench(|| rt.block_on(store.list("sessions/").count()));
+}
+
+/// The same listing of plain files: every object's header is read (open,
+/// read, fstat, close), as every listing did before stamps.
+#[divan::bench(sample_count = 10)]
+fn local_list_100k_plain(b: divan::Bencher) {
+    use futures::StreamExt;
+    let (_, store) = local_with_objects(false);
     let rt = current_thread_rt();
     b.bench(|| rt.block_on(store.list("sessions/").count()));
 }
@@ -221,7 +243,7 @@ fn local_list_100k(b: divan::Bencher) {
 #[divan::bench(sample_count = 10)]
 fn local_list_after_100k_none_left(b: divan::Bencher) {
     use futures::StreamExt;
-    let (_, store) = local_with_objects();
+    let (_, store) = local_with_objects(true);
     let rt = current_thread_rt();
     b.bench(|| rt.block_on(store.list_after("sessions/", "sessions/t").count()));
 }

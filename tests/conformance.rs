@@ -52,6 +52,25 @@ async fn local_directory() {
     .await;
 }
 
+/// The same, writing plain files (as before stamps, or on a filesystem
+/// without nanosecond times): their listings read every header.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn local_directory_without_stamps() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_path_buf();
+    let n = std::sync::atomic::AtomicU32::new(0);
+    suite::run_all(&|| {
+        let sub = root.join(format!(
+            "s{}",
+            n.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+        ));
+        Box::pin(async move {
+            Arc::new(LocalDirStore::open(sub).unwrap().without_stamps()) as Arc<dyn Store>
+        })
+    })
+    .await;
+}
+
 async fn run_on_server(base: String) {
     let entropy = OsEntropy::new();
     let run = entropy.hex_id();

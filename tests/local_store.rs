@@ -91,9 +91,170 @@ async fn files_are_owner_only_and_etag_changes_on_identical_bytes() {
         .unwrap();
     assert_ne!(v1, v2, "identical bytes still get a new ETag");
     let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
-    assert_eq!(mode(&dir.path().join("root/a/b")), 0o600);
+    // Stamped (read-only, see `a_listing_takes_a_stamped_version_without_opening_the_file`)
+    // where the filesystem keeps nanoseconds, as tmp does here.
+    assert!(s.stamps(), "this filesystem keeps nanosecond times");
+    assert_eq!(mode(&dir.path().join("root/a/b")), 0o400);
     assert_eq!(mode(&dir.path().join("root/a")), 0o700);
     assert_eq!(mode(&dir.path().join("root")), 0o700);
+    let plain = s.without_stamps();
+    plain
+        .put("a/c", Bytes::from_static(b"x"), Cond::Create)
+        .await
+        .unwrap();
+    assert_eq!(mode(&dir.path().join("root/a/c")), 0o600);
+    assert!(
+        std::fs::read_dir(dir.path().join("root/.leasehold"))
+            .unwrap()
+            .all(|e| !e.unwrap().file_name().to_string_lossy().contains("probe")),
+        "the open's check leaves no file behind"
+    );
+}
+
+/// Replaces a file's bytes in place as a careless operator or a hostile
+/// host would, keeping its mode (and so whether it is stamped).
+fn overwrite_in_place(path: &std::path::Path, bytes: &[u8]) {
+    let mode = std::fs::metadata(path).unwrap().permissions().mode();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::write(path, bytes).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// A stamped object's version is listed from its metadata (one `fstatat`),
+/// not from its header (issue #14: opening each file was most of a full
+/// listing's cost). Proved by bytes replaced under a kept stamp: the
+/// listing still shows the version written, while a read finds the
+/// corruption. A stamp changed by hand only makes the listing disagree with
+/// the header (a change, so readers read): conditional writes still go by
+/// the header, and the next write makes them agree again.
+#[tokio::test]
+async fn a_listing_takes_a_stamped_version_without_opening_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = LocalDirStore::open(dir.path()).unwrap();
+    assert!(s.stamps());
+    let v = s
+        .put("sessions/a", Bytes::from_static(b"{\"a\":1}"), Cond::Create)
+        .await
+        .unwrap();
+    let listed = |s: LocalDirStore| async move {
+        s.list("sessions/")
+            .map(|r| r.unwrap())
+            .collect::<Vec<_>>()
+            .await
+    };
+    let first = listed(s.clone()).await;
+    assert_eq!(first.len(), 1);
+    assert_eq!(
+        first[0].version, v,
+        "listed at the version the write returned"
+    );
+    assert_eq!(first[0].size, 7, "the body's length, not the file's");
+    let path = dir.path().join("sessions/a");
+    let stamp = std::fs::metadata(&path).unwrap().modified().unwrap();
+    // Foreign bytes of the same length (a shorter file could not hold a
+    // header with this stamp, and would be opened).
+    let len = std::fs::metadata(&path).unwrap().len() as usize;
+    overwrite_in_place(&path, &vec![b'#'; len]);
+    std::fs::File::open(&path)
+        .unwrap()
+        .set_modified(stamp)
+        .unwrap();
+    let under = listed(s.clone()).await;
+    assert_eq!(
+        under[0].version, v,
+        "the listing read the stamp, not the (now foreign) bytes"
+    );
+    assert!(matches!(
+        s.get("sessions/a").await,
+        Err(StoreError::Corrupt { .. })
+    ));
+    // A fresh object, then its stamp moved by hand.
+    let v = s
+        .put("sessions/b", Bytes::from_static(b"2"), Cond::Create)
+        .await
+        .unwrap();
+    let path = dir.path().join("sessions/b");
+    std::fs::File::open(&path)
+        .unwrap()
+        .set_modified(std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000_000))
+        .unwrap();
+    let touched = listed(s.clone()).await;
+    assert_ne!(touched[1].version, v, "a moved stamp lists as a change");
+    assert_eq!(s.get("sessions/b").await.unwrap().unwrap().version, v);
+    assert!(
+        matches!(
+            s.put(
+                "sessions/b",
+                Bytes::from_static(b"3"),
+                Cond::Match(touched[1].version.clone())
+            )
+            .await,
+            Err(StoreError::Precondition)
+        ),
+        "a write conditioned on the moved stamp is refused: writes go by the header"
+    );
+    let v2 = s
+        .put("sessions/b", Bytes::from_static(b"3"), Cond::Match(v))
+        .await
+        .unwrap();
+    assert_eq!(
+        listed(s.clone()).await[1].version,
+        v2,
+        "agree again after a write"
+    );
+}
+
+/// A directory written before stamps, or by a store on a filesystem
+/// without nanoseconds, holds plain files: they list from their headers,
+/// beside stamped ones, each at the version a read gives, and either kind
+/// of store replaces either kind of file by compare-and-swap.
+#[tokio::test]
+async fn stamped_and_plain_files_list_at_the_versions_reads_give() {
+    let dir = tempfile::tempdir().unwrap();
+    let stamped = LocalDirStore::open(dir.path()).unwrap();
+    let plain = stamped.clone().without_stamps();
+    let put = |s: &LocalDirStore, k: &'static str, cond: Cond| {
+        let s = s.clone();
+        async move { s.put(k, Bytes::from_static(b"{}"), cond).await.unwrap() }
+    };
+    let a = put(&plain, "sessions/a", Cond::Create).await;
+    put(&plain, "sessions/b", Cond::Create).await;
+    put(&stamped, "sessions/c", Cond::Create).await;
+    let a = put(&stamped, "sessions/a", Cond::Match(a)).await;
+    put(
+        &plain,
+        "sessions/c",
+        Cond::Match(stamped.get("sessions/c").await.unwrap().unwrap().version),
+    )
+    .await;
+    put(&stamped, "sessions/a", Cond::Match(a)).await;
+    let listed: Vec<_> = stamped
+        .list("sessions/")
+        .map(|r| r.unwrap())
+        .collect()
+        .await;
+    let mode = |k: &str| {
+        std::fs::metadata(dir.path().join(k))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    let mut seen = Vec::new();
+    for e in &listed {
+        let got = stamped.get(&e.key).await.unwrap().unwrap();
+        assert_eq!(e.version, got.version, "{}", e.key);
+        assert_eq!(e.size, 2, "{}", e.key);
+        seen.push((e.key.as_str(), mode(&e.key)));
+    }
+    assert_eq!(
+        seen,
+        [
+            ("sessions/a", 0o400),
+            ("sessions/b", 0o600),
+            ("sessions/c", 0o600)
+        ]
+    );
 }
 
 /// A FIFO planted where a key would be (a hostile or careless host) is a
@@ -232,7 +393,7 @@ async fn half_written_and_foreign_files_are_corrupt_not_absent() {
     let path = dir.path().join("leases/t");
     let full = std::fs::read(&path).unwrap();
     // Truncated.
-    std::fs::write(&path, &full[..full.len() - 3]).unwrap();
+    overwrite_in_place(&path, &full[..full.len() - 3]);
     let e = s.get("leases/t").await.unwrap_err();
     assert!(
         matches!(&e, StoreError::Corrupt { reason } if reason.contains("truncated")),
@@ -255,7 +416,7 @@ async fn half_written_and_foreign_files_are_corrupt_not_absent() {
     let mut flipped = full.clone();
     let last = flipped.len() - 2;
     flipped[last] ^= 1;
-    std::fs::write(&path, &flipped).unwrap();
+    overwrite_in_place(&path, &flipped);
     assert!(
         matches!(s.get("leases/t").await, Err(StoreError::Corrupt { reason }) if reason.contains("checksum"))
     );
@@ -302,9 +463,8 @@ async fn odd_files_under_a_listing_list_or_are_skipped() {
             .unwrap();
     }
     let far = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1 << 60);
-    std::fs::File::options()
-        .write(true)
-        .open(dir.path().join("sessions/far"))
+    // The owner may set the time through a read-only descriptor.
+    std::fs::File::open(dir.path().join("sessions/far"))
         .unwrap()
         .set_modified(far)
         .unwrap();
@@ -321,6 +481,7 @@ async fn odd_files_under_a_listing_list_or_are_skipped() {
     let keys: Vec<_> = listed.iter().map(|e| e.key.as_str()).collect();
     assert_eq!(keys, ["sessions/far", "sessions/ok"]);
     assert!(listed.iter().all(|e| e.version.etag.is_some()));
+    assert_eq!(listed[0].last_modified_ms, None);
     assert!(listed[1].last_modified_ms.is_some());
 }
 

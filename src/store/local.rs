@@ -16,9 +16,24 @@
 //!   the queue is empty), since a small read costs less than a blocking
 //!   task's hand-off; writes keep a blocking task each;
 //! - each file starts with a header line carrying its ETag, length and
-//!   checksum. The ETag is `<generation>-<random>`, fresh on every write even
-//!   when the bytes repeat; a file whose header, length or checksum does not
-//!   match is reported as corrupt, never as absent.
+//!   checksum; a file whose header, length or checksum does not match is
+//!   reported as corrupt, never as absent. The ETag is fresh on every write
+//!   even when the bytes repeat;
+//! - **a listing finds a version without opening the file** (issue #14): a
+//!   write stamps its file's modification time with its ETag (the kernel's
+//!   second of the write, and 30 random bits as the nanoseconds: ETag
+//!   `<seconds>.<nanoseconds>`) and marks it so by its mode, owner read-only
+//!   (`0o400`, [`STAMPED_MODE`]). A listing takes such a file's version from
+//!   one `fstatat`; any other file (written before stamps, or on a
+//!   filesystem that does not keep nanoseconds, checked once at open:
+//!   ETag `<generation>-<random>`, mode `0o600`) is opened and its header
+//!   read, as every file was before. A stamp changed by hand (`touch`) only
+//!   makes the listing disagree with the header, which reads as a change:
+//!   the reader reads the object, and every conditional write still
+//!   compares against the header under the lock. So a wrong stamp costs
+//!   reads, never a write; and a file's stamp changes with every write, so
+//!   a change never lists as no change (two writes of one key would need
+//!   the same second and the same 30 random bits).
 //!
 //! Paths are built only from keys that pass [`check_key`] plus a stricter
 //! segment charset, every directory on the way is checked not to be a symlink,
@@ -73,7 +88,18 @@ struct Inner {
     dev: u64,
     ino: u64,
     entropy: Arc<dyn Entropy>,
+    /// Writes stamp their version in the file's modification time (see the
+    /// module docs): the filesystem kept a nanosecond stamp when checked at
+    /// open ([`stamps_kept`]).
+    stamps: bool,
 }
+
+/// The mode of a file whose modification time is its version (see the
+/// module docs). Owner-only, as every object file is; read-only, which is
+/// all a reader needs (writes replace the file, never edit it).
+pub const STAMPED_MODE: u32 = 0o400;
+/// The mode of a file whose version is only in its header.
+const PLAIN_MODE: u32 = 0o600;
 
 impl fmt::Debug for LocalDirStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -122,12 +148,14 @@ impl LocalDirStore {
         }
         // Named by its canonical path, so every spelling of it displays alike.
         let root = fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
+        let stamps = stamps_kept(&root, entropy.as_ref());
         Ok(LocalDirStore {
             inner: Arc::new(Inner {
                 root,
                 dev: md.dev(),
                 ino: md.ino(),
                 entropy,
+                stamps,
             }),
             reads: Arc::new(ReadQueue::default()),
         })
@@ -135,6 +163,31 @@ impl LocalDirStore {
 
     pub fn root(&self) -> &Path {
         &self.inner.root
+    }
+
+    /// Do writes stamp their version in the file's modification time (see
+    /// the module docs)? False on a filesystem that does not keep a
+    /// nanosecond modification time: its listings read every header.
+    pub fn stamps(&self) -> bool {
+        self.inner.stamps
+    }
+
+    /// This store with writes that do not stamp (as before stamps, or on a
+    /// filesystem without nanoseconds): for tests of a directory that
+    /// holds both kinds of file.
+    #[doc(hidden)]
+    pub fn without_stamps(self) -> Self {
+        let i = &self.inner;
+        LocalDirStore {
+            inner: Arc::new(Inner {
+                root: i.root.clone(),
+                dev: i.dev,
+                ino: i.ino,
+                entropy: i.entropy.clone(),
+                stamps: false,
+            }),
+            reads: Arc::new(ReadQueue::default()),
+        }
     }
 
     /// A listing in two steps (see [`Names`]): the names, sorted, on one
@@ -470,20 +523,57 @@ impl Inner {
                 generation_of(cur.version.etag.as_deref().unwrap_or("")) + 1
             }
         };
-        let etag = format!("{generation}-{}", self.entropy.hex_id());
         let tmp = dir.join(format!(".tmp-{}", self.entropy.hex_id()));
         let target = dir.join(segs[segs.len() - 1]);
+        let mut etag = String::new();
         let result = (|| {
             let mut f = OpenOptions::new()
                 .write(true)
                 .create_new(true)
-                .mode(0o600)
+                .mode(if self.stamps {
+                    STAMPED_MODE
+                } else {
+                    PLAIN_MODE
+                })
                 .custom_flags(libc::O_NOFOLLOW)
                 .open(&tmp)
                 .map_err(|e| io_err("create temporary file", e))?;
+            let stamp = if self.stamps {
+                // The kernel's clock, as the file's creation stamped it (the
+                // store reads no clock of its own), and random nanoseconds.
+                let st = rustix::fs::fstat(&f).map_err(|e| errno("stat temporary file", e))?;
+                let nsec = (self.entropy.next_u64() % 1_000_000_000) as i64;
+                Some(rustix::fs::Timespec {
+                    tv_sec: st.st_mtime,
+                    tv_nsec: nsec as _,
+                })
+            } else {
+                None
+            };
+            etag = match &stamp {
+                Some(t) => stamp_etag(t.tv_sec, t.tv_nsec),
+                None => format!("{generation}-{}", self.entropy.hex_id()),
+            };
             f.write_all(header(&etag, bytes).as_bytes())
                 .and_then(|_| f.write_all(bytes))
-                .and_then(|_| f.sync_all())
+                .map_err(|e| io_err("write temporary file", e))?;
+            // After the last write (a write sets the time), before the
+            // rename (which keeps it).
+            if let Some(t) = stamp {
+                let keep_atime = rustix::fs::Timespec {
+                    tv_sec: 0,
+                    tv_nsec: rustix::fs::UTIME_OMIT,
+                };
+                rustix::fs::futimens(
+                    &f,
+                    &rustix::fs::Timestamps {
+                        last_access: keep_atime,
+                        last_modification: t,
+                    },
+                )
+                .map_err(|e| errno("stamp temporary file", e))?;
+            }
+            f.sync_all()
                 .map_err(|e| io_err("write temporary file", e))?;
             // Refuse to replace a symlink planted at the key.
             if let Ok(md) = fs::symlink_metadata(&target)
@@ -767,12 +857,75 @@ fn walk(
 }
 
 /// The listing's entry for the object `key[at..]` in `dir` (its key `key`),
-/// or None if it is gone or a symlink now. Reads the header only: the
-/// listing carries ETags without reading whole objects. A foreign file
-/// lists with no version; reading it reports the corruption. Opened as
-/// `nofollow_read` does (no symlink, no waiting on a FIFO); the metadata
-/// from the open file (fstat), not by name again.
+/// or None if it is gone or a symlink now. A stamped file's version is its
+/// modification time (one `fstatat`; see the module docs); any other file's
+/// is read from its header (the listing carries ETags without reading
+/// whole objects). A foreign file lists with no version, or (stamped) with
+/// its stamp; reading it reports the corruption. Opened as `nofollow_read`
+/// does (no symlink, no waiting on a FIFO); the metadata from the open
+/// file (fstat), not by name again.
 fn read_entry(dir: &OwnedFd, key: String, at: usize) -> Option<Entry> {
+    let name = &key[at..];
+    match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => {
+            if let Some(e) = stamped_entry(&key, &st) {
+                return Some(Entry { key, ..e });
+            }
+        }
+        Err(Errno::NOENT) => return None,
+        Err(_) => {}
+    }
+    header_entry(dir, key, at)
+}
+
+/// The entry of a stamped regular file from its metadata alone; None for
+/// any other file (a symlink, a directory, an unstamped file, or one too
+/// short to hold a header with this stamp).
+fn stamped_entry(key: &str, st: &rustix::fs::Stat) -> Option<Entry> {
+    // The field's types differ between targets.
+    #[allow(clippy::unnecessary_cast)]
+    let (mode, sec, nsec) = (
+        st.st_mode as u32,
+        st.st_mtime as i64,
+        st.st_mtime_nsec as i64,
+    );
+    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile || mode & 0o7777 != STAMPED_MODE
+    {
+        return None;
+    }
+    let etag = stamp_etag(sec, nsec);
+    let size = body_len(&etag, u64::try_from(st.st_size).ok()?)?;
+    Some(Entry {
+        key: key.to_string(),
+        version: Version {
+            etag: Some(etag),
+            version: None,
+        },
+        size,
+        // The stamp's nanoseconds are random: the second is the time.
+        last_modified_ms: u64::try_from(sec).ok()?.checked_mul(1000),
+    })
+}
+
+/// A stamped file's ETag.
+fn stamp_etag(sec: i64, nsec: i64) -> String {
+    format!("{sec}.{nsec:09}")
+}
+
+/// The body length of a file of `total` bytes whose header carries `etag`:
+/// the header is `MAGIC etag len checksum\n`, whose own length grows with
+/// the digits of `len` (so one length fits). None if none does.
+fn body_len(etag: &str, total: u64) -> Option<u64> {
+    // MAGIC, etag, the length's digits, 16 hex digits, 3 spaces, newline.
+    let fixed = (MAGIC.len() + etag.len() + 16 + 4) as u64;
+    (1..=20u32).find_map(|digits| {
+        let len = total.checked_sub(fixed + u64::from(digits))?;
+        (len.checked_ilog10().unwrap_or(0) + 1 == digits).then_some(len)
+    })
+}
+
+/// The listing's entry for a file whose version is in its header.
+fn header_entry(dir: &OwnedFd, key: String, at: usize) -> Option<Entry> {
     let name = &key[at..];
     let mut head = [0u8; 256];
     let (n, st) = match rustix::fs::openat(
@@ -864,6 +1017,59 @@ fn parse_file(buf: &[u8]) -> Result<(String, &[u8]), StoreError> {
     Ok((etag, body))
 }
 
+/// Does the filesystem under `root` keep a modification time to the
+/// nanosecond (see the module docs)? Checked once at open on a file of our
+/// own under `.leasehold/`: set, then read back through a fresh lookup.
+/// Any failure answers no, and the store then writes plain files (its
+/// listings read every header, as before stamps).
+fn stamps_kept(root: &Path, entropy: &dyn Entropy) -> bool {
+    let meta = root.join(META_DIR);
+    if fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&meta)
+        .is_err()
+    {
+        return false;
+    }
+    let path = meta.join(format!(".stamp-probe-{}", entropy.hex_id()));
+    let want = rustix::fs::Timespec {
+        tv_sec: 1_000_000_007,
+        tv_nsec: 987_654_321,
+    };
+    let kept = (|| -> Option<bool> {
+        let f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(PLAIN_MODE)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)
+            .ok()?;
+        let omit = rustix::fs::Timespec {
+            tv_sec: 0,
+            tv_nsec: rustix::fs::UTIME_OMIT,
+        };
+        rustix::fs::futimens(
+            &f,
+            &rustix::fs::Timestamps {
+                last_access: omit,
+                last_modification: want,
+            },
+        )
+        .ok()?;
+        f.sync_all().ok()?;
+        drop(f);
+        let st = rustix::fs::stat(&path).ok()?;
+        #[allow(clippy::unnecessary_cast)]
+        Some(
+            st.st_mtime as i64 == want.tv_sec as i64
+                && st.st_mtime_nsec as i64 == want.tv_nsec as i64,
+        )
+    })();
+    let _ = fs::remove_file(&path);
+    kept.unwrap_or(false)
+}
+
 fn generation_of(etag: &str) -> u64 {
     etag.split('-')
         .next()
@@ -931,6 +1137,23 @@ impl Store for LocalDirStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A stamped file's body length comes from its size and its ETag alone:
+    /// the header's length grows with the digits of the body's.
+    #[test]
+    fn a_body_length_is_found_from_the_file_size() {
+        for etag in ["1764000000.000000001", "17640.999999999"] {
+            for len in (0..2_000usize).chain([9_999, 10_000, 99_999, 100_000, 1_000_000]) {
+                let total = header(etag, &vec![b'x'; len]).len() + len;
+                assert_eq!(
+                    body_len(etag, total as u64),
+                    Some(len as u64),
+                    "{etag} {len}"
+                );
+            }
+            assert_eq!(body_len(etag, 10), None, "too short for any header");
+        }
+    }
 
     /// A reader thread the runtime never ran (dropped at shutdown): the
     /// reads queued for it fail instead of waiting for ever, and the next
