@@ -814,13 +814,21 @@ impl FeedFleet {
         store: Arc<dyn Store>,
         labels: &[(&str, &str)],
     ) {
+        self.start_with(id, store, |cfg| {
+            cfg.full_every = full_every;
+            cfg.labels = labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+        });
+    }
+
+    /// Starts node `id` on `store` (ttl 10 s, no probe), its configuration
+    /// set by `set`.
+    fn start_with(&mut self, id: &str, store: Arc<dyn Store>, set: impl FnOnce(&mut NodeConfig)) {
         let mut cfg = NodeConfig::new(Name::new(id).unwrap(), Duration::from_secs(10));
         cfg.probe = false;
-        cfg.full_every = full_every;
-        cfg.labels = labels
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+        set(&mut cfg);
         let runner = Arc::new(RecordingRunner::new(self.dyn_clock.clone()));
         let status: Arc<leasehold::fleet::node::NodeStatus> = Default::default();
         let deps = NodeDeps {
@@ -1502,6 +1510,67 @@ async fn a_node_with_rare_full_listings_is_waited_out_for_them() {
     // And the session was made again (at a higher epoch) and runs.
     assert!(
         runs.iter().any(|r| r.1 > 1 && r.4 >= f.clock.now()),
+        "{runs:?}"
+    );
+    f.finish().await;
+}
+
+/// Issue #14: a node whose full listings grow further apart with the fleet
+/// (`full_every_objects`) publishes the longer interval before it lists at
+/// it, and a peer reads every node record again before it makes a vanished
+/// claim. Here n2 read n1's record while n1 published 20 s, before n1's
+/// interval grew to 200 s (10 listed objects, one interval each); n2 reads
+/// no hints (its feed off) and re-reads peers' records only hourly; every
+/// hint is lost; an operator deletes one of n1's claims by hand. Going by
+/// the record it had read, n2 would make the claim again about 31 s after
+/// seeing it gone, while n1 runs the session until its next full listing,
+/// up to 200 s later.
+#[tokio::test(flavor = "current_thread")]
+async fn a_vanished_claim_waits_for_its_holders_grown_full_listing_interval() {
+    let mut f = FeedFleet::new().await;
+    for i in 0..5 {
+        apply(&f.bucket, &format!("s{i}"), &spec("sleep")).await;
+    }
+    f.start_with("n1", f.hinting(1, 1.0), |cfg| {
+        cfg.full_every = Duration::from_secs(20);
+        cfg.full_every_objects = 1;
+    });
+    // n1 registers (publishing 20 s), lists everything and claims all five.
+    f.step(10).await;
+    f.start_with("n2", f.hinting(2, 1.0), |cfg| {
+        cfg.full_every = Duration::from_secs(10); // = max_poll: the feed off
+        cfg.node_refresh = Duration::from_secs(3600);
+    });
+    f.step(100).await;
+    assert_eq!(f.running(0), 5, "n1 runs all five");
+    let published = |f: &FeedFleet| {
+        let f = f.bucket.clone();
+        async move {
+            let o = f.get("nodes/n1").await.unwrap().unwrap();
+            let r = leasehold::record::LeaseRecord::decode(
+                "nodes/n1",
+                &o.bytes,
+                leasehold::record::Kind::Node,
+            )
+            .unwrap();
+            leasehold::fleet::attrs::NodeAttrs::of(&r).max_poll_ms
+        }
+    };
+    assert_eq!(
+        published(&f).await,
+        200_000,
+        "n1 published its grown interval (5 manifests and 5 claims)"
+    );
+    f.bucket.delete("sessions/s0").await.unwrap();
+    f.step(5000).await; // 500 s
+    let runs = f.runs();
+    eprintln!("{runs:?}");
+    let o = common::overlaps(&runs);
+    assert!(o.is_empty(), "ran twice at once: {o:?} in {runs:?}");
+    // Made again (at a higher epoch) and running; n1 stopped it first.
+    assert!(
+        runs.iter()
+            .any(|r| r.0 == "s0" && r.1 > 1 && r.4 >= f.clock.now()),
         "{runs:?}"
     );
     f.finish().await;

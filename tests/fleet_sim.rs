@@ -68,7 +68,18 @@ struct Adversary {
     /// it again 0.3 s later: its session stops, its claim is released, and
     /// it is placed again, never at an epoch already run.
     redeploy: bool,
+    /// With the feed on: nodes stretch their full-listing interval with
+    /// the fleet (`full_every_objects`: one `FEED_FULL_EVERY` per
+    /// `GROW_PER` listed objects, so up to three of them here), publishing
+    /// it first; peers read every record again before making a vanished
+    /// claim.
+    grow: bool,
 }
+
+/// Listed objects per full-listing interval when `Adversary::grow` is set:
+/// 6 manifests and their claims make 3 intervals (9 s), and deleted ones
+/// fewer, so intervals grow and shrink within a schedule.
+const GROW_PER: u64 = 4;
 
 /// Counts the change feed's reads (`list_after` of `changes/`): proof that
 /// light passes ran.
@@ -282,6 +293,9 @@ async fn schedule_with(
         cfg.grace = Duration::from_millis(100);
         if adversary.feed.is_some() {
             cfg.full_every = FEED_FULL_EVERY;
+            if adversary.grow {
+                cfg.full_every_objects = GROW_PER;
+            }
         }
         let runner = Arc::new(RecordingRunner::new(dyn_clock.clone()));
         let deps = NodeDeps {
@@ -480,6 +494,8 @@ async fn the_change_feed_under_lost_and_reordered_hints_never_runs_a_session_twi
             feed: Some(HINT_FAULTS),
             // Half with `delete` and `apply` again all along (hinted).
             redeploy: seed % 2 == 0,
+            // Two in three with intervals that grow with the fleet.
+            grow: seed % 3 != 2,
             ..Adversary::default()
         };
         let ((runs, faults), _) = schedule_with(seed, 20, adversary).await;
@@ -532,6 +548,8 @@ async fn adversary_schedules(from: u64, to: u64) {
             // Half the schedules with the feed and its faults.
             feed: (seed % 2 == 1).then_some(HINT_FAULTS),
             redeploy: false,
+            // Half of those with intervals that grow with the fleet.
+            grow: seed % 4 == 3,
         };
         let ((runs, injected), ends) = schedule_with(seed, 4, adversary).await;
         runs_total += runs.len();

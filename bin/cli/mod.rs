@@ -381,6 +381,16 @@ enum NodeOp {
         /// At or below --max-poll every pass lists everything.
         #[arg(long, value_parser = parse_duration, allow_hyphen_values = true)]
         full_every: Option<Duration>,
+        /// The fleet size --full-every is for, in listed objects (a
+        /// manifest and a claim per session): a node whose last full
+        /// listing counted more lists everything once per --full-every for
+        /// each this many, so that listing's cost per hour stays level as
+        /// the fleet grows (at 100,000 sessions and the defaults: every
+        /// 100 minutes). The longer interval is published in the node
+        /// record before it is used, and waited out for a claim deleted by
+        /// hand. 0: every --full-every whatever the fleet.
+        #[arg(long, default_value_t = leasehold::fleet::node::DEFAULT_FULL_EVERY_OBJECTS)]
+        full_every_objects: u64,
         /// A launcher prefixed to every session command, split on spaces
         /// (e.g. 'nice -n 10'). Default: run the spec's command directly.
         #[arg(long)]
@@ -1782,6 +1792,7 @@ async fn node(op: NodeOp) -> Result<(), Failure> {
         ttl,
         max_poll,
         full_every,
+        full_every_objects,
         exec,
         stop_grace,
         listen,
@@ -1902,6 +1913,7 @@ async fn node(op: NodeOp) -> Result<(), Failure> {
         cfg.max_poll = m;
     }
     cfg.full_every = full_every.unwrap_or(ttl.saturating_mul(DEFAULT_FULL_EVERY_TTLS));
+    cfg.full_every_objects = full_every_objects;
     let journal = Arc::new(Journal::new(10_000, 4 << 20));
     let status: Arc<fleet_node::NodeStatus> = Default::default();
     let (claim_handle, claim_inbox) = fleet_node::claim_channel(&cfg.id);

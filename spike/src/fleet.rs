@@ -363,6 +363,7 @@ pub async fn placement(
                 let mut cfg = NodeConfig::new(Name::new(id).unwrap(), ttl);
                 cfg.capacity = capacity;
                 cfg.full_every = ttl * DEFAULT_FULL_EVERY_TTLS;
+                cfg.full_every_objects = leasehold::fleet::node::DEFAULT_FULL_EVERY_OBJECTS;
                 start_cfg(cfg, &node_store, &clock, renew_inline)
             } else {
                 start(

@@ -98,6 +98,7 @@ pub async fn node_child(
     ttl: Duration,
     capacity: u32,
     full_every: Option<Duration>,
+    full_every_objects: u64,
 ) -> Result<()> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
     // As `node run` does: renewals, and the store's socket work, on a
@@ -119,6 +120,7 @@ pub async fn node_child(
     let mut cfg = NodeConfig::new(Name::new(id).unwrap(), ttl);
     cfg.capacity = capacity;
     cfg.full_every = full_every.unwrap_or(ttl * crate::fleet::DEFAULT_FULL_EVERY_TTLS);
+    cfg.full_every_objects = full_every_objects;
     cfg.probe = false;
     let journal = Arc::new(Journal::new(10_000, 4 << 20));
     let deps = NodeDeps {
@@ -244,6 +246,7 @@ pub async fn footprint(
     kill: bool,
     json: bool,
     full_every: Option<Duration>,
+    full_every_objects: u64,
 ) -> Result<()> {
     let base = dir.unwrap_or_else(|| std::path::PathBuf::from("/dev/shm"));
     let root = base.join(format!("leasehold-footprint-{}", OsEntropy::new().hex_id()));
@@ -253,7 +256,19 @@ pub async fn footprint(
     // By default 3 ttls; a steady state proper waits out the placement's
     // hints too (`--settle-secs 900`: retention and one expiry round).
     let settle = settle.unwrap_or(ttl * 3);
-    let r = measure(&url, n, s, ttl, window, settle, kill, json, full_every).await;
+    let r = measure(
+        &url,
+        n,
+        s,
+        ttl,
+        window,
+        settle,
+        kill,
+        json,
+        full_every,
+        full_every_objects,
+    )
+    .await;
     let _ = std::fs::remove_dir_all(&root);
     r
 }
@@ -269,6 +284,7 @@ async fn measure(
     kill: bool,
     json: bool,
     full_every: Option<Duration>,
+    full_every_objects: u64,
 ) -> Result<()> {
     let clock = SystemClock::new();
     let elapsed = |t| clock.now().saturating_since(t);
@@ -309,6 +325,8 @@ async fn measure(
                 &ttl.as_millis().to_string(),
                 "--capacity",
                 &s.max(1).to_string(),
+                "--full-every-objects",
+                &full_every_objects.to_string(),
             ])
             .args(
                 full_every
@@ -530,6 +548,7 @@ async fn measure(
         "window_s": window.as_secs(),
         "settle_s": settle.as_secs(),
         "full_every_ms": full_every.map(|d| d.as_millis() as u64),
+        "full_every_objects": full_every_objects,
         "claims": claimed, "conflicts": conflicts,
         "conflicts_per_claim": conflicts as f64 / claimed.max(1) as f64,
         "starts": total("started"),

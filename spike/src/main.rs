@@ -206,6 +206,10 @@ enum Cmd {
         /// `node run`): shorter puts full listings into a short window.
         #[arg(long)]
         full_every_secs: Option<u64>,
+        /// As `node run --full-every-objects` (its default): listed objects
+        /// per full-listing interval; 0 keeps the interval fixed.
+        #[arg(long, default_value_t = leasehold::fleet::node::DEFAULT_FULL_EVERY_OBJECTS)]
+        full_every_objects: u64,
     },
     /// (internal) One node of `footprint`, until stdin closes.
     #[command(hide = true)]
@@ -220,6 +224,8 @@ enum Cmd {
         capacity: u32,
         #[arg(long)]
         full_every_ms: Option<u64>,
+        #[arg(long)]
+        full_every_objects: u64,
     },
     /// Latency of acquire-fresh, renew, resolve and release against raw
     /// PUT-create, PUT-If-Match and GET, with round trips per operation.
@@ -349,6 +355,7 @@ async fn async_main() {
             kill,
             json,
             full_every_secs,
+            full_every_objects,
         } => {
             footprint::footprint(
                 nodes,
@@ -360,6 +367,7 @@ async fn async_main() {
                 kill,
                 json,
                 full_every_secs.map(Duration::from_secs),
+                full_every_objects,
             )
             .await
         }
@@ -369,6 +377,7 @@ async fn async_main() {
             ttl_ms,
             capacity,
             full_every_ms,
+            full_every_objects,
         } => {
             footprint::node_child(
                 &store,
@@ -376,6 +385,7 @@ async fn async_main() {
                 Duration::from_millis(ttl_ms),
                 capacity,
                 full_every_ms.map(Duration::from_millis),
+                full_every_objects,
             )
             .await
         }

@@ -417,6 +417,42 @@ pub fn full_listing_due(
     !feed_on || forced || since_full.is_none_or(|d| d.saturating_add(max_poll) >= full_every)
 }
 
+/// The anti-entropy interval a node wants for a fleet of `objects` listed
+/// objects (manifests and claims, as its last full listing counted them):
+/// `full_every` for each `per` of them, at least one (issue #14). A full
+/// listing's cost grows with the fleet; stretched so, its cost per hour
+/// does not. `per` zero: always `full_every`.
+///
+/// What a longer interval trades, and why it is safe: a node's belief in
+/// its claims, and the hold a peer waits out before making one of its
+/// vanished claims again, are both measured in it (`claim_belief`,
+/// `claim_hold`), so a claim deleted by hand waits longer to be made again.
+/// A node never lists less often than it has published (`adopt_pace`), and
+/// a peer reads every node record again before it makes a vanished claim
+/// (`Node::read_holds`).
+pub fn full_listing_pace(full_every: Duration, per: u64, objects: u64) -> Duration {
+    if per == 0 {
+        return full_every;
+    }
+    let steps = objects.div_ceil(per).max(1);
+    full_every.saturating_mul(u32::try_from(steps).unwrap_or(u32::MAX))
+}
+
+/// The interval a node may list at now (`current`), given the one it wants
+/// (`wanted`, `full_listing_pace`) and the longest its node record carries
+/// in a renewal that has landed (`published`). Shorter at once: listing
+/// more often than published only ends beliefs sooner. Longer only as far
+/// as published: a peer about to make one of our vanished claims again
+/// reads our record first (`Node::read_holds`), so it waits out any
+/// interval we list at; one we had not published yet it could not know.
+pub fn adopt_pace(current: Duration, wanted: Duration, published: Duration) -> Duration {
+    if wanted <= current {
+        wanted
+    } else {
+        current.max(wanted.min(published))
+    }
+}
+
 /// The change feed's skew window: how far a light pass's cursor trails its
 /// own wall clock. It covers writers' clock offsets and the latency between
 /// a hint's stamp and its landing; a hint beyond it waits for the full
@@ -1209,6 +1245,34 @@ mod tests {
         }
         assert_eq!(feed_skew(ms(10_000)), ms(10_000));
         assert_eq!(feed_skew(ms(600)), ms(2_000));
+    }
+
+    /// The anti-entropy interval grows with the fleet, a `full_every` per
+    /// `per` objects, and is taken up only as far as it was published.
+    #[test]
+    fn the_full_listing_pace_grows_with_the_fleet_once_published() {
+        let ten = ms(600_000);
+        assert_eq!(full_listing_pace(ten, 0, 200_000), ten, "fixed");
+        assert_eq!(full_listing_pace(ten, 20_000, 0), ten);
+        assert_eq!(full_listing_pace(ten, 20_000, 20_000), ten);
+        assert_eq!(full_listing_pace(ten, 20_000, 20_001), ten * 2);
+        assert_eq!(full_listing_pace(ten, 20_000, 200_000), ten * 10);
+        assert_eq!(
+            full_listing_pace(Duration::MAX, 1, u64::MAX),
+            Duration::MAX,
+            "saturates"
+        );
+        let (cur, want) = (ms(600_000), ms(6_000_000));
+        assert_eq!(adopt_pace(cur, want, cur), cur, "not published: kept");
+        assert_eq!(
+            adopt_pace(cur, want, ms(1_200_000)),
+            ms(1_200_000),
+            "as far as published"
+        );
+        assert_eq!(adopt_pace(cur, want, want * 2), want);
+        assert_eq!(adopt_pace(want, cur, want), cur, "shorter at once");
+        assert_eq!(adopt_pace(want, cur, ms(1)), cur, "whatever is published");
+        assert_eq!(adopt_pace(cur, want, ms(1)), cur, "never below the current");
     }
 
     #[test]

@@ -38,6 +38,12 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+/// The daemon's `--full-every-objects`: a full listing every `full_every`
+/// (10 minutes at ttl 10 s) for each 20,000 listed objects, that is 10,000
+/// sessions (a manifest and a claim each). Up to that size a node lists
+/// everything as often as before; at 100,000 sessions, every 100 minutes.
+pub const DEFAULT_FULL_EVERY_OBJECTS: u64 = 20_000;
+
 /// How a node behaves.
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
@@ -68,6 +74,16 @@ pub struct NodeConfig {
     /// feed is not read: the library's default is zero, since a library
     /// user's writers may not hint (the daemon's is 60 ttls).
     pub full_every: Duration,
+    /// The fleet size `full_every` is for, in listed objects (manifests and
+    /// claims): a node whose full listing counted more lists everything
+    /// once every `full_every` per this many (`core::full_listing_pace`),
+    /// so the anti-entropy listing's cost per hour does not grow with the
+    /// fleet (issue #14). Zero: every `full_every`, whatever the fleet
+    /// (the library's default; the daemon's is
+    /// [`DEFAULT_FULL_EVERY_OBJECTS`]). Only with the feed on. The longer
+    /// interval is published before it is used, and peers read it before
+    /// they make a vanished claim again; what it costs is that wait.
+    pub full_every_objects: u64,
     /// Placement delay per rank: the node ranked r waits r × grace. Keep it
     /// above `poll`, or rank 1 races rank 0.
     pub grace: Duration,
@@ -118,6 +134,7 @@ impl NodeConfig {
             // Every pass full, the feed off, whatever `max_poll` is set to
             // (a library user's writers may not hint).
             full_every: Duration::ZERO,
+            full_every_objects: 0,
             // More than one poll: the top-ranked node must get a full tick
             // (listing included) to claim before rank 1 tries. At grace =
             // poll, 21 nodes measured 0.07 conflicts per claim.
@@ -687,8 +704,11 @@ fn marker_gone(e: &Error) -> bool {
     matches!(e, Error::Corrupt { key, .. } if key == super::marker::KEY)
 }
 
+/// The node record's attributes; `full_every` is the anti-entropy interval
+/// to publish (`Node::full_every`, grown with the fleet).
 fn node_attrs(
     cfg: &NodeConfig,
+    full_every: Duration,
     load: u32,
     cordoned: bool,
     unproven: bool,
@@ -696,7 +716,7 @@ fn node_attrs(
     NodeAttrs {
         capacity: cfg.capacity,
         load,
-        max_poll_ms: u64::try_from(cfg.confirm_every().as_millis()).unwrap_or(u64::MAX),
+        max_poll_ms: u64::try_from(cfg.max_poll.max(full_every).as_millis()).unwrap_or(u64::MAX),
         cordoned,
         labels: cfg.labels.clone(),
         released_by: None,
@@ -717,7 +737,7 @@ async fn register(
     opts.address = cfg.address.clone();
     // Unproven until the first renewal says otherwise: the registration
     // may create the record where an operator deleted a live instance's.
-    opts.attrs = node_attrs(cfg, 0, deps.status.cordoned(), true);
+    opts.attrs = node_attrs(cfg, cfg.full_every, 0, deps.status.cordoned(), true);
     loop {
         let answer = client.acquire_kind(Kind::Node, &cfg.id, &opts).await;
         let seen = match &answer {
@@ -1001,6 +1021,31 @@ struct Node {
     /// The nudges in flight (best effort; aborted when the node ends).
     nudges: tokio::task::JoinSet<()>,
     expired_at: Option<MonoTime>,
+    /// The anti-entropy interval this node lists at (`core::adopt_pace`):
+    /// `cfg.full_every` at registration (what the registration published),
+    /// then grown with the fleet only as far as a landed renewal carried.
+    full_every: Duration,
+    /// The interval the last full listing's count calls for
+    /// (`core::full_listing_pace`).
+    full_every_wanted: Duration,
+    /// To the renew task: the interval to publish (`max_poll_ms`).
+    pace_tx: watch::Sender<Duration>,
+    /// From the renew task: the interval its last landed renewal carried.
+    pace_landed: Option<watch::Receiver<Duration>>,
+    /// The interval our belief in our claims is measured in
+    /// (`confirmed_until`): `full_every` once every claim we hold was
+    /// confirmed after its last growth (`grown_at`), the shorter one
+    /// before. Why: a claim confirmed when we promised (published) to list
+    /// again within the old interval may have been deleted since, and a
+    /// peer may have waited out only that interval; a longer belief would
+    /// stretch that confirmation after the fact, and a session whose
+    /// deadline lapsed would be started again beside the peer's.
+    belief_pace: Duration,
+    grown_at: MonoTime,
+    /// The pass in which every node record was read again before a
+    /// vanished claim was made (`read_holds`), and when those reads were
+    /// sent.
+    holds_read: Option<(u64, MonoTime)>,
 }
 
 /// A serving node re-reads the fleet marker at least every this many ttls
@@ -1038,6 +1083,7 @@ impl Node {
             instance: client.holder().instance.clone(),
         };
         let cfg_skew = core::feed_skew(cfg.ttl);
+        let full_every = cfg.full_every;
         Node {
             cfg,
             deps,
@@ -1087,6 +1133,69 @@ impl Node {
             fenced_now: Vec::new(),
             nudges: tokio::task::JoinSet::new(),
             expired_at: None,
+            full_every,
+            full_every_wanted: full_every,
+            pace_tx: watch::Sender::new(full_every),
+            pace_landed: None,
+            holds_read: None,
+            belief_pace: full_every,
+            grown_at: MonoTime::ZERO,
+        }
+    }
+
+    /// The longest between two listings that confirm our claims, as this
+    /// node lists now: `NodeConfig::confirm_every` with the interval grown
+    /// with the fleet (`full_every`). Our belief and our own part of a
+    /// vanished claim's hold are measured in it.
+    fn confirm_every(&self) -> Duration {
+        self.cfg.max_poll.max(self.full_every)
+    }
+
+    /// After a full listing that counted `objects` manifests and claims:
+    /// the interval wanted for them, taken at once if shorter, and handed
+    /// to the renew task to publish. Longer is taken only once published
+    /// (`take_published_pace`). Only with the feed on: without it every
+    /// pass lists everything.
+    fn note_fleet_size(&mut self, objects: u64) {
+        if !self.cfg.feed_on() {
+            return;
+        }
+        self.full_every_wanted =
+            core::full_listing_pace(self.cfg.full_every, self.cfg.full_every_objects, objects);
+        self.take_published_pace();
+        let wanted = self.full_every_wanted;
+        self.pace_tx.send_if_modified(|v| {
+            let changed = *v != wanted;
+            *v = wanted;
+            changed
+        });
+    }
+
+    /// Takes up as much of the wanted interval as a landed renewal has
+    /// published (`core::adopt_pace`).
+    fn take_published_pace(&mut self) {
+        let published = self
+            .pace_landed
+            .as_ref()
+            .map_or(self.cfg.full_every, |rx| *rx.borrow());
+        let next = core::adopt_pace(self.full_every, self.full_every_wanted, published);
+        if next > self.full_every {
+            self.grown_at = self.deps.clock.now();
+            // Our claims were confirmed at the old interval and keep its
+            // belief (`belief_pace`), which would run out before a listing
+            // at the new one: a full listing now confirms them at it.
+            self.full_forced = true;
+        }
+        // Shorter at once; longer once every claim is confirmed at it
+        // (`recount_confirmed`).
+        self.belief_pace = self.belief_pace.min(next);
+        if next != self.full_every {
+            tracing::info!(
+                from = ?self.full_every,
+                to = ?next,
+                "full listings: interval changed with the fleet's size"
+            );
+            self.full_every = next;
         }
     }
 
@@ -1166,6 +1275,9 @@ impl Node {
             lost: false,
         });
         let (load_tx, load_rx) = watch::channel(0u32);
+        // The registration published `cfg.full_every` (`node_attrs`).
+        let (pace_landed_tx, pace_landed_rx) = watch::channel(self.cfg.full_every);
+        self.pace_landed = Some(pace_landed_rx);
         let stop_renew = CancellationToken::new();
         let task = renew_task(
             lease,
@@ -1178,6 +1290,8 @@ impl Node {
                 violation: self.violation.clone(),
                 stop: stop_renew.clone(),
                 unproven_until: self.predecessor_unproven_until,
+                pace: self.pace_tx.subscribe(),
+                pace_landed: pace_landed_tx,
             },
         );
         // Aborted with this future: a node whose task dies must not leave its
@@ -1823,9 +1937,13 @@ impl Node {
             return Ok(declined("this node's labels do not match the selector"));
         }
         let cv = claim.as_ref().map(|(_, c)| c.clone());
+        let vanished = self.claim_vanished(&key, claim.as_ref().map(|(_, c)| c));
+        if vanished && self.holds_unread_for(name.as_str()) {
+            round_trips += 1;
+            self.read_holds().await?;
+        }
         let loads = self.claim_loads();
         let views = self.node_views(&loads);
-        let vanished = self.claim_vanished(&key, claim.as_ref().map(|(_, c)| c));
         let candidate = core::Candidate {
             // A corrupt claim or manifest failed the reads above (an error,
             // not a verdict).
@@ -2157,7 +2275,7 @@ impl Node {
     /// Read from `confirmed_floor` (O(1)): at or before the exact bound,
     /// and equal to it after `recount_confirmed`, which every pass runs.
     fn confirmed_until(&self) -> Option<MonoTime> {
-        let belief = core::claim_belief(self.cfg.ttl, self.cfg.confirm_every());
+        let belief = core::claim_belief(self.cfg.ttl, self.cfg.max_poll.max(self.belief_pace));
         // Checked in test builds (small fleets only: the walk is what the
         // floor saves): a floor above an owned session's confirmation
         // would give that session a deadline past its belief.
@@ -2181,6 +2299,13 @@ impl Node {
     /// full listing's confirmations and the pass's removals.
     fn recount_confirmed(&mut self) {
         self.confirmed_floor = self.owned.values().map(|o| o.confirmed).min();
+        // Every claim confirmed at the grown interval (or none held): our
+        // belief may be measured in it (see `belief_pace`).
+        if self.belief_pace < self.full_every
+            && self.confirmed_floor.is_none_or(|f| f >= self.grown_at)
+        {
+            self.belief_pace = self.full_every;
+        }
     }
 
     /// Keeps `seen_claims` (the highest epoch seen per claim of a listed
@@ -2294,11 +2419,70 @@ impl Node {
     /// How long before the vanished claim of `name` may be made again
     /// (`core::vanished_claim_wait`, on the version standing where it was as
     /// this node's listings observed it); `None`: it may now.
+    ///
+    /// Ripe by what this node has read, it is still pending until this
+    /// pass has read every node record again (`read_holds`), and then
+    /// judged as of those reads: a peer whose full listings grew further
+    /// apart with the fleet (`core::full_listing_pace`) may have published
+    /// its longer interval since we last read its record, and it lists at
+    /// that interval only once it is published (`core::adopt_pace`). A
+    /// record that still shows the old interval when read means the holder
+    /// still listed at it until then, so its listing that shows the claim
+    /// gone came before (the hold covers one interval and an overrun).
     fn absent_claim_wait(&self, name: &str) -> Option<Duration> {
+        let known = self.absent_claim_wait_as_of(name, Duration::ZERO);
+        if known.is_some() {
+            return known;
+        }
+        match self.holds_read {
+            Some((pass, at)) if pass == self.pass => {
+                let back = self.deps.clock.now().saturating_since(at);
+                self.absent_claim_wait_as_of(name, back)
+                    .map(|left| left.saturating_sub(back))
+            }
+            // Left: nothing but the reads.
+            _ => Some(Duration::ZERO),
+        }
+    }
+
+    /// Is `name`'s vanished claim ripe by the holds this node knows, with
+    /// the node records not read again in this pass (`absent_claim_wait`)?
+    fn holds_unread_for(&self, name: &str) -> bool {
+        !matches!(self.holds_read, Some((p, _)) if p == self.pass)
+            && self.absent_claim_wait_as_of(name, Duration::ZERO).is_none()
+    }
+
+    /// Reads every peer's node record again (a listing of `nodes/` and a
+    /// GET each), before a vanished claim is made again in this pass: its
+    /// holder's published interval, whatever it is now, goes into the hold
+    /// (`longest`). Rare: only when a vanished claim's wait ran out.
+    async fn read_holds(&mut self) -> Result<()> {
+        // Sent before the reads: what they show is as of this moment or later.
+        let at = self.deps.clock.now();
+        let mut keys = Vec::new();
+        let mut listing = self.deps.store.list(crate::keys::NODES);
+        while let Some(e) = listing.next().await {
+            keys.push(
+                e.map_err(|e| Error::from_store("list", crate::keys::NODES, e))?
+                    .key,
+            );
+        }
+        drop(listing);
+        let own = crate::keys::node(&self.cfg.id);
+        for key in keys.iter().filter(|k| **k != own) {
+            self.fetch_node(key, None).await?;
+        }
+        self.holds_read = Some((self.pass, at));
+        Ok(())
+    }
+
+    /// The wait of `absent_claim_wait` by the holds this node knows, with
+    /// the observation taken `back` ago (as of earlier reads).
+    fn absent_claim_wait_as_of(&self, name: &str, back: Duration) -> Option<Duration> {
         let ckey = crate::keys::session(name);
         let holds = core::Holds {
             own_ttl: self.cfg.ttl,
-            own_max_poll: self.cfg.confirm_every(),
+            own_max_poll: self.confirm_every(),
             // `longest` keeps every record we ever read, gone or not.
             longest_ttl: self.longest.0,
             longest_max_poll: self.longest.1,
@@ -2309,6 +2493,7 @@ impl Node {
             self.client
                 .observer()
                 .unchanged_for(&ckey, v, self.deps.clock.now())
+                .map(|d| d.saturating_sub(back))
         });
         core::vanished_claim_wait(holds, unchanged_for)
     }
@@ -2448,11 +2633,12 @@ impl Node {
         if std::mem::replace(&mut self.pass_incomplete, true) {
             self.rescan = true;
         }
+        self.take_published_pace();
         let now = self.deps.clock.now();
         let full = core::full_listing_due(
             self.cfg.feed_on(),
             self.last_full.map(|t| now.saturating_since(t)),
-            self.cfg.full_every,
+            self.full_every,
             self.cfg.max_poll,
             self.full_forced
                 // Hints older than the retention may be gone unread.
@@ -2575,6 +2761,7 @@ impl Node {
             self.last_full = Some(listed_at);
             self.full_forced = false;
             self.rescan = true;
+            self.note_fleet_size((self.manifests.len() + self.claims.len()) as u64);
         } else {
             self.refresh_nodes(&node_entries).await?;
             self.read_hinted_nodes(node_keys).await?;
@@ -2749,6 +2936,26 @@ impl Node {
                 if let Err(e) = self.fetch_node(key, None).await {
                     // What this pass decided is sent before it ends (a
                     // fence already written may be waiting on it).
+                    let _ = self.send_claims(&mut batch, &mut revisit, &mut load).await;
+                    return Err(e);
+                }
+                views = self.node_views(&loads);
+                gate = self.gate_for(
+                    &name,
+                    &mkey,
+                    &ckey,
+                    owner_key.as_deref(),
+                    &mv,
+                    cv.as_ref(),
+                    &views,
+                    &refetched,
+                    now,
+                );
+            }
+            // A vanished claim ripe by what we knew: read every holder's
+            // interval again first (`absent_claim_wait`), once a pass.
+            if gate == core::Gate::AbsencePending && self.holds_unread_for(&name) {
+                if let Err(e) = self.read_holds().await {
                     let _ = self.send_claims(&mut batch, &mut revisit, &mut load).await;
                     return Err(e);
                 }
@@ -4593,6 +4800,12 @@ struct RenewLinks {
     stop: CancellationToken,
     /// Until then, the node record says `unproven` (see `NodeAttrs`).
     unproven_until: Option<MonoTime>,
+    /// In: the anti-entropy interval to publish (`Node::note_fleet_size`).
+    pace: watch::Receiver<Duration>,
+    /// Out: the interval the last renewal that landed with attributes
+    /// carried; the node lists no less often than that
+    /// (`Node::take_published_pace`).
+    pace_landed: watch::Sender<Duration>,
 }
 
 /// Renews the node lease every ttl/3 (publishing the node's load in its
@@ -4611,12 +4824,14 @@ async fn renew_task(
         violation,
         stop,
         unproven_until,
+        pace,
+        pace_landed,
     } = links;
     let period = core::renew_period(cfg.ttl);
     let mut renewals: u64 = 0;
-    // The attributes peers need fresh (cordoned, unproven) as last written;
-    // a change is hinted in the feed (`NodeConfig::peer_refresh`).
-    let mut published: Option<(bool, bool)> = None;
+    // The attributes peers need fresh (cordoned, unproven, the interval) as
+    // last written; a change is hinted in the feed (`NodeConfig::peer_refresh`).
+    let mut published: Option<(bool, bool, Duration)> = None;
     loop {
         let due = deps.clock.now() + period;
         tokio::select! {
@@ -4625,8 +4840,8 @@ async fn renew_task(
             _ = deps.clock.sleep(period) => {}
         }
         let unproven = unproven_until.is_some_and(|t| deps.clock.now() < t);
-        let news = (deps.status.cordoned(), unproven);
-        let attrs = node_attrs(&cfg, *load.borrow(), news.0, news.1);
+        let news = (deps.status.cordoned(), unproven, *pace.borrow());
+        let attrs = node_attrs(&cfg, news.2, *load.borrow(), news.0, news.1);
         let t0 = deps.clock.now();
         deps.status.record_renew_late(t0.saturating_since(due));
         let mut with_attrs = true;
@@ -4658,6 +4873,15 @@ async fn renew_task(
         match (step, r) {
             (core::AfterRenew::Renewed { audit: due }, Ok(())) => {
                 renewals += 1;
+                if with_attrs {
+                    // Landed with the attributes: the node may list this
+                    // seldom now (a peer reading our record sees it).
+                    pace_landed.send_if_modified(|v| {
+                        let changed = *v != news.2;
+                        *v = news.2;
+                        changed
+                    });
+                }
                 if with_attrs && published != Some(news) {
                     published = Some(news);
                     if cfg.feed_on() {
