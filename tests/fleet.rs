@@ -1524,13 +1524,22 @@ async fn a_node_with_rare_full_listings_is_waited_out_for_them() {
 /// hint is lost; an operator deletes one of n1's claims by hand. Going by
 /// the record it had read, n2 would make the claim again about 31 s after
 /// seeing it gone, while n1 runs the session until its next full listing,
-/// up to 200 s later.
+/// up to 200 s later. A foreign object under `nodes/` (never renewed) does
+/// not stall that read: the claim is still made again.
 #[tokio::test(flavor = "current_thread")]
 async fn a_vanished_claim_waits_for_its_holders_grown_full_listing_interval() {
     let mut f = FeedFleet::new().await;
     for i in 0..5 {
         apply(&f.bucket, &format!("s{i}"), &spec("sleep")).await;
     }
+    f.bucket
+        .put(
+            "nodes/stray",
+            bytes::Bytes::from_static(b"not a node record"),
+            leasehold::store::Cond::Create,
+        )
+        .await
+        .unwrap();
     f.start_with("n1", f.hinting(1, 1.0), |cfg| {
         cfg.full_every = Duration::from_secs(20);
         cfg.full_every_objects = 1;

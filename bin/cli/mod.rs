@@ -1858,6 +1858,11 @@ async fn node(op: NodeOp) -> Result<(), Failure> {
     {
         return Err(Error::invalid("--full-every", "between the ttl and 24h").into());
     }
+    // A handful of objects per interval would stretch it to the cap for
+    // any fleet (a claim deleted by hand then waits two days).
+    if full_every_objects != 0 && full_every_objects < 1000 {
+        return Err(Error::invalid("--full-every-objects", "0 (fixed) or at least 1000").into());
+    }
     // Renewals, and the store's socket work, on a thread no pass occupies
     // (`leasehold::fleet::renew_thread`); it lives until the node has
     // released its lease, at the end of this function.

@@ -421,7 +421,8 @@ pub fn full_listing_due(
 /// objects (manifests and claims, as its last full listing counted them):
 /// `full_every` for each `per` of them, at least one (issue #14). A full
 /// listing's cost grows with the fleet; stretched so, its cost per hour
-/// does not. `per` zero: always `full_every`.
+/// does not, up to [`FULL_EVERY_CAP`] (a `full_every` set longer stands).
+/// `per` zero: always `full_every`.
 ///
 /// What a longer interval trades, and why it is safe: a node's belief in
 /// its claims, and the hold a peer waits out before making one of its
@@ -435,8 +436,15 @@ pub fn full_listing_pace(full_every: Duration, per: u64, objects: u64) -> Durati
         return full_every;
     }
     let steps = objects.div_ceil(per).max(1);
-    full_every.saturating_mul(u32::try_from(steps).unwrap_or(u32::MAX))
+    full_every
+        .saturating_mul(u32::try_from(steps).unwrap_or(u32::MAX))
+        .min(FULL_EVERY_CAP.max(full_every))
 }
+
+/// The longest a full-listing interval grows with the fleet (as `node run
+/// --full-every` allows at most): a claim deleted by hand waits about
+/// twice it, however large the fleet.
+pub const FULL_EVERY_CAP: Duration = Duration::from_secs(24 * 3600);
 
 /// The interval a node may list at now (`current`), given the one it wants
 /// (`wanted`, `full_listing_pace`) and the longest its node record carries
@@ -1261,6 +1269,18 @@ mod tests {
             full_listing_pace(Duration::MAX, 1, u64::MAX),
             Duration::MAX,
             "saturates"
+        );
+        assert_eq!(
+            full_listing_pace(ten, 1, u64::MAX),
+            FULL_EVERY_CAP,
+            "capped"
+        );
+        assert_eq!(full_listing_pace(ten, 20_000, 3_000_000), FULL_EVERY_CAP);
+        let long = FULL_EVERY_CAP * 2;
+        assert_eq!(
+            full_listing_pace(long, 1, 5),
+            long,
+            "a longer full_every stands"
         );
         let (cur, want) = (ms(600_000), ms(6_000_000));
         assert_eq!(adopt_pace(cur, want, cur), cur, "not published: kept");

@@ -96,13 +96,6 @@ pub struct NodeConfig {
 }
 
 impl NodeConfig {
-    /// The longest between two listings that confirm this node's claims:
-    /// what it publishes as `max_poll_ms`, and what its belief and its
-    /// peers' waits are measured in (`core::claim_hold`).
-    pub fn confirm_every(&self) -> Duration {
-        self.max_poll.max(self.full_every)
-    }
-
     /// How often a peer's record is read for its attributes when its
     /// version changes as usual (`node_refresh`). With the feed on, nodes
     /// hint their own attribute changes (cordon, the unproven mark), so the
@@ -1042,10 +1035,10 @@ struct Node {
     /// deadline lapsed would be started again beside the peer's.
     belief_pace: Duration,
     grown_at: MonoTime,
-    /// The pass in which every node record was read again before a
-    /// vanished claim was made (`read_holds`), and when those reads were
-    /// sent.
-    holds_read: Option<(u64, MonoTime)>,
+    /// When every node record was last read again, whole and decodable,
+    /// before a vanished claim was made (`read_holds`): when those reads
+    /// were sent.
+    holds_read: Option<MonoTime>,
 }
 
 /// A serving node re-reads the fleet marker at least every this many ttls
@@ -1940,7 +1933,10 @@ impl Node {
         let vanished = self.claim_vanished(&key, claim.as_ref().map(|(_, c)| c));
         if vanished && self.holds_unread_for(name.as_str()) {
             round_trips += 1;
-            self.read_holds().await?;
+            // Failed: the claim is declined as waiting (below).
+            if let Err(e) = self.read_holds().await {
+                tracing::warn!(session = %name, error = %e, "reading node records before a vanished claim");
+            }
         }
         let loads = self.claim_loads();
         let views = self.node_views(&loads);
@@ -2420,59 +2416,93 @@ impl Node {
     /// (`core::vanished_claim_wait`, on the version standing where it was as
     /// this node's listings observed it); `None`: it may now.
     ///
-    /// Ripe by what this node has read, it is still pending until this
-    /// pass has read every node record again (`read_holds`), and then
-    /// judged as of those reads: a peer whose full listings grew further
-    /// apart with the fleet (`core::full_listing_pace`) may have published
-    /// its longer interval since we last read its record, and it lists at
-    /// that interval only once it is published (`core::adopt_pace`). A
-    /// record that still shows the old interval when read means the holder
-    /// still listed at it until then, so its listing that shows the claim
-    /// gone came before (the hold covers one interval and an overrun).
+    /// Ripe by what this node has read, it is still pending until it has
+    /// read every node record again (`read_holds`), and it is judged as of
+    /// those reads: ripe only if its wait had run out when they were sent.
+    /// Why: a peer whose full listings grew further apart with the fleet
+    /// (`core::full_listing_pace`) may have published the longer interval
+    /// since we last read its record. What makes the reads enough is the
+    /// holder's side: its belief is never longer than what its record
+    /// showed when the belief's confirmation was made (a longer interval is
+    /// published before it is used, `core::adopt_pace`, and old
+    /// confirmations keep the old belief, `belief_pace`; a shorter one
+    /// shortens the belief at once), and `longest` only grows. So a wait
+    /// that had run out as of the reads stays so: the holder's deadline
+    /// for the vanished claim had passed by then, and nothing confirms
+    /// that claim again.
     fn absent_claim_wait(&self, name: &str) -> Option<Duration> {
         let known = self.absent_claim_wait_as_of(name, Duration::ZERO);
         if known.is_some() {
             return known;
         }
         match self.holds_read {
-            Some((pass, at)) if pass == self.pass => {
+            Some(at) => {
                 let back = self.deps.clock.now().saturating_since(at);
                 self.absent_claim_wait_as_of(name, back)
                     .map(|left| left.saturating_sub(back))
             }
             // Left: nothing but the reads.
-            _ => Some(Duration::ZERO),
+            None => Some(Duration::ZERO),
         }
     }
 
-    /// Is `name`'s vanished claim ripe by the holds this node knows, with
-    /// the node records not read again in this pass (`absent_claim_wait`)?
+    /// Must the node records be read again (`read_holds`) before `name`'s
+    /// vanished claim may be made: ripe by the holds this node knows, not
+    /// ripe as of the last reads, and those at least a ttl ago (a name
+    /// that stays unclaimable by this node for other reasons, rank or a
+    /// selector, costs one read, not one per pass).
     fn holds_unread_for(&self, name: &str) -> bool {
-        !matches!(self.holds_read, Some((p, _)) if p == self.pass)
-            && self.absent_claim_wait_as_of(name, Duration::ZERO).is_none()
+        if self.absent_claim_wait_as_of(name, Duration::ZERO).is_some() {
+            return false;
+        }
+        match self.holds_read {
+            None => true,
+            Some(at) => {
+                let back = self.deps.clock.now().saturating_since(at);
+                back >= self.cfg.ttl && self.absent_claim_wait_as_of(name, back).is_some()
+            }
+        }
     }
 
     /// Reads every peer's node record again (a listing of `nodes/` and a
-    /// GET each), before a vanished claim is made again in this pass: its
-    /// holder's published interval, whatever it is now, goes into the hold
-    /// (`longest`). Rare: only when a vanished claim's wait ran out.
+    /// GET each) before a vanished claim is made again: its holder's
+    /// published interval, whatever it is now, goes into the hold
+    /// (`longest`). Only when a vanished claim's wait ran out, at most once
+    /// a ttl (`holds_unread_for`). Counts as read only if every listed
+    /// record was read and decoded: a corrupt one (even a truncated
+    /// response) may be the holder's, whose interval we would not know.
     async fn read_holds(&mut self) -> Result<()> {
         // Sent before the reads: what they show is as of this moment or later.
         let at = self.deps.clock.now();
-        let mut keys = Vec::new();
+        let mut listed = Vec::new();
         let mut listing = self.deps.store.list(crate::keys::NODES);
         while let Some(e) = listing.next().await {
-            keys.push(
-                e.map_err(|e| Error::from_store("list", crate::keys::NODES, e))?
-                    .key,
-            );
+            let e = e.map_err(|e| Error::from_store("list", crate::keys::NODES, e))?;
+            listed.push((e.key, e.version));
         }
         drop(listing);
         let own = crate::keys::node(&self.cfg.id);
-        for key in keys.iter().filter(|k| **k != own) {
+        for (key, version) in listed.iter().filter(|(k, _)| *k != own) {
             self.fetch_node(key, None).await?;
+            // Corrupt as read (a truncated response, or foreign bytes): its
+            // interval is unknown, unless nothing has renewed it for a ttl
+            // and the margin, so that no live holder stands behind it (the
+            // liveness rule; a holder's belief ends with its lease).
+            let ttl = self.cfg.ttl.max(self.longest.0);
+            let still = self
+                .client
+                .observer()
+                .unchanged_for(key, version, self.deps.clock.now());
+            if self.corrupt_nodes.contains(key)
+                && still.is_none_or(|d| d < ttl.saturating_add(default_margin(ttl)))
+            {
+                return Err(Error::Corrupt {
+                    key: key.clone(),
+                    reason: "a node record read before making a vanished claim again".into(),
+                });
+            }
         }
-        self.holds_read = Some((self.pass, at));
+        self.holds_read = Some(at);
         Ok(())
     }
 
@@ -2955,9 +2985,10 @@ impl Node {
             // A vanished claim ripe by what we knew: read every holder's
             // interval again first (`absent_claim_wait`), once a pass.
             if gate == core::Gate::AbsencePending && self.holds_unread_for(&name) {
+                // Failed: the claim waits (AbsencePending below), the pass
+                // goes on; the next pass reads again.
                 if let Err(e) = self.read_holds().await {
-                    let _ = self.send_claims(&mut batch, &mut revisit, &mut load).await;
-                    return Err(e);
+                    tracing::warn!(session = name, error = %e, "reading node records before a vanished claim");
                 }
                 views = self.node_views(&loads);
                 gate = self.gate_for(
@@ -4842,6 +4873,16 @@ async fn renew_task(
         let unproven = unproven_until.is_some_and(|t| deps.clock.now() < t);
         let news = (deps.status.cordoned(), unproven, *pace.borrow());
         let attrs = node_attrs(&cfg, news.2, *load.borrow(), news.0, news.1);
+        // A shorter interval counts from its sending: the record may show
+        // either until the outcome is known (the node shortened its belief
+        // already; only a growth waits for `pace_landed`).
+        pace_landed.send_if_modified(|v| {
+            let lower = news.2 < *v;
+            if lower {
+                *v = news.2;
+            }
+            lower
+        });
         let t0 = deps.clock.now();
         deps.status.record_renew_late(t0.saturating_since(due));
         let mut with_attrs = true;
@@ -4873,15 +4914,15 @@ async fn renew_task(
         match (step, r) {
             (core::AfterRenew::Renewed { audit: due }, Ok(())) => {
                 renewals += 1;
-                if with_attrs {
-                    // Landed with the attributes: the node may list this
-                    // seldom now (a peer reading our record sees it).
-                    pace_landed.send_if_modified(|v| {
-                        let changed = *v != news.2;
-                        *v = news.2;
-                        changed
-                    });
-                }
+                // What our record now carries (with attributes or not: a
+                // plain renewal keeps the record's): the node may list this
+                // seldom (a peer reading the record sees it).
+                let carried = Duration::from_millis(NodeAttrs::of(lease.record()).max_poll_ms);
+                pace_landed.send_if_modified(|v| {
+                    let changed = *v != carried;
+                    *v = carried;
+                    changed
+                });
                 if with_attrs && published != Some(news) {
                     published = Some(news);
                     if cfg.feed_on() {
