@@ -37,25 +37,11 @@ async fn memory_url() {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn local_directory() {
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().to_path_buf();
-    let n = std::sync::atomic::AtomicU32::new(0);
-    suite::run_all(&|| {
-        let sub = root.join(format!(
-            "s{}",
-            n.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
-        ));
-        Box::pin(async move { Arc::new(LocalDirStore::open(sub).unwrap()) as Arc<dyn Store> })
-    })
-    .await;
-}
-
-/// The same, writing plain files (as before stamps, or on a filesystem
-/// without nanosecond times): their listings read every header.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn local_directory_without_stamps() {
+/// The local directory store, each run on a fresh subdirectory: writes
+/// stamped (`stamped`: versions in files' modification times, as where the
+/// filesystem keeps nanoseconds) or plain (as before stamps, or on a
+/// filesystem without nanosecond times: listings read every header).
+async fn local_directory_suite(stamped: bool) {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().to_path_buf();
     let n = std::sync::atomic::AtomicU32::new(0);
@@ -65,10 +51,23 @@ async fn local_directory_without_stamps() {
             n.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
         ));
         Box::pin(async move {
-            Arc::new(LocalDirStore::open(sub).unwrap().without_stamps()) as Arc<dyn Store>
+            let s = LocalDirStore::open(sub).unwrap();
+            assert!(s.stamps(), "this filesystem keeps nanosecond times");
+            let s = if stamped { s } else { s.without_stamps() };
+            Arc::new(s) as Arc<dyn Store>
         })
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn local_directory() {
+    local_directory_suite(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn local_directory_without_stamps() {
+    local_directory_suite(false).await;
 }
 
 async fn run_on_server(base: String) {

@@ -2959,36 +2959,32 @@ impl Node {
             let claim = self.claims.get(ckey.as_str()).cloned();
             let cv = claim.as_ref().map(|(_, c)| c.clone());
             let owner_key = cv.as_ref().map(|c| crate::keys::node(&c.owner.node));
-            // Asked at most twice: again after re-reading a stale owner record.
+            // Asked again at most twice: after re-reading a stale owner
+            // record, and, for a vanished claim ripe by what we knew, after
+            // reading every node record again (`absent_claim_wait`; a failed
+            // read leaves the claim waiting, and the pass goes on).
             let mut gate = first;
-            while let (core::Gate::RefetchOwner, Some(key)) = (gate, &owner_key) {
-                refetched.insert(key.clone());
-                if let Err(e) = self.fetch_node(key, None).await {
-                    // What this pass decided is sent before it ends (a
-                    // fence already written may be waiting on it).
-                    let _ = self.send_claims(&mut batch, &mut revisit, &mut load).await;
-                    return Err(e);
-                }
-                views = self.node_views(&loads);
-                gate = self.gate_for(
-                    &name,
-                    &mkey,
-                    &ckey,
-                    owner_key.as_deref(),
-                    &mv,
-                    cv.as_ref(),
-                    &views,
-                    &refetched,
-                    now,
-                );
-            }
-            // A vanished claim ripe by what we knew: read every holder's
-            // interval again first (`absent_claim_wait`), once a pass.
-            if gate == core::Gate::AbsencePending && self.holds_unread_for(&name) {
-                // Failed: the claim waits (AbsencePending below), the pass
-                // goes on; the next pass reads again.
-                if let Err(e) = self.read_holds().await {
-                    tracing::warn!(session = name, error = %e, "reading node records before a vanished claim");
+            let mut holds_tried = false;
+            loop {
+                match (gate, &owner_key) {
+                    (core::Gate::RefetchOwner, Some(key)) if !refetched.contains(key) => {
+                        refetched.insert(key.clone());
+                        if let Err(e) = self.fetch_node(key, None).await {
+                            // What this pass decided is sent before it ends (a
+                            // fence already written may be waiting on it).
+                            let _ = self.send_claims(&mut batch, &mut revisit, &mut load).await;
+                            return Err(e);
+                        }
+                    }
+                    (core::Gate::AbsencePending, _)
+                        if !holds_tried && self.holds_unread_for(&name) =>
+                    {
+                        holds_tried = true;
+                        if let Err(e) = self.read_holds().await {
+                            tracing::warn!(session = name, error = %e, "reading node records before a vanished claim");
+                        }
+                    }
+                    _ => break,
                 }
                 views = self.node_views(&loads);
                 gate = self.gate_for(

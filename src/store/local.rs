@@ -560,18 +560,7 @@ impl Inner {
             // After the last write (a write sets the time), before the
             // rename (which keeps it).
             if let Some(t) = stamp {
-                let keep_atime = rustix::fs::Timespec {
-                    tv_sec: 0,
-                    tv_nsec: rustix::fs::UTIME_OMIT,
-                };
-                rustix::fs::futimens(
-                    &f,
-                    &rustix::fs::Timestamps {
-                        last_access: keep_atime,
-                        last_modification: t,
-                    },
-                )
-                .map_err(|e| errno("stamp temporary file", e))?;
+                set_mtime(&f, t).map_err(|e| errno("stamp temporary file", e))?;
             }
             f.sync_all()
                 .map_err(|e| io_err("write temporary file", e))?;
@@ -1045,18 +1034,7 @@ fn stamps_kept(root: &Path, entropy: &dyn Entropy) -> bool {
             .custom_flags(libc::O_NOFOLLOW)
             .open(&path)
             .ok()?;
-        let omit = rustix::fs::Timespec {
-            tv_sec: 0,
-            tv_nsec: rustix::fs::UTIME_OMIT,
-        };
-        rustix::fs::futimens(
-            &f,
-            &rustix::fs::Timestamps {
-                last_access: omit,
-                last_modification: want,
-            },
-        )
-        .ok()?;
+        set_mtime(&f, want).ok()?;
         f.sync_all().ok()?;
         drop(f);
         let st = rustix::fs::stat(&path).ok()?;
@@ -1068,6 +1046,22 @@ fn stamps_kept(root: &Path, entropy: &dyn Entropy) -> bool {
     })();
     let _ = fs::remove_file(&path);
     kept.unwrap_or(false)
+}
+
+/// Sets the modification time of the open file `f` (its access time left
+/// as it is): a stamp (see the module docs).
+fn set_mtime(f: &File, t: rustix::fs::Timespec) -> rustix::io::Result<()> {
+    let keep = rustix::fs::Timespec {
+        tv_sec: 0,
+        tv_nsec: rustix::fs::UTIME_OMIT,
+    };
+    rustix::fs::futimens(
+        f,
+        &rustix::fs::Timestamps {
+            last_access: keep,
+            last_modification: t,
+        },
+    )
 }
 
 fn generation_of(etag: &str) -> u64 {
