@@ -31,9 +31,10 @@
 //!   makes the listing disagree with the header, which reads as a change:
 //!   the reader reads the object, and every conditional write still
 //!   compares against the header under the lock. So a wrong stamp costs
-//!   reads, never a write; and a file's stamp changes with every write, so
-//!   a change never lists as no change (two writes of one key would need
-//!   the same second and the same 30 random bits).
+//!   reads, never a write. A key's stamps only increase while it exists
+//!   (`next_stamp`: moved past the current one when the clock would not),
+//!   so a change never lists as no change and no version comes back; a key
+//!   deleted and created again differs by the second and 30 random bits.
 //!
 //! Paths are built only from keys that pass [`check_key`] plus a stricter
 //! segment charset, every directory on the way is checked not to be a symlink,
@@ -541,10 +542,15 @@ impl Inner {
             let stamp = if self.stamps {
                 // The kernel's clock, as the file's creation stamped it (the
                 // store reads no clock of its own), and random nanoseconds.
+                // Past the current version's stamp, if it is one.
                 let st = rustix::fs::fstat(&f).map_err(|e| errno("stat temporary file", e))?;
-                let nsec = (self.entropy.next_u64() % 1_000_000_000) as i64;
+                let prev = current
+                    .as_ref()
+                    .and_then(|c| c.version.etag.as_deref())
+                    .and_then(parse_stamp);
+                let (sec, nsec) = next_stamp(st.st_mtime, self.entropy.next_u64(), prev);
                 Some(rustix::fs::Timespec {
-                    tv_sec: st.st_mtime,
+                    tv_sec: sec,
                     tv_nsec: nsec as _,
                 })
             } else {
@@ -901,6 +907,36 @@ fn stamp_etag(sec: i64, nsec: i64) -> String {
     format!("{sec}.{nsec:09}")
 }
 
+/// A stamp's (seconds, nanoseconds), if `etag` is one.
+fn parse_stamp(etag: &str) -> Option<(i64, i64)> {
+    let (sec, nsec) = etag.split_once('.')?;
+    let nsec: i64 = nsec.parse().ok()?;
+    ((0..1_000_000_000).contains(&nsec)).then_some((sec.parse().ok()?, nsec))
+}
+
+/// The stamp of a key's next version: the kernel's second `now` and
+/// random nanoseconds, moved past the current version's stamp `prev` when
+/// not later (a clock stepped back, or two writes in one second). So while
+/// a key exists its stamps only increase, and no version comes back, as
+/// with the generations of plain files: a conditional write on an old
+/// version can never match a newer one. A key deleted and created again
+/// starts afresh: its versions differ by the second and 30 random bits.
+fn next_stamp(now: i64, random: u64, prev: Option<(i64, i64)>) -> (i64, i64) {
+    let fresh = (now, (random % 1_000_000_000) as i64);
+    match prev {
+        Some((sec, nsec)) if fresh <= (sec, nsec) => {
+            // Still random within a millisecond past it.
+            let n = nsec + 1 + ((random >> 32) % 1_000_000) as i64;
+            if n >= 1_000_000_000 {
+                (sec.saturating_add(1), n - 1_000_000_000)
+            } else {
+                (sec, n)
+            }
+        }
+        _ => fresh,
+    }
+}
+
 /// The body length of a file of `total` bytes whose header carries `etag`:
 /// the header is `MAGIC etag len checksum\n`, whose own length grows with
 /// the digits of `len` (so one length fits). None if none does.
@@ -1131,6 +1167,28 @@ impl Store for LocalDirStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A key's stamps only increase, whatever the clock or the draw.
+    #[test]
+    fn a_keys_stamps_only_increase() {
+        let mut prev = None;
+        let mut x = 0x9e3779b97f4a7c15u64;
+        for i in 0..10_000i64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            // The clock jumps back and forth; most writes share a second.
+            let now = 1_764_000_000 + (i / 1000) - (i % 7 == 0) as i64 * 5;
+            let next = next_stamp(now, x, prev);
+            assert!(prev.is_none_or(|p| next > p), "{next:?} after {prev:?}");
+            assert!((0..1_000_000_000).contains(&next.1));
+            assert_eq!(parse_stamp(&stamp_etag(next.0, next.1)), Some(next));
+            prev = Some(next);
+        }
+        assert_eq!(next_stamp(5, 7, Some((5, 999_999_999))).0, 6, "carried");
+        assert_eq!(parse_stamp("3-00ab"), None, "a plain file's ETag");
+        assert_eq!(parse_stamp("1.1000000000"), None);
+    }
 
     /// A stamped file's body length comes from its size and its ETag alone:
     /// the header's length grows with the digits of the body's.
