@@ -1137,9 +1137,9 @@ impl Node {
     }
 
     /// The longest between two listings that confirm our claims, as this
-    /// node lists now: `NodeConfig::confirm_every` with the interval grown
-    /// with the fleet (`full_every`). Our belief and our own part of a
-    /// vanished claim's hold are measured in it.
+    /// node lists now (the longer of `max_poll` and the interval grown with
+    /// the fleet, `full_every`): our own part of a vanished claim's hold.
+    /// Our belief is measured in `belief_pace`, never longer.
     fn confirm_every(&self) -> Duration {
         self.cfg.max_poll.max(self.full_every)
     }
@@ -2484,6 +2484,9 @@ impl Node {
         let own = crate::keys::node(&self.cfg.id);
         for (key, version) in listed.iter().filter(|(k, _)| *k != own) {
             self.fetch_node(key, None).await?;
+            if !self.corrupt_nodes.contains(key) {
+                continue;
+            }
             // Corrupt as read (a truncated response, or foreign bytes): its
             // interval is unknown, unless nothing has renewed it for a ttl
             // and the margin, so that no live holder stands behind it (the
@@ -2493,9 +2496,7 @@ impl Node {
                 .client
                 .observer()
                 .unchanged_for(key, version, self.deps.clock.now());
-            if self.corrupt_nodes.contains(key)
-                && still.is_none_or(|d| d < ttl.saturating_add(default_margin(ttl)))
-            {
+            if still.is_none_or(|d| d < ttl.saturating_add(default_margin(ttl))) {
                 return Err(Error::Corrupt {
                     key: key.clone(),
                     reason: "a node record read before making a vanished claim again".into(),
