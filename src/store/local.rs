@@ -863,8 +863,13 @@ fn read_entry(dir: &OwnedFd, key: String, at: usize) -> Option<Entry> {
     let name = &key[at..];
     match rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
         Ok(st) => {
-            if let Some(e) = stamped_entry(&key, &st) {
-                return Some(Entry { key, ..e });
+            if let Some((version, size, last_modified_ms)) = stamped_version(&st) {
+                return Some(Entry {
+                    key,
+                    version,
+                    size,
+                    last_modified_ms,
+                });
             }
         }
         Err(Errno::NOENT) => return None,
@@ -873,10 +878,10 @@ fn read_entry(dir: &OwnedFd, key: String, at: usize) -> Option<Entry> {
     header_entry(dir, key, at)
 }
 
-/// The entry of a stamped regular file from its metadata alone; None for
-/// any other file (a symlink, a directory, an unstamped file, or one too
-/// short to hold a header with this stamp).
-fn stamped_entry(key: &str, st: &rustix::fs::Stat) -> Option<Entry> {
+/// A stamped regular file's version, body length and time from its
+/// metadata alone; None for any other file (a symlink, a directory, an
+/// unstamped file, or one too short to hold a header with this stamp).
+fn stamped_version(st: &rustix::fs::Stat) -> Option<(Version, u64, Option<u64>)> {
     // The field's types differ between targets.
     #[allow(clippy::unnecessary_cast)]
     let (mode, sec, nsec) = (
@@ -890,16 +895,16 @@ fn stamped_entry(key: &str, st: &rustix::fs::Stat) -> Option<Entry> {
     }
     let etag = stamp_etag(sec, nsec);
     let size = body_len(&etag, u64::try_from(st.st_size).ok()?)?;
-    Some(Entry {
-        key: key.to_string(),
-        version: Version {
+    // The stamp's nanoseconds are random: the second is the time.
+    let last_modified_ms = u64::try_from(sec).ok()?.checked_mul(1000);
+    Some((
+        Version {
             etag: Some(etag),
             version: None,
         },
         size,
-        // The stamp's nanoseconds are random: the second is the time.
-        last_modified_ms: u64::try_from(sec).ok()?.checked_mul(1000),
-    })
+        last_modified_ms,
+    ))
 }
 
 /// A stamped file's ETag.
