@@ -643,6 +643,14 @@ pub struct Settings {
     /// Nodes nudge the ranked takers of a peer they fence (`node run` with
     /// `--listen` and `--token-file`; here in-process, `fleet::nudge::LocalNudge`).
     pub nudge: bool,
+    /// `node run --full-every-objects` (its default unless set): listed
+    /// objects per `full_every`, so the interval grows with the fleet; 0
+    /// keeps it fixed.
+    pub full_every_objects: u64,
+    /// The measured window (virtual). An hour unless set; a window that
+    /// holds whole grown intervals counts each node's full listings exactly
+    /// (at 100,000 sessions one comes every 110 minutes at the defaults).
+    pub window: Duration,
 }
 
 /// `node run --full-every`'s default, in ttls (bin/cli).
@@ -655,9 +663,13 @@ impl Settings {
     }
 }
 
-/// What one virtual hour measured.
+/// What one virtual window measured.
 struct Hour {
+    /// Every request in the window (divide by `hours` for an hour's).
     used: RequestCounts,
+    /// The same, by key segment (`segments::SEGMENTS`).
+    by_segment: BTreeMap<&'static str, RequestCounts>,
+    hours: f64,
     placed: usize,
     /// Abort of the busiest node → every one of its sessions running on a
     /// survivor, in virtual time, one per kill asked for (`None`: never,
@@ -701,7 +713,10 @@ async fn virtual_hour(n: usize, s: usize, set: Settings, kills: usize) -> Result
     let ttl = set.ttl;
     let clock = ManualClock::new();
     let dyn_clock: Arc<dyn Clock> = Arc::new(clock.clone());
-    let counting = Arc::new(CountingStore::new(Arc::new(ObjectStoreBackend::memory())));
+    let segments = Arc::new(crate::segments::BySegment::new(Arc::new(
+        ObjectStoreBackend::memory(),
+    )));
+    let counting = Arc::new(CountingStore::new(segments.clone()));
     // Every writer hints through the feed, as the CLI and the daemon do;
     // the hints' writes are counted with everything else.
     let store: Arc<dyn Store> = Arc::new(leasehold::fleet::feed::HintingStore::new(
@@ -719,6 +734,7 @@ async fn virtual_hour(n: usize, s: usize, set: Settings, kills: usize) -> Result
                 cfg.max_poll = m;
             }
             cfg.full_every = set.full_every();
+            cfg.full_every_objects = set.full_every_objects;
             // On the manual clock, every task on this one runtime.
             start_nudged(cfg, &store, &dyn_clock, set.nudge.then_some(&nudges), None)
         })
@@ -742,8 +758,10 @@ async fn virtual_hour(n: usize, s: usize, set: Settings, kills: usize) -> Result
     advance(settle.as_millis() as u64 / 100).await;
     let placed = owners(&store).await?.len();
     let before = counting.counts();
-    advance(36_000).await;
+    let before_seg = segments.counts();
+    advance(set.window.as_millis() as u64 / 100).await;
     let used = counting.counts().since(&before);
+    let by_segment = crate::segments::since(&segments.counts(), &before_seg);
     let mut failover = Vec::new();
     let mut nodes = nodes;
     let fresh_cfg = |id: String| {
@@ -753,6 +771,7 @@ async fn virtual_hour(n: usize, s: usize, set: Settings, kills: usize) -> Result
             cfg.max_poll = m;
         }
         cfg.full_every = set.full_every();
+        cfg.full_every_objects = set.full_every_objects;
         cfg
     };
     for k in 0..if s > 0 { kills } else { 0 } {
@@ -827,6 +846,8 @@ async fn virtual_hour(n: usize, s: usize, set: Settings, kills: usize) -> Result
     }
     Ok(Hour {
         used,
+        by_segment,
+        hours: set.window.as_secs_f64() / 3600.0,
         placed,
         failover,
     })
@@ -861,10 +882,21 @@ fn r2(c: &RequestCounts) -> f64 {
 }
 /// Hours in a month, as cloud price sheets count them.
 const MONTH_H: f64 = 730.0;
+const HOUR: Duration = Duration::from_secs(3600);
 
 pub async fn cost(n: usize, s: usize, set: Settings, kills: usize, json: bool) -> Result<()> {
     let ttl = set.ttl;
-    let idle = virtual_hour_blocking(n, 0, set, 0)?.used;
+    // An idle fleet lists nothing that grows: one hour of it is every hour.
+    let idle = virtual_hour_blocking(
+        n,
+        0,
+        Settings {
+            window: HOUR,
+            ..set
+        },
+        0,
+    )?
+    .used;
     let busy = virtual_hour_blocking(n, s, set, kills)?;
     let placed = busy.placed;
     if placed != s {
@@ -873,24 +905,43 @@ pub async fn cost(n: usize, s: usize, set: Settings, kills: usize, json: bool) -
         )));
     }
     let busy_used = busy.used;
+    let hours = busy.hours;
+    // What each segment costs per node-month on S3, from the same counts.
+    let seg_usd: BTreeMap<&str, f64> = busy
+        .by_segment
+        .iter()
+        .map(|(k, c)| (*k, s3(c) / hours / n as f64 * MONTH_H))
+        .collect();
     // The headline counts every request of the busy fleet (renewals, every
-    // list page, every read, every write), per node. The idle figure and the
-    // per-session difference are beside it, not instead of it.
-    let per_node = busy_used.total() as f64 / n as f64;
+    // list page, every read, every write), per node and per hour of the
+    // window. The idle figure and the per-session difference are beside it,
+    // not instead of it.
+    let per_node = busy_used.total() as f64 / n as f64 / hours;
     let idle_per_node = idle.total() as f64 / n as f64;
-    let per_session = (busy_used.total() as f64 - idle.total() as f64) / s.max(1) as f64;
+    let per_session = (busy_used.total() as f64 / hours - idle.total() as f64) / s.max(1) as f64;
     // The alternative design: one object per session renewed every ttl/3.
     let per_session_alt = 3600.0 / (ttl.as_secs_f64() / 3.0);
+    let usd_s3 = s3(&busy_used) / hours / n as f64 * MONTH_H;
+    let usd_r2 = r2(&busy_used) / hours / n as f64 * MONTH_H;
     let row = serde_json::json!({
         "nodes": n, "sessions": s, "placed": placed, "ttl_ms": ttl.as_millis() as u64,
         "max_poll_ms": set.max_poll.unwrap_or(ttl).as_millis() as u64,
         "full_every_ms": set.full_every().as_millis() as u64,
-        "idle_fleet_hour": idle, "busy_fleet_hour": busy_used,
+        "full_every_objects": set.full_every_objects,
+        "full_every_grown_ms": leasehold::fleet::core::full_listing_pace(
+            set.full_every(),
+            set.full_every_objects,
+            (2 * s) as u64,
+        ).as_millis() as u64,
+        "window_hours": hours,
+        "idle_fleet_hour": idle, "busy_fleet_window": busy_used,
+        "busy_fleet_window_by_segment": busy.by_segment,
+        "usd_per_node_month_s3_by_segment": seg_usd,
         "requests_per_node_hour": per_node,
         "idle_requests_per_node_hour": idle_per_node,
         "requests_per_session_hour": per_session,
-        "usd_per_node_month_s3": s3(&busy_used) / n as f64 * MONTH_H,
-        "usd_per_node_month_r2": r2(&busy_used) / n as f64 * MONTH_H,
+        "usd_per_node_month_s3": usd_s3,
+        "usd_per_node_month_r2": usd_r2,
         "failover_ms": busy.failover.iter().map(|f| f.map(|d| d.as_millis() as u64)).collect::<Vec<_>>(),
         "one_object_per_session_requests_per_session_hour": per_session_alt,
     });
@@ -899,23 +950,41 @@ pub async fn cost(n: usize, s: usize, set: Settings, kills: usize, json: bool) -
         return Ok(());
     }
     println!(
-        "one virtual hour at steady state, ttl {}ms, max_poll {}ms, full listings every {}ms, {n} nodes, {s} sessions ({placed} placed)",
+        "{hours:.2} virtual hours at steady state, ttl {}ms, max_poll {}ms, full listings every {}ms per {} objects, {n} nodes, {s} sessions ({placed} placed)",
         ttl.as_millis(),
         set.max_poll.unwrap_or(ttl).as_millis(),
-        set.full_every().as_millis()
+        set.full_every().as_millis(),
+        set.full_every_objects,
     );
     println!();
-    println!("| fleet | renew PUTs | list pages | GETs | creates | deletes | total |");
+    println!("| fleet, per hour | renew PUTs | list pages | GETs | creates | deletes | total |");
     println!("|---|---|---|---|---|---|---|");
-    for (label, c) in [("idle", &idle), ("busy", &busy_used)] {
+    for (label, c, h) in [("idle", &idle, 1.0), ("busy", &busy_used, hours)] {
         println!(
-            "| {label} | {} | {} | {} | {} | {} | {} |",
-            c.put_match,
-            c.list_pages,
-            c.get + c.get_if_changed,
-            c.put_create,
-            c.delete,
-            c.total()
+            "| {label} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} |",
+            c.put_match as f64 / h,
+            c.list_pages as f64 / h,
+            (c.get + c.get_if_changed) as f64 / h,
+            c.put_create as f64 / h,
+            c.delete as f64 / h,
+            c.total() as f64 / h
+        );
+    }
+    println!();
+    println!(
+        "| busy fleet, per node-hour, by key | renew PUTs | list pages | GETs | creates | deletes | USD per node-month S3 |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    for (seg, c) in &busy.by_segment {
+        let per = |x: u64| x as f64 / hours / n as f64;
+        println!(
+            "| {seg} | {:.0} | {:.0} | {:.0} | {:.0} | {:.0} | {:.2} |",
+            per(c.put_match),
+            per(c.list_pages),
+            per(c.get + c.get_if_changed),
+            per(c.put_create),
+            per(c.delete),
+            seg_usd[seg]
         );
     }
     println!();
@@ -926,14 +995,8 @@ pub async fn cost(n: usize, s: usize, set: Settings, kills: usize, json: bool) -
     );
     println!("| of which an idle fleet's | {idle_per_node:.0} | |");
     println!("| requests per session-hour | {per_session:.1} | {per_session_alt:.0} |");
-    println!(
-        "| USD per node-month, S3 Standard | {:.2} | |",
-        s3(&busy_used) / n as f64 * MONTH_H
-    );
-    println!(
-        "| USD per node-month, R2 | {:.2} | |",
-        r2(&busy_used) / n as f64 * MONTH_H
-    );
+    println!("| USD per node-month, S3 Standard | {usd_s3:.2} | |");
+    println!("| USD per node-month, R2 | {usd_r2:.2} | |");
     println!(
         "| USD per session-hour, S3 Standard | {:.6} | {:.6} |",
         per_session * 0.005 / 1000.0,
@@ -985,6 +1048,8 @@ pub async fn cost_sweep(n: usize, s: usize, json: bool) -> Result<()> {
             max_poll,
             full_every,
             nudge: false,
+            full_every_objects: leasehold::fleet::node::DEFAULT_FULL_EVERY_OBJECTS,
+            window: HOUR,
         };
         let h = virtual_hour_blocking(n, s, set, 1)?;
         if h.placed != s {

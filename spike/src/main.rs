@@ -24,6 +24,7 @@ use std::time::Duration;
 mod fencing;
 mod fleet;
 mod footprint;
+mod segments;
 
 #[derive(Parser)]
 #[command(name = "spike", about = "Bucket-lease measurements against any store")]
@@ -140,6 +141,14 @@ enum Cmd {
         /// at or below max_poll the change feed is off.
         #[arg(long)]
         full_every_ms: Option<u64>,
+        /// As `node run --full-every-objects` (its default): listed objects
+        /// per full-listing interval; 0 keeps the interval fixed.
+        #[arg(long, default_value_t = leasehold::fleet::node::DEFAULT_FULL_EVERY_OBJECTS)]
+        full_every_objects: u64,
+        /// Virtual minutes measured (default an hour). Figures are per hour;
+        /// a window of whole grown intervals counts full listings exactly.
+        #[arg(long, default_value_t = 60)]
+        window_mins: u64,
         /// After the hour, abort the busiest node and time the failover
         /// (as `--kills 1`).
         #[arg(long)]
@@ -331,6 +340,8 @@ async fn async_main() {
             ttl_ms,
             max_poll_ms,
             full_every_ms,
+            full_every_objects,
+            window_mins,
             failover,
             kills,
             nudge,
@@ -342,6 +353,8 @@ async fn async_main() {
                 max_poll: max_poll_ms.map(Duration::from_millis),
                 full_every: full_every_ms.map(Duration::from_millis),
                 nudge,
+                full_every_objects,
+                window: Duration::from_secs(window_mins.max(1) * 60),
             };
             fleet::cost(nodes, sessions, set, kills.max(usize::from(failover)), json).await
         }
