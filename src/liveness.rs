@@ -80,15 +80,22 @@ pub fn judge(record: Option<&LeaseRecord>, instance: Option<&str>, evidence: Evi
     if r.is_vanished() {
         return Liveness::Absent;
     }
-    if instance.is_some_and(|i| i != r.holder.instance) {
-        // A newer instance whose record was created over a deleted one
-        // proves nothing about the earlier instance until its wait ends:
-        // judged as this record, not as the earlier instance's end.
-        if !crate::fleet::attrs::NodeAttrs::of(r).unproven {
-            return Liveness::Superseded;
+    // A newer instance whose record was created over a deleted one proves
+    // nothing about the earlier instance until its wait ends: judged by how
+    // long this record stands, not as the earlier instance's end. Not even
+    // once released or fenced: that ends the newer instance only, and the
+    // earlier one (cut off from the bucket, its record deleted by hand) may
+    // still act until its own validity lapses.
+    let unproven_other = match instance {
+        Some(i) if i != r.holder.instance => {
+            if !crate::fleet::attrs::NodeAttrs::of(r).unproven {
+                return Liveness::Superseded;
+            }
+            true
         }
-    }
-    if r.released {
+        _ => false,
+    };
+    if r.released && !unproven_other {
         return if r.attrs.contains_key(crate::fleet::attrs::RELEASED_BY) {
             Liveness::Fenced
         } else {
@@ -213,6 +220,12 @@ mod tests {
         unproven
             .attrs
             .insert(crate::fleet::attrs::UNPROVEN.into(), true.into());
+        let mut unproven_released = unproven.clone();
+        unproven_released.released = true;
+        let mut unproven_fenced = unproven_released.clone();
+        unproven_fenced
+            .attrs
+            .insert("released_by".into(), "n2".into());
         let cases: Vec<(Option<&LeaseRecord>, Option<&str>, Evidence, Liveness)> = vec![
             (None, None, obs(100), Liveness::Absent),
             (None, Some("i1"), wall(0), Liveness::Absent),
@@ -225,6 +238,30 @@ mod tests {
             // Created over a deleted record: no proof that i0 stopped.
             (Some(&unproven), Some("i0"), obs(0), Liveness::Live),
             (Some(&unproven), Some("i0"), obs(11), Liveness::Expired),
+            // ... and ended (by itself or by a peer): still no proof for
+            // i0, which may act until its validity lapses.
+            (Some(&unproven_released), Some("i0"), obs(0), Liveness::Live),
+            (
+                Some(&unproven_released),
+                Some("i0"),
+                obs(11),
+                Liveness::Expired,
+            ),
+            (Some(&unproven_fenced), Some("i0"), obs(0), Liveness::Live),
+            (
+                Some(&unproven_fenced),
+                Some("i0"),
+                obs(11),
+                Liveness::Expired,
+            ),
+            // Asked about itself, its end is final as any.
+            (
+                Some(&unproven_released),
+                Some("i1"),
+                obs(0),
+                Liveness::Released,
+            ),
+            (Some(&unproven_fenced), None, obs(0), Liveness::Fenced),
             (Some(&released), None, obs(0), Liveness::Released),
             (Some(&fenced), None, obs(0), Liveness::Fenced),
             (Some(&fenced), Some("i1"), wall(0), Liveness::Fenced),

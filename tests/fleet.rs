@@ -2842,6 +2842,76 @@ async fn deleted_node_record_and_a_twin(third: bool) {
     f.finish().await;
 }
 
+/// As above, where the twin registers and at once shuts down cleanly (a
+/// misconfigured copy stopped by its operator): its record, created over
+/// the deleted one and so unproven, ends released. That ends the twin, and
+/// proves nothing about the first instance, which is cut off and runs its
+/// sessions until its own deadline: n3 must not take them before then.
+/// (`liveness::judge` used to read a released record of another, unproven
+/// instance as final: n3 took the three at once.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_twin_that_registers_and_leaves_proves_nothing_about_the_first_instance() {
+    use leasehold::store::FaultStore;
+    let store: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());
+    let mut f = Fleet::new(store.clone());
+    let cut = Arc::new(FaultStore::new(store.clone()));
+    f.start_on(cut.clone(), "n2", 8, &[]);
+    for s in ["a", "b", "c"] {
+        apply(&store, s, &spec("sleep")).await;
+    }
+    f.wait_for("all three on n2", |p| p.len() == 3).await;
+    f.start("n3", 8, &[]);
+    f.wait_registered(2).await;
+    let first = store.get("nodes/n2").await.unwrap().unwrap().version;
+    cut.set_partitioned(true);
+    let cut_at = f.clock.now();
+    store.delete("nodes/n2").await.unwrap();
+    // n3 lists the absence (it then reads whatever record comes next).
+    f.clock.sleep(Duration::from_millis(150)).await;
+    // The twin, stopped once registered.
+    f.start("n2", 8, &[]);
+    f.nodes.last_mut().unwrap().id = "n2-twin".into();
+    let mut registered = false;
+    for _ in 0..5000 {
+        if store
+            .get("nodes/n2")
+            .await
+            .unwrap()
+            .is_some_and(|o| o.version != first)
+        {
+            registered = true;
+            break;
+        }
+        f.clock.sleep(Duration::from_millis(2)).await;
+    }
+    assert!(registered, "the twin registered");
+    eprintln!(
+        "twin registered {:?} after the cut",
+        f.clock.now().saturating_since(cut_at)
+    );
+    let mut twin = f.nodes.pop().unwrap();
+    twin.shutdown.cancel();
+    (&mut twin.task).await.unwrap().unwrap();
+    let o = store.get("nodes/n2").await.unwrap().unwrap();
+    let r =
+        leasehold::record::LeaseRecord::decode("nodes/n2", &o.bytes, leasehold::record::Kind::Node)
+            .unwrap();
+    assert!(
+        r.released && leasehold::fleet::attrs::NodeAttrs::of(&r).unproven,
+        "the twin left its record released and unproven: {r:?}"
+    );
+    f.dead.push(twin);
+    f.wait_for("all three on n3", |p| {
+        p.len() == 3 && p.values().all(|r| r.iter().any(|(n, _)| n == "n3"))
+    })
+    .await;
+    let first = f.nodes.remove(0);
+    first.shutdown.cancel();
+    first.task.abort();
+    f.dead.push(first);
+    f.finish().await;
+}
+
 /// As above, with a third node that first reads `nodes/n2` as the twin's
 /// record: a record naming another instance used to read as "the first
 /// instance is superseded", so the third node took its sessions at once,

@@ -3454,7 +3454,12 @@ impl Node {
                 load: load_of(&rec.holder.node, &rec.holder.instance),
                 labels: attrs.labels,
                 live: liveness == crate::liveness::Liveness::Live,
-                unproven: attrs.unproven,
+                unproven: attrs.unproven
+                    && !crate::liveness::stood_still_long_enough(
+                        unchanged_for,
+                        ttl,
+                        default_margin(ttl),
+                    ),
             });
         }
         out

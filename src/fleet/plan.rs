@@ -153,8 +153,10 @@ pub struct NodeView {
     pub labels: BTreeMap<String, String>,
     /// Not released and not expired by this node's observation.
     pub live: bool,
-    /// Its record is marked unproven (`NodeAttrs::unproven`): it does not
-    /// show that an earlier instance of its id has stopped.
+    /// Its record is marked unproven (`NodeAttrs::unproven`) and has not
+    /// stood still for ttl + margin: it does not show that an earlier
+    /// instance of its id has stopped. Released or fenced too: that ends
+    /// this instance, not the earlier one (`liveness::judge`).
     pub unproven: bool,
 }
 
@@ -221,11 +223,16 @@ pub enum Claimable {
 
 /// Is the claim's owner alive: its node lease live with that same instance?
 pub fn owner_live(owner: &Owner, nodes: &[NodeView]) -> bool {
-    // A live record of the owner's id marked unproven does not show that
-    // the owner's instance stopped (see `NodeAttrs::unproven`).
-    nodes
-        .iter()
-        .any(|n| n.id == owner.node && n.live && (n.instance == owner.instance || n.unproven))
+    // A record of the owner's id marked unproven does not show that the
+    // owner's instance stopped (see `NodeAttrs::unproven`), even released.
+    nodes.iter().any(|n| {
+        n.id == owner.node
+            && if n.instance == owner.instance {
+                n.live
+            } else {
+                n.unproven
+            }
+    })
 }
 
 /// Whether `me` may claim the session of `manifest`, given its claim.
