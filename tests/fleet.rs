@@ -1094,6 +1094,109 @@ async fn a_dead_node_is_replaced_within_ttl_margin_and_2s_at_the_defaults() {
     assert!(took.iter().all(|t| *t <= FAILOVER_GOAL), "{took:?}");
 }
 
+/// Issue #14: with the feed on, a light pass lists `nodes/` only every
+/// `NodeConfig::nodes_every` (a minute at ttl 10 s) unless something asks
+/// for it, since the ring watch, the fence's hinted tombstone and the bell
+/// carry a death, and peers hint their own news. An idle fleet of three
+/// at the daemon's settings, counted for a virtual hour: about 60 listings
+/// of `nodes/` per node, not one per pass (360 when it listed every pass;
+/// reverted, this test counts about 360). And it still sees a death: one
+/// node killed, every session runs on a survivor within the goal.
+#[tokio::test(flavor = "current_thread")]
+async fn an_idle_node_lists_nodes_only_at_the_slow_pace_and_still_sees_a_death() {
+    use leasehold::store::{Entry, StoreError};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    /// Counts listings of `nodes/`.
+    #[derive(Debug)]
+    struct NodeLists {
+        inner: Arc<dyn Store>,
+        n: Arc<AtomicU64>,
+    }
+    impl std::fmt::Display for NodeLists {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "{}", self.inner)
+        }
+    }
+    #[async_trait::async_trait]
+    impl Store for NodeLists {
+        async fn get(&self, key: &str) -> Result<Option<leasehold::store::Object>, StoreError> {
+            self.inner.get(key).await
+        }
+        async fn get_if_changed(
+            &self,
+            key: &str,
+            known: &leasehold::store::Version,
+        ) -> Result<leasehold::store::Conditional, StoreError> {
+            self.inner.get_if_changed(key, known).await
+        }
+        async fn put(
+            &self,
+            key: &str,
+            bytes: bytes::Bytes,
+            cond: leasehold::store::Cond,
+        ) -> Result<leasehold::store::Version, StoreError> {
+            self.inner.put(key, bytes, cond).await
+        }
+        async fn delete(&self, key: &str) -> Result<(), StoreError> {
+            self.inner.delete(key).await
+        }
+        fn list(
+            &self,
+            prefix: &str,
+        ) -> futures::stream::BoxStream<'static, Result<Entry, StoreError>> {
+            if prefix == leasehold::keys::NODES {
+                self.n.fetch_add(1, Ordering::Relaxed);
+            }
+            self.inner.list(prefix)
+        }
+        fn list_after(
+            &self,
+            prefix: &str,
+            after: &str,
+        ) -> futures::stream::BoxStream<'static, Result<Entry, StoreError>> {
+            self.inner.list_after(prefix, after)
+        }
+    }
+    let mut f = FeedFleet::new().await;
+    let n = Arc::new(AtomicU64::new(0));
+    for (i, id) in ["n1", "n2", "n3"].iter().enumerate() {
+        let counted: Arc<dyn Store> = Arc::new(NodeLists {
+            inner: f.bucket.clone(),
+            n: n.clone(),
+        });
+        let store = f.hinting_over(counted, i as u64 + 1, 0.0);
+        f.start(id, Duration::from_secs(600), store);
+    }
+    f.step(300).await;
+    f.apply_sessions(9, &spec("sleep")).await;
+    f.step(1200).await;
+    assert_eq!((0..3).map(|i| f.running(i)).sum::<usize>(), 9);
+    let before = n.load(Ordering::Relaxed);
+    f.step(36_000).await; // a virtual hour
+    let per_node_hour = (n.load(Ordering::Relaxed) - before) / 3;
+    eprintln!("nodes/ listings per node-hour: {per_node_hour}");
+    // One a minute (60), and those the full listings (6) and bell rings
+    // ask for; far below one per pass (360).
+    assert!((50..=100).contains(&per_node_hour), "{per_node_hour}");
+    let held: Vec<usize> = (0..3).map(|i| f.running(i)).collect();
+    let victim = (0..3).max_by_key(|i| held[*i]).unwrap();
+    f.nodes[victim].task.abort();
+    let t0 = f.clock.now();
+    let moved = f
+        .step_until(400, || {
+            (0..3)
+                .filter(|i| *i != victim)
+                .map(|i| f.running(i))
+                .sum::<usize>()
+                == 9
+        })
+        .await;
+    let took = f.clock.now().saturating_since(t0);
+    eprintln!("failover: {took:?}");
+    assert!(moved && took <= FAILOVER_GOAL, "{took:?}");
+    f.finish().await;
+}
+
 /// As above, where only a node that does not watch the dead one may take
 /// its sessions: they select `zone=b` (n3 and n4) and prefer n3, so all
 /// run there; n2 and n1 watch n3, n4 does not. The first watcher, n2, is

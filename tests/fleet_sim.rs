@@ -296,6 +296,13 @@ async fn schedule_with(
             if adversary.grow {
                 cfg.full_every_objects = GROW_PER;
             }
+            // One in three with `nodes/` never listed by a light pass
+            // unless something asks (the watch, the bell, a nudge, a hint
+            // naming a stranger, a peer about to expire, a refused fence):
+            // judgements then rest on listings as old as a full listing.
+            if seed % 3 == 1 {
+                cfg.nodes_every = Duration::from_secs(3600);
+            }
         }
         let runner = Arc::new(RecordingRunner::new(dyn_clock.clone()));
         let deps = NodeDeps {

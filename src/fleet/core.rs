@@ -470,6 +470,20 @@ pub fn feed_skew(ttl: Duration) -> Duration {
     ttl.max(Duration::from_secs(2))
 }
 
+/// Does this pass list `nodes/`? Always when it lists everything (`full`:
+/// a full pass, or the feed off) or something asks for it now (`asked`:
+/// the watch or the bell woke it, a nudge, a hint naming a peer not yet
+/// known, a peer about to expire, a pass that failed half-way); else once
+/// `every` has passed since the last listing of it (`since`).
+///
+/// Safe at any pace: a peer is judged expired only if a listing *sent*
+/// ttl + margin after its version first arrived still showed it, so a
+/// listing skipped only makes a judgement later, never earlier; and a
+/// takeover still fences the owner with If-Match on the version judged.
+pub fn nodes_listing_due(full: bool, asked: bool, since: Duration, every: Duration) -> bool {
+    full || asked || since >= every
+}
+
 /// The idle count after a pass.
 pub fn idle_after(idle_passes: u32, changed: bool) -> u32 {
     if changed {
@@ -1002,9 +1016,9 @@ pub fn bell_period(ttl: Duration) -> Duration {
 }
 
 /// Is a pause of this length long enough to watch peers during it? Any
-/// pause longer than the closest watch period: a pass lists `nodes/`
-/// anyway, so a pause shorter than that learns as much from its next
-/// listing.
+/// pause longer than the closest watch period. A pause shorter than that
+/// asks the next pass to list `nodes/` instead (`nodes_listing_due`), which
+/// learns as much.
 pub fn watch_during(pause: Duration, ttl: Duration) -> bool {
     pause > watch_period(ttl, 0)
 }

@@ -170,20 +170,54 @@ pub async fn ring_bell(store: &Arc<dyn Store>, entropy: &dyn Entropy) {
 
 /// Writes one hint stamped `ms`. Best effort: a hint that fails is
 /// repaired by the next full listing, so the failure is only logged.
+/// Whether it landed.
 pub async fn write_hint(
     store: &Arc<dyn Store>,
     ms: u64,
     entropy: &dyn Entropy,
     kind: Hinted,
     name: &str,
-) {
+) -> bool {
     // 8 hex digits: unique enough among writes of one millisecond.
     let nonce = format!("{:08x}", entropy.next_u64() as u32);
     let hint = keys::hint(ms, &nonce, kind, name);
-    if let Err(e) = store.put(&hint, Bytes::new(), Cond::Create).await {
-        tracing::debug!(hint, error = %e, "a change hint was not written");
+    match store.put(&hint, Bytes::new(), Cond::Create).await {
+        Ok(_) => true,
+        Err(e) => {
+            tracing::debug!(hint, error = %e, "a change hint was not written");
+            false
+        }
     }
 }
+
+/// As [`write_hint`], tried up to `HINT_TRIES` times, 100 ms and then
+/// 200 ms apart on `clock`: for the hints peers otherwise learn late (a
+/// fenced peer's tombstone, a node's own release), since a light pass
+/// reads a peer's record only on a hint and lists `nodes/` only at the
+/// slow pace. Each try is a fresh hint (its own nonce), stamped `ms`.
+pub async fn write_hint_retried(
+    store: &Arc<dyn Store>,
+    clock: &dyn crate::clock::Clock,
+    ms: u64,
+    entropy: &dyn Entropy,
+    kind: Hinted,
+    name: &str,
+) -> bool {
+    let mut pause = Duration::from_millis(100);
+    for attempt in 1..=HINT_TRIES {
+        if write_hint(store, ms, entropy, kind, name).await {
+            return true;
+        }
+        if attempt < HINT_TRIES {
+            clock.sleep(pause).await;
+            pause *= 2;
+        }
+    }
+    false
+}
+
+/// Tries of [`write_hint_retried`].
+pub const HINT_TRIES: u32 = 3;
 
 #[async_trait]
 impl Store for HintingStore {

@@ -44,6 +44,11 @@ use tokio_util::sync::CancellationToken;
 /// everything as often as before; at 100,000 sessions, every 100 minutes.
 pub const DEFAULT_FULL_EVERY_OBJECTS: u64 = 20_000;
 
+/// `NodeConfig::nodes_every`'s default, in ttls: a minute at ttl 10 s.
+/// Light passes then list `nodes/` six times a minute less: 300 list pages
+/// per node-hour at the defaults, $1.10 a node-month on S3 (issue #14).
+pub const NODES_EVERY_TTLS: u32 = 6;
+
 /// How a node behaves.
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
@@ -87,6 +92,22 @@ pub struct NodeConfig {
     /// Placement delay per rank: the node ranked r waits r × grace. Keep it
     /// above `poll`, or rank 1 races rank 0.
     pub grace: Duration,
+    /// With the feed on, how long a light pass may go without listing
+    /// `nodes/` (`core::nodes_listing_due`). Peers' liveness does not need
+    /// it often: the ring watch reads the two successors' records as they
+    /// renew, the first node to judge one holding sessions dead fences it
+    /// and hints the tombstone (the ring re-forms around fenced peers, so a
+    /// death its watchers shared is watched next), and a peer's news
+    /// (cordon, the unproven mark, a first registration, a release at
+    /// shutdown) is hinted by the peer. What is left to this listing: a
+    /// dead peer that held no sessions (nobody fences it; placement ranks
+    /// it, so a new session it ranks first waits one grace at the next
+    /// node), a peer whose hint was lost, a peer that recovered after being
+    /// judged dead: at most about twice this late. A pass lists `nodes/` anyway when the
+    /// watch or the bell woke it, when nudged, when a hint names a peer it
+    /// does not know, while a peer is about to expire, and on every full
+    /// pass. Default [`NODES_EVERY_TTLS`] ttls.
+    pub nodes_every: Duration,
     /// Run the conditional-write probe before serving.
     pub probe: bool,
     /// How stale a peer's node record (capacity, load, labels, instance) may
@@ -134,6 +155,7 @@ impl NodeConfig {
             grace: ttl * 2 / 3,
             probe: true,
             node_refresh: ttl * 3,
+            nodes_every: ttl * NODES_EVERY_TTLS,
         }
     }
 }
@@ -948,6 +970,10 @@ struct Node {
     /// decision instead would let a slow pass (seconds of reads after the
     /// listing) call peers expired that renewed in the meantime.
     nodes_listed_at: MonoTime,
+    /// The next light pass lists `nodes/` whatever `nodes_every` says: the
+    /// watch or the bell woke it, a peer is about to expire, or the last
+    /// pass failed half-way.
+    nodes_due: bool,
     /// The node lease's validity as the renew task last published it.
     validity: Option<watch::Receiver<Validity>>,
     /// Shares `confirmed_until` with the renew task, which announces
@@ -1101,6 +1127,7 @@ impl Node {
             draining: false,
             control_read: false,
             nodes_listed_at: MonoTime::ZERO,
+            nodes_due: true,
             validity: None,
             confirmed_tx: watch::Sender::new(MonoTime::ZERO),
             violation: Default::default(),
@@ -1383,6 +1410,8 @@ impl Node {
             // an idle pause.
             let period = core::watch_period(self.cfg.ttl, 0);
             let watching = core::watch_during(pause, self.cfg.ttl);
+            // Too brisk to watch: the next pass lists `nodes/` instead.
+            self.nodes_due |= !watching;
             let watch = self.deps.clock.sleep(self.watch_wait().unwrap_or(pause));
             tokio::pin!(watch);
             loop {
@@ -1444,6 +1473,10 @@ impl Node {
                             let nodes = &self.nodes;
                             self.watch_read.retain(|k, _| nodes.contains_key(k));
                             if w.pass {
+                                // A watched peer stood still, or the bell
+                                // rang (a fence, a release, an apply): the
+                                // pass judges on a fresh `nodes/` listing.
+                                self.nodes_due = true;
                                 self.idle_ticks = 0;
                                 break;
                             }
@@ -1472,17 +1505,36 @@ impl Node {
             self.stop_all("shutting down").await;
             let held = !self.owned.is_empty();
             self.release_claims(true).await;
-            if held {
-                // The released sessions' ranked takers look now, not at
-                // their next pass (their claims were hinted as written).
-                super::feed::ring_bell(&self.deps.store, self.deps.entropy.as_ref()).await;
-            }
+            let mut released = false;
             if let Some(l) = lease {
                 let epoch = l.epoch();
                 match l.release().await {
-                    Ok(()) => self.event(EventKind::Released, None, Some(epoch), "node lease"),
+                    Ok(()) => {
+                        released = true;
+                        self.event(EventKind::Released, None, Some(epoch), "node lease")
+                    }
                     Err(e) => tracing::warn!(error = %e, "releasing the node lease"),
                 }
+            }
+            // Peers hear of the end now: the released record is hinted (a
+            // light pass reads a peer's record only on a hint, and lists
+            // `nodes/` only at the slow pace, so placement would rank this
+            // node for up to two of those), and the bell sends every node
+            // to look, the released sessions' ranked takers among them
+            // (their claims were hinted as written).
+            if released && self.cfg.feed_on() {
+                super::feed::write_hint_retried(
+                    &self.deps.store,
+                    self.deps.clock.as_ref(),
+                    self.deps.clock.wall_ms(),
+                    self.deps.entropy.as_ref(),
+                    crate::keys::Hinted::Node,
+                    self.me.node.as_str(),
+                )
+                .await;
+            }
+            if held || released {
+                super::feed::ring_bell(&self.deps.store, self.deps.entropy.as_ref()).await;
             }
         }
         Ok(ended)
@@ -1735,7 +1787,9 @@ impl Node {
                 // Not in our view: read it (see `core::after_owner_read`).
                 // Absent, the owner may still be acting on the validity of
                 // its last renewal (its next one fails on the missing record
-                // and it stops).
+                // and it stops). The next pass lists `nodes/` too: a peer
+                // not in our view may be one the slow listing missed.
+                self.nodes_due = true;
                 self.fetch_node(&key, None).await?;
                 return Ok(core::after_owner_read(
                     self.nodes.contains_key(&key),
@@ -1793,7 +1847,11 @@ impl Node {
                 }
             };
             match core::after_fresh_read(seen) {
+                // Not dead after all, or gone: the next pass judges on a
+                // fresh `nodes/` listing, not again on the one that was
+                // overtaken (at most `nodes_every` old).
                 core::FreshRead::Absent => {
+                    self.nodes_due = true;
                     let now = self.deps.clock.now();
                     let ttl = Duration::from_millis(n.record.ttl_ms);
                     self.nodes.remove(&key);
@@ -1801,6 +1859,7 @@ impl Node {
                     return Ok(false);
                 }
                 core::FreshRead::Changed => {
+                    self.nodes_due = true;
                     self.fetch_node(&key, None).await?;
                     return Ok(false);
                 }
@@ -1859,6 +1918,7 @@ impl Node {
                 Ok(true)
             }
             Put::Rejected(_) => {
+                self.nodes_due = true;
                 self.fetch_node(&key, None).await?;
                 Ok(core::after_tombstone_rejected(
                     self.nodes
@@ -2663,6 +2723,7 @@ impl Node {
         // everything this time.
         if std::mem::replace(&mut self.pass_incomplete, true) {
             self.rescan = true;
+            self.nodes_due = true;
         }
         self.take_published_pace();
         let now = self.deps.clock.now();
@@ -2682,11 +2743,11 @@ impl Node {
         // Sent before the listings below: every hint stamped from then on
         // (less the skew window) is for a write they may not have shown.
         let wall_at = self.deps.clock.wall_ms();
-        let node_entries = self.client.observe_listing(crate::keys::NODES).await?;
-        self.nodes_listed_at = listed_at;
         // The feed, from the cursor: on a full pass for node records only
         // (a full listing covers manifests and claims, not peers'
         // attributes). Committed at the end of the pass, once acted on.
+        // Read before `nodes/`, whose listing a hint naming an unknown
+        // peer makes due.
         let read = if self.cfg.feed_on() {
             Some(
                 self.feed
@@ -2704,6 +2765,26 @@ impl Node {
         let (node_keys, keys): (Vec<String>, Vec<String>) = hinted_keys
             .into_iter()
             .partition(|k| k.starts_with(crate::keys::NODES));
+        let mine = crate::keys::node(&self.me.node);
+        let stranger = node_keys
+            .iter()
+            .any(|k| *k != mine && !self.nodes.contains_key(k));
+        // `nodes/` (see `NodeConfig::nodes_every`). A pass that does not
+        // list it judges peers as of the last listing that did
+        // (`nodes_listed_at`): later than it could have, never earlier.
+        let node_entries = if core::nodes_listing_due(
+            full || !self.cfg.feed_on(),
+            std::mem::take(&mut self.nodes_due) || nudged || stranger,
+            now.saturating_since(self.nodes_listed_at),
+            self.cfg.nodes_every,
+        ) {
+            let at = self.deps.clock.now();
+            let entries = self.client.observe_listing(crate::keys::NODES).await?;
+            self.nodes_listed_at = at;
+            Some(entries)
+        } else {
+            None
+        };
         // Names a hint named this pass (light passes only).
         let mut hinted: std::collections::BTreeSet<String> = Default::default();
         if full {
@@ -2740,7 +2821,9 @@ impl Node {
                 .await?;
             // Peers renew every ttl/3, so their versions always change: that
             // is not news (it does not reset pacing) and needs no read.
-            self.refresh_nodes(&node_entries).await?;
+            if let Some(entries) = &node_entries {
+                self.refresh_nodes(entries).await?;
+            }
             self.read_hinted_nodes(node_keys).await?;
             changed |= refresh(
                 &self.deps.store,
@@ -2794,7 +2877,9 @@ impl Node {
             self.rescan = true;
             self.note_fleet_size((self.manifests.len() + self.claims.len()) as u64);
         } else {
-            self.refresh_nodes(&node_entries).await?;
+            if let Some(entries) = &node_entries {
+                self.refresh_nodes(entries).await?;
+            }
             self.read_hinted_nodes(node_keys).await?;
             let (manifest_keys, claim_keys): (Vec<String>, Vec<String>) = keys
                 .into_iter()
@@ -2845,7 +2930,9 @@ impl Node {
         // Keep the brisk pace while a peer's lease is about to expire (its
         // listed version unchanged for over half its TTL): detecting the
         // expiry then costs one base poll, not one backed-off poll.
-        changed |= self.nodes.iter().any(|(key, n)| {
+        // The next pass lists `nodes/` then, whatever `nodes_every` says:
+        // the expiry is judged on a listing.
+        let expiring = self.nodes.iter().any(|(key, n)| {
             core::peer_expiring(
                 n.record.released,
                 self.client
@@ -2854,6 +2941,8 @@ impl Node {
                 Duration::from_millis(n.record.ttl_ms),
             )
         });
+        self.nodes_due |= expiring;
+        changed |= expiring;
         // Loads as of this pass's listing, for every node alike (our own
         // claims from this pass are not counted until the next): see
         // `claim_loads`.
@@ -3262,13 +3351,18 @@ impl Node {
             .collect();
         let hint = self.cfg.feed_on();
         let (store, entropy) = (self.deps.store.clone(), self.deps.entropy.clone());
+        let clock = self.deps.clock.clone();
         let wall = self.deps.clock.wall_ms();
         let nudge = self.deps.nudge.clone();
         self.nudges.spawn(async move {
             if hint {
+                // Retried: without it a taker that does not watch the dead
+                // peer learns of the tombstone only at its slow `nodes/`
+                // listing (`NodeConfig::nodes_every`).
                 for id in &dead {
-                    super::feed::write_hint(
+                    super::feed::write_hint_retried(
                         &store,
+                        clock.as_ref(),
                         wall,
                         entropy.as_ref(),
                         crate::keys::Hinted::Node,
