@@ -106,7 +106,14 @@ impl Env {
     }
 
     fn node_with_ttl(&self, id: &str, ttl: &str) -> Node {
-        let log = self.path(&format!("{id}-{ttl}.log"));
+        self.node_on_host(id, ttl, "")
+    }
+
+    /// As `node_with_ttl`, as if on another host `host` (its own lock and
+    /// state directories): a second instance of one node id is not stopped
+    /// by the first one's host lock.
+    fn node_on_host(&self, id: &str, ttl: &str, host: &str) -> Node {
+        let log = self.path(&format!("{id}-{ttl}{host}.log"));
         let child = self
             .cmd()
             .args([
@@ -121,8 +128,8 @@ impl Env {
                 "--stop-grace",
                 "500ms",
             ])
-            .env("LEASEHOLD_LOCK_DIR", self.path("locks"))
-            .env("LEASEHOLD_STATE_DIR", self.path("state"))
+            .env("LEASEHOLD_LOCK_DIR", self.path(&format!("locks{host}")))
+            .env("LEASEHOLD_STATE_DIR", self.path(&format!("state{host}")))
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
@@ -365,4 +372,66 @@ async fn restart_reclaims_at_once_with_the_host_lock() {
     .unwrap();
     assert_eq!(rec.epoch, 2);
     assert!(rec.host_locked);
+}
+
+/// Real processes: n1 runs the session and is frozen (SIGSTOP: it can
+/// neither renew nor stop its session; the session's watchdog kills it at
+/// n1's last announced deadline). An operator deletes `nodes/n1`, and a
+/// second instance of n1 on another host registers (creating the record,
+/// so marked unproven) and is stopped at once with SIGTERM, leaving the
+/// record released and still marked. That ends the twin, not the frozen
+/// first instance: n2 must not start epoch 2 while epoch 1 runs. (It did
+/// when a released record of another, unproven instance read as final:
+/// n2 took the session as soon as the twin's release was hinted and rang
+/// the bell, seconds before the frozen instance's deadline.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_twin_that_registers_and_leaves_proves_nothing_about_a_frozen_node_local() {
+    let env = Env::local();
+    let s = store(&env).await;
+    let n1 = env.node_with_ttl("n1", "5s");
+    env.apply_sleeper();
+    wait_until("epoch 1 running", 30, async || env.pid(1).is_some()).await;
+    let pid1 = env.pid(1).unwrap();
+    let n2 = env.node_with_ttl("n2", "5s");
+    wait_until("n2 registered", 20, async || {
+        s.get("nodes/n2").await.ok().flatten().is_some()
+    })
+    .await;
+    // n2 lists n1's record (its first pass is a full one).
+    pause(1000).await;
+    let p1 = n1.child.id() as i32;
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(p1, libc::SIGSTOP) };
+    let first = s.get("nodes/n1").await.unwrap().unwrap().version;
+    s.delete("nodes/n1").await.unwrap();
+    let mut twin = env.node_on_host("n1", "5s", "-b");
+    wait_until("the twin registered", 20, async || {
+        s.get("nodes/n1")
+            .await
+            .ok()
+            .flatten()
+            .is_some_and(|o| o.version != first)
+    })
+    .await;
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(twin.child.id() as i32, libc::SIGTERM) };
+    let status = twin.child.wait().unwrap();
+    assert!(status.success(), "{status:?}\n{}", log_of(&twin));
+    let o = s.get("nodes/n1").await.unwrap().unwrap();
+    let r =
+        leasehold::record::LeaseRecord::decode("nodes/n1", &o.bytes, leasehold::record::Kind::Node)
+            .unwrap();
+    assert!(
+        r.released && leasehold::fleet::attrs::NodeAttrs::of(&r).unproven,
+        "the twin left its record released and unproven: {r:?}"
+    );
+    wait_until("epoch 2 started", 40, async || env.pid(2).is_some()).await;
+    assert!(
+        !alive(pid1),
+        "epoch 1 must be dead before epoch 2 starts\nn2 log:\n{}",
+        log_of(&n2)
+    );
+    let c = env.claim(&s).await.unwrap();
+    assert_eq!((c.owner.node.as_str(), c.epoch), ("n2", 2));
+    drop((n1, n2));
 }

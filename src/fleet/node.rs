@@ -103,10 +103,13 @@ pub struct NodeConfig {
     /// dead peer that held no sessions (nobody fences it; placement ranks
     /// it, so a new session it ranks first waits one grace at the next
     /// node), a peer whose hint was lost, a peer that recovered after being
-    /// judged dead: at most about twice this late. A pass lists `nodes/` anyway when the
-    /// watch or the bell woke it, when nudged, when a hint names a peer it
-    /// does not know, while a peer is about to expire, and on every full
-    /// pass. Default [`NODES_EVERY_TTLS`] ttls.
+    /// judged dead: at most about twice this late. A pass lists `nodes/`
+    /// anyway when the watch or the bell woke it, when nudged, when a hint
+    /// names a peer it does not know, while a peer is about to expire or
+    /// marked unproven and not yet still, after a fence that found its
+    /// owner renewed or gone, after a pause too brisk to watch, after a
+    /// failed pass, and on every full pass. Default [`NODES_EVERY_TTLS`]
+    /// ttls.
     pub nodes_every: Duration,
     /// Run the conditional-write probe before serving.
     pub probe: bool,
@@ -2948,6 +2951,12 @@ impl Node {
         // `claim_loads`.
         let loads = self.claim_loads();
         let mut views = self.node_views(&loads);
+        // A peer marked unproven that has not stood still yet (a twin, live
+        // or ended) holds back the earlier instance's sessions until it
+        // has: that is judged on listings, so list `nodes/` every pass
+        // until then, not at the slow pace (rare, and bounded by a ttl +
+        // margin of stillness or the end of the twin's own wait).
+        self.nodes_due |= views.iter().any(|v| v.unproven);
         self.note_progress(&views, now);
         let mut refetched = std::collections::HashSet::new();
         changed |= self.handle_exits().await;
