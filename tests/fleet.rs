@@ -1104,76 +1104,21 @@ async fn a_dead_node_is_replaced_within_ttl_margin_and_2s_at_the_defaults() {
 /// node killed, every session runs on a survivor within the goal.
 #[tokio::test(flavor = "current_thread")]
 async fn an_idle_node_lists_nodes_only_at_the_slow_pace_and_still_sees_a_death() {
-    use leasehold::store::{Entry, StoreError};
-    use std::sync::atomic::{AtomicU64, Ordering};
-    /// Counts listings of `nodes/`.
-    #[derive(Debug)]
-    struct NodeLists {
-        inner: Arc<dyn Store>,
-        n: Arc<AtomicU64>,
-    }
-    impl std::fmt::Display for NodeLists {
-        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            write!(f, "{}", self.inner)
-        }
-    }
-    #[async_trait::async_trait]
-    impl Store for NodeLists {
-        async fn get(&self, key: &str) -> Result<Option<leasehold::store::Object>, StoreError> {
-            self.inner.get(key).await
-        }
-        async fn get_if_changed(
-            &self,
-            key: &str,
-            known: &leasehold::store::Version,
-        ) -> Result<leasehold::store::Conditional, StoreError> {
-            self.inner.get_if_changed(key, known).await
-        }
-        async fn put(
-            &self,
-            key: &str,
-            bytes: bytes::Bytes,
-            cond: leasehold::store::Cond,
-        ) -> Result<leasehold::store::Version, StoreError> {
-            self.inner.put(key, bytes, cond).await
-        }
-        async fn delete(&self, key: &str) -> Result<(), StoreError> {
-            self.inner.delete(key).await
-        }
-        fn list(
-            &self,
-            prefix: &str,
-        ) -> futures::stream::BoxStream<'static, Result<Entry, StoreError>> {
-            if prefix == leasehold::keys::NODES {
-                self.n.fetch_add(1, Ordering::Relaxed);
-            }
-            self.inner.list(prefix)
-        }
-        fn list_after(
-            &self,
-            prefix: &str,
-            after: &str,
-        ) -> futures::stream::BoxStream<'static, Result<Entry, StoreError>> {
-            self.inner.list_after(prefix, after)
-        }
-    }
+    use leasehold::store::BySegment;
     let mut f = FeedFleet::new().await;
-    let n = Arc::new(AtomicU64::new(0));
+    let counted = Arc::new(BySegment::new(f.bucket.clone()));
+    let node_lists = || counted.counts()[leasehold::keys::NODES].list_pages;
     for (i, id) in ["n1", "n2", "n3"].iter().enumerate() {
-        let counted: Arc<dyn Store> = Arc::new(NodeLists {
-            inner: f.bucket.clone(),
-            n: n.clone(),
-        });
-        let store = f.hinting_over(counted, i as u64 + 1, 0.0);
+        let store = f.hinting_over(counted.clone(), i as u64 + 1, 0.0);
         f.start(id, Duration::from_secs(600), store);
     }
     f.step(300).await;
     f.apply_sessions(9, &spec("sleep")).await;
     f.step(1200).await;
     assert_eq!((0..3).map(|i| f.running(i)).sum::<usize>(), 9);
-    let before = n.load(Ordering::Relaxed);
+    let before = node_lists();
     f.step(36_000).await; // a virtual hour
-    let per_node_hour = (n.load(Ordering::Relaxed) - before) / 3;
+    let per_node_hour = (node_lists() - before) / 3;
     eprintln!("nodes/ listings per node-hour: {per_node_hour}");
     // One a minute (60), and those the full listings (6) and bell rings
     // ask for; far below one per pass (360).
@@ -2910,21 +2855,27 @@ async fn a_deleted_node_record_lets_no_twin_take_its_sessions_beside_it() {
     deleted_node_record_and_a_twin(false).await;
 }
 
+/// n2 running a, b and c through a store the test can cut off from the
+/// bucket (`FaultStore::set_partitioned`); the bucket itself beside.
+async fn three_on_n2_behind_a_cut() -> (Fleet, Arc<dyn Store>, Arc<leasehold::store::FaultStore>) {
+    let store: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());
+    let mut f = Fleet::new(store.clone());
+    let cut = Arc::new(leasehold::store::FaultStore::new(store.clone()));
+    f.start_on(cut.clone(), "n2", 8, &[]);
+    for s in ["a", "b", "c"] {
+        apply(&store, s, &spec("sleep")).await;
+    }
+    f.wait_for("all three on n2", |p| p.len() == 3).await;
+    (f, store, cut)
+}
+
 /// The first instance of n2 runs a, b and c, is cut off from the bucket,
 /// and its record is deleted; a twin of n2 starts (and, with `third`, a
 /// node n3 that first reads `nodes/n2` as the twin's record). Done when the
 /// three run off the first instance; `finish` checks that none ran twice
 /// at once (the first instance stopped at its own deadline).
 async fn deleted_node_record_and_a_twin(third: bool) {
-    use leasehold::store::FaultStore;
-    let store: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());
-    let mut f = Fleet::new(store.clone());
-    let cut = Arc::new(FaultStore::new(store.clone()));
-    f.start_on(cut.clone(), "n2", 8, &[]);
-    for s in ["a", "b", "c"] {
-        apply(&store, s, &spec("sleep")).await;
-    }
-    f.wait_for("all three on n2", |p| p.len() == 3).await;
+    let (mut f, store, cut) = three_on_n2_behind_a_cut().await;
     cut.set_partitioned(true);
     store.delete("nodes/n2").await.unwrap();
     f.start("n2", 8, &[]);
@@ -2954,15 +2905,7 @@ async fn deleted_node_record_and_a_twin(third: bool) {
 /// instance as final: n3 took the three at once.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_twin_that_registers_and_leaves_proves_nothing_about_the_first_instance() {
-    use leasehold::store::FaultStore;
-    let store: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());
-    let mut f = Fleet::new(store.clone());
-    let cut = Arc::new(FaultStore::new(store.clone()));
-    f.start_on(cut.clone(), "n2", 8, &[]);
-    for s in ["a", "b", "c"] {
-        apply(&store, s, &spec("sleep")).await;
-    }
-    f.wait_for("all three on n2", |p| p.len() == 3).await;
+    let (mut f, store, cut) = three_on_n2_behind_a_cut().await;
     f.start("n3", 8, &[]);
     f.wait_registered(2).await;
     let first = store.get("nodes/n2").await.unwrap().unwrap().version;

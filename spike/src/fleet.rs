@@ -667,7 +667,7 @@ impl Settings {
 struct Hour {
     /// Every request in the window (divide by `hours` for an hour's).
     used: RequestCounts,
-    /// The same, by key segment (`segments::SEGMENTS`).
+    /// The same, by key segment (`leasehold::store::counting::SEGMENTS`).
     by_segment: BTreeMap<&'static str, RequestCounts>,
     hours: f64,
     placed: usize,
@@ -713,7 +713,7 @@ async fn virtual_hour(n: usize, s: usize, set: Settings, kills: usize) -> Result
     let ttl = set.ttl;
     let clock = ManualClock::new();
     let dyn_clock: Arc<dyn Clock> = Arc::new(clock.clone());
-    let segments = Arc::new(crate::segments::BySegment::new(Arc::new(
+    let segments = Arc::new(leasehold::store::BySegment::new(Arc::new(
         ObjectStoreBackend::memory(),
     )));
     let counting = Arc::new(CountingStore::new(segments.clone()));
@@ -761,7 +761,7 @@ async fn virtual_hour(n: usize, s: usize, set: Settings, kills: usize) -> Result
     let before_seg = segments.counts();
     advance(set.window.as_millis() as u64 / 100).await;
     let used = counting.counts().since(&before);
-    let by_segment = crate::segments::since(&segments.counts(), &before_seg);
+    let by_segment = leasehold::store::counting::since(&segments.counts(), &before_seg);
     let mut failover = Vec::new();
     let mut nodes = nodes;
     let fresh_cfg = |id: String| {

@@ -24,7 +24,6 @@ use std::time::Duration;
 mod fencing;
 mod fleet;
 mod footprint;
-mod segments;
 
 #[derive(Parser)]
 #[command(name = "spike", about = "Bucket-lease measurements against any store")]

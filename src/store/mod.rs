@@ -43,7 +43,7 @@ pub mod objstore;
 pub mod open;
 pub mod traced;
 
-pub use counting::{CountingStore, RequestCounts};
+pub use counting::{BySegment, CountingStore, RequestCounts};
 #[cfg(any(test, feature = "testkit"))]
 pub use fault::{Fault, FaultPlan, FaultStore};
 pub use local::LocalDirStore;
