@@ -973,9 +973,9 @@ struct Node {
     /// decision instead would let a slow pass (seconds of reads after the
     /// listing) call peers expired that renewed in the meantime.
     nodes_listed_at: MonoTime,
-    /// The next light pass lists `nodes/` whatever `nodes_every` says: the
-    /// watch or the bell woke it, a peer is about to expire, or the last
-    /// pass failed half-way.
+    /// The next light pass lists `nodes/` whatever `nodes_every` says:
+    /// something asked for it since the last listing (the list is at
+    /// `NodeConfig::nodes_every`).
     nodes_due: bool,
     /// The node lease's validity as the renew task last published it.
     validity: Option<watch::Receiver<Validity>>,
