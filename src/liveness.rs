@@ -23,7 +23,11 @@
 //!   peer released it (`released_by`): in both the holder has stopped (or will
 //!   fail its next renewal) and its epoch is final.
 //! - A record naming another instance than the one asked about is
-//!   [`Liveness::Superseded`] (the node restarted; the old instance is gone).
+//!   [`Liveness::Superseded`] (the node restarted; the old instance is gone),
+//!   unless it is marked unproven (created over a deleted record: the asked
+//!   instance may still run). Then it is judged by its own stillness, as a
+//!   live record, even released by its holder; fenced by a peer (written
+//!   only over a version still for ttl + margin), it is Fenced.
 //! - No record, or a vanished lease's marker standing in for one
 //!   ([`LeaseRecord::vanished`]), is [`Liveness::Absent`]: an *observation*, never a death
 //!   certificate. A holder whose record was deleted may still act until its
@@ -83,9 +87,12 @@ pub fn judge(record: Option<&LeaseRecord>, instance: Option<&str>, evidence: Evi
     // A newer instance whose record was created over a deleted one proves
     // nothing about the earlier instance until its wait ends: judged by how
     // long this record stands, not as the earlier instance's end. Not even
-    // once released or fenced: that ends the newer instance only, and the
-    // earlier one (cut off from the bucket, its record deleted by hand) may
-    // still act until its own validity lapses.
+    // once it released it itself: that ends the newer instance only, and
+    // the earlier one (cut off from the bucket, its record deleted by hand)
+    // may still act until its own validity lapses. Fenced by a peer, it is
+    // final again: a fence is written only over a version observed still
+    // for ttl + margin, the very evidence that ends the wait (so one
+    // tombstone ends it for every peer, not one per takeover).
     let unproven_other = match instance {
         Some(i) if i != r.holder.instance => {
             if !crate::fleet::attrs::NodeAttrs::of(r).unproven {
@@ -95,8 +102,9 @@ pub fn judge(record: Option<&LeaseRecord>, instance: Option<&str>, evidence: Evi
         }
         _ => false,
     };
-    if r.released && !unproven_other {
-        return if r.attrs.contains_key(crate::fleet::attrs::RELEASED_BY) {
+    let fenced = r.attrs.contains_key(crate::fleet::attrs::RELEASED_BY);
+    if r.released && (fenced || !unproven_other) {
+        return if fenced {
             Liveness::Fenced
         } else {
             Liveness::Released
@@ -238,8 +246,8 @@ mod tests {
             // Created over a deleted record: no proof that i0 stopped.
             (Some(&unproven), Some("i0"), obs(0), Liveness::Live),
             (Some(&unproven), Some("i0"), obs(11), Liveness::Expired),
-            // ... and ended (by itself or by a peer): still no proof for
-            // i0, which may act until its validity lapses.
+            // ... and released by itself: still no proof for i0, which may
+            // act until its validity lapses.
             (Some(&unproven_released), Some("i0"), obs(0), Liveness::Live),
             (
                 Some(&unproven_released),
@@ -247,13 +255,9 @@ mod tests {
                 obs(11),
                 Liveness::Expired,
             ),
-            (Some(&unproven_fenced), Some("i0"), obs(0), Liveness::Live),
-            (
-                Some(&unproven_fenced),
-                Some("i0"),
-                obs(11),
-                Liveness::Expired,
-            ),
+            // Fenced by a peer (written only over a version still for ttl
+            // + margin): final for i0 too.
+            (Some(&unproven_fenced), Some("i0"), obs(0), Liveness::Fenced),
             // Asked about itself, its end is final as any.
             (
                 Some(&unproven_released),

@@ -2951,6 +2951,19 @@ async fn a_twin_that_registers_and_leaves_proves_nothing_about_the_first_instanc
         p.len() == 3 && p.values().all(|r| r.iter().any(|(n, _)| n == "n3"))
     })
     .await;
+    // One fence ends the wait for every session (a tombstone by a peer is
+    // final); it once took one tombstone per session, each restarting the
+    // wait of every other peer.
+    let n3 = f.nodes.iter().find(|n| n.id == "n3").unwrap();
+    assert_eq!(
+        n3.journal
+            .totals()
+            .get(&EventKind::Fenced)
+            .copied()
+            .unwrap_or(0),
+        1,
+        "tombstones written"
+    );
     let first = f.nodes.remove(0);
     first.shutdown.cancel();
     first.task.abort();
