@@ -78,6 +78,25 @@ pub fn judge(record: Option<&LeaseRecord>, instance: Option<&str>, evidence: Evi
     let Some(r) = record else {
         return Liveness::Absent;
     };
+    judge_as(
+        r,
+        instance.is_some_and(|i| i != r.holder.instance),
+        evidence,
+    )
+}
+
+/// `r` as an earlier instance of its node id reads it (a claim's owner
+/// that the record no longer names): [`judge`] asked about another
+/// instance. Live only while `r` is marked unproven and has neither stood
+/// still for ttl + margin nor been fenced: what `plan::NodeView::unproven`
+/// says, so placement and the judgement share one rule.
+pub fn judge_earlier(r: &LeaseRecord, evidence: Evidence) -> Liveness {
+    judge_as(r, true, evidence)
+}
+
+/// [`judge`] of a record that is there; `other`: asked about another
+/// instance than the one it names.
+fn judge_as(r: &LeaseRecord, other: bool, evidence: Evidence) -> Liveness {
     // A vanished lease's marker stands for the missing record it replaced:
     // judged as absence (watched for ttl + margin before a takeover), never
     // as a release, whoever asks.
@@ -93,14 +112,11 @@ pub fn judge(record: Option<&LeaseRecord>, instance: Option<&str>, evidence: Evi
     // final again: a fence is written only over a version observed still
     // for ttl + margin, the very evidence that ends the wait (so one
     // tombstone ends it for every peer, not one per takeover).
-    let unproven_other = match instance {
-        Some(i) if i != r.holder.instance => {
-            if !crate::fleet::attrs::NodeAttrs::of(r).unproven {
-                return Liveness::Superseded;
-            }
-            true
+    let unproven_other = other && {
+        if !crate::fleet::attrs::NodeAttrs::of(r).unproven {
+            return Liveness::Superseded;
         }
-        _ => false,
+        true
     };
     let fenced = r.attrs.contains_key(crate::fleet::attrs::RELEASED_BY);
     if r.released && (fenced || !unproven_other) {
@@ -276,6 +292,20 @@ mod tests {
         ];
         for (i, (r, inst, ev, want)) in cases.into_iter().enumerate() {
             assert_eq!(judge(r, inst, ev), want, "case {i}: {r:?} {inst:?} {ev:?}");
+        }
+        // As an earlier instance reads it (`NodeView::unproven` is Live):
+        // held back only by a marked record neither still nor fenced.
+        for (r, secs, want) in [
+            (&live, 0, Liveness::Superseded),
+            (&released, 0, Liveness::Superseded),
+            (&unproven, 0, Liveness::Live),
+            (&unproven, 11, Liveness::Expired),
+            (&unproven_released, 0, Liveness::Live),
+            (&unproven_released, 11, Liveness::Expired),
+            (&unproven_fenced, 0, Liveness::Fenced),
+        ] {
+            assert_eq!(judge_earlier(r, obs(secs)), want, "{r:?} {secs}");
+            assert_eq!(judge(Some(r), Some("i0"), obs(secs)), want, "{r:?} {secs}");
         }
         let marker = LeaseRecord::vanished(7, 10_000, "n".into(), 0);
         assert_eq!(judge(Some(&marker), None, obs(100)), Liveness::Absent);

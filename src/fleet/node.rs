@@ -3541,14 +3541,11 @@ impl Node {
                 };
                 &current
             };
-            let liveness = crate::liveness::judge(
-                Some(judged),
-                None,
-                crate::liveness::Evidence::Observed {
-                    unchanged_for,
-                    margin: default_margin(ttl),
-                },
-            );
+            let evidence = crate::liveness::Evidence::Observed {
+                unchanged_for,
+                margin: default_margin(ttl),
+            };
+            let liveness = crate::liveness::judge(Some(judged), None, evidence);
             let attrs = NodeAttrs::of(rec);
             out.push(NodeView {
                 id: rec.holder.node.clone(),
@@ -3557,12 +3554,10 @@ impl Node {
                 load: load_of(&rec.holder.node, &rec.holder.instance),
                 labels: attrs.labels,
                 live: liveness == crate::liveness::Liveness::Live,
-                unproven: attrs.unproven
-                    && !crate::liveness::stood_still_long_enough(
-                        unchanged_for,
-                        ttl,
-                        default_margin(ttl),
-                    ),
+                // Holding back an earlier instance of its id: judged as
+                // that instance would be (a peer's fence ends it at once).
+                unproven: crate::liveness::judge_earlier(judged, evidence)
+                    == crate::liveness::Liveness::Live,
             });
         }
         out

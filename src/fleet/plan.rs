@@ -153,10 +153,10 @@ pub struct NodeView {
     pub labels: BTreeMap<String, String>,
     /// Not released and not expired by this node's observation.
     pub live: bool,
-    /// Its record is marked unproven (`NodeAttrs::unproven`) and has not
-    /// stood still for ttl + margin: it does not show that an earlier
-    /// instance of its id has stopped. Released or fenced too: that ends
-    /// this instance, not the earlier one (`liveness::judge`).
+    /// Its record is marked unproven (`NodeAttrs::unproven`) and has
+    /// neither stood still for ttl + margin nor been fenced by a peer
+    /// (`liveness::judge_earlier` is Live): it does not show that an
+    /// earlier instance of its id has stopped, even released by its holder.
     pub unproven: bool,
 }
 
