@@ -43,6 +43,11 @@ pub struct Sample {
     /// The latest start of a renewal after it was due, so far (ms).
     #[serde(default)]
     pub renew_late_max_ms: u64,
+    /// List pages of `manifests/` so far: only a full listing lists it
+    /// (a light pass reads the feed), so the window's count of pages,
+    /// over the pages one listing takes, counts its full listings.
+    #[serde(default)]
+    pub manifest_list_pages: u64,
     pub done: bool,
 }
 
@@ -112,8 +117,11 @@ pub async fn node_child(
         },
     )
     .await?;
+    // Counted by key segment for `manifest_list_pages` (an atomic add per
+    // request: nothing a node's CPU figure would show).
+    let segments = Arc::new(leasehold::store::BySegment::new(raw));
     let store: Arc<dyn Store> = Arc::new(leasehold::fleet::feed::HintingStore::new(
-        raw,
+        segments.clone(),
         clock.clone(),
         Arc::new(OsEntropy::new()),
     ));
@@ -198,6 +206,10 @@ pub async fn node_child(
             lost: get(EventKind::LeaseLost),
             reregistered: get(EventKind::ReRegistering),
             renew_late_max_ms: (status.renew_histogram().max_late_seconds * 1000.0).round() as u64,
+            manifest_list_pages: segments
+                .counts()
+                .get(leasehold::keys::MANIFESTS)
+                .map_or(0, |c| c.list_pages),
             done,
         }
     };
@@ -519,10 +531,14 @@ async fn measure(
             .map_or(a.hwm_kb, |x| x.hwm_kb.max(a.hwm_kb))
             .max(b.hwm_kb);
         let cpu_per_hour = (a.cpu_ms - b.cpu_ms) as f64 / 1000.0 * 3600.0 / secs(&b, a);
+        // One full listing lists every manifest, a page per 1,000.
+        let full_listings =
+            (a.manifest_list_pages - b.manifest_list_pages) as f64 / s.div_ceil(1000).max(1) as f64;
         rows.push(serde_json::json!({
             "node": id,
             "sessions": a.running,
             "cpu_s_per_hour": (cpu_per_hour * 10.0).round() / 10.0,
+            "full_listings_in_window": (full_listings * 100.0).round() / 100.0,
             "rss_mb": a.rss_kb / 1024,
             "heap_mb": a.heap_kb / 1024,
             "peak_rss_mb": a.hwm_kb.max(b.hwm_kb) / 1024,
@@ -569,15 +585,16 @@ async fn measure(
         total("leases_lost")
     );
     println!(
-        "| node | sessions | CPU s per node-hour | RSS MB | heap in use MB | peak RSS MB (placement / window) |"
+        "| node | sessions | CPU s per node-hour | full listings in the window | RSS MB | heap in use MB | peak RSS MB (placement / window) |"
     );
-    println!("|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|");
     for r in &rows {
         println!(
-            "| {} | {} | {} | {} | {} | {} / {} |",
+            "| {} | {} | {} | {} | {} | {} | {} / {} |",
             r["node"].as_str().unwrap_or(""),
             r["sessions"],
             r["cpu_s_per_hour"],
+            r["full_listings_in_window"],
             r["rss_mb"],
             r["heap_mb"],
             r["peak_rss_mb_placement"],
