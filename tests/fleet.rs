@@ -1600,21 +1600,8 @@ async fn a_vanished_claim_waits_for_its_holders_grown_full_listing_interval() {
     });
     f.step(100).await;
     assert_eq!(f.running(0), 5, "n1 runs all five");
-    let published = |f: &FeedFleet| {
-        let f = f.bucket.clone();
-        async move {
-            let o = f.get("nodes/n1").await.unwrap().unwrap();
-            let r = leasehold::record::LeaseRecord::decode(
-                "nodes/n1",
-                &o.bytes,
-                leasehold::record::Kind::Node,
-            )
-            .unwrap();
-            leasehold::fleet::attrs::NodeAttrs::of(&r).max_poll_ms
-        }
-    };
     assert_eq!(
-        published(&f).await,
+        published_attrs(&f.bucket, "n1").await.max_poll_ms,
         200_000,
         "n1 published its grown interval (5 manifests and 5 claims)"
     );
@@ -1630,6 +1617,111 @@ async fn a_vanished_claim_waits_for_its_holders_grown_full_listing_interval() {
             .any(|r| r.0 == "s0" && r.1 > 1 && r.4 >= f.clock.now()),
         "{runs:?}"
     );
+    f.finish().await;
+}
+
+/// The attributes node `id` publishes in its record now.
+async fn published_attrs(bucket: &Arc<dyn Store>, id: &str) -> leasehold::fleet::attrs::NodeAttrs {
+    let key = format!("nodes/{id}");
+    let o = bucket.get(&key).await.unwrap().unwrap();
+    let r = leasehold::record::LeaseRecord::decode(&key, &o.bytes, leasehold::record::Kind::Node)
+        .unwrap();
+    leasehold::fleet::attrs::NodeAttrs::of(&r)
+}
+
+/// A node of an older build, as its peers find it: a node lease whose
+/// record carries the attributes such a build wrote (no `proto`), renewed
+/// by the test, with no pull loop (capacity 0: placement gives it nothing).
+async fn older_node(
+    bucket: &Arc<dyn Store>,
+    clock: &Arc<dyn Clock>,
+    id: &str,
+) -> leasehold::lease::Lease {
+    use leasehold::lease::{Acquire, AcquireOptions, LeaseClient};
+    let client = LeaseClient::builder(bucket.clone(), Name::new(id).unwrap())
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let mut opts = AcquireOptions::ttl(Duration::from_secs(10));
+    opts.attrs = serde_json::json!({
+        "capacity": 0, "max_poll_ms": 10_000, "load": 0, "labels": {}
+    })
+    .as_object()
+    .unwrap()
+    .clone();
+    let Acquire::Acquired(lease) = client
+        .acquire_kind(
+            leasehold::record::Kind::Node,
+            &Name::new(id).unwrap(),
+            &opts,
+        )
+        .await
+        .unwrap()
+    else {
+        panic!("fresh key")
+    };
+    lease
+}
+
+/// Issue #14's upgrade order, kept by the nodes: a node does not grow its
+/// full-listing interval with the fleet while a peer of an older build is
+/// live (its record publishes no `proto`), since such a peer waits out a
+/// vanished claim by the interval it last read, not the one published
+/// since. It grows once that peer is gone, and when an older peer joins
+/// later it goes back to the fixed interval within its slow `nodes/`
+/// listing and one full pass, its sessions running on throughout (the full
+/// pass confirms their claims before the interval shrinks).
+#[tokio::test(flavor = "current_thread")]
+async fn an_older_node_in_the_fleet_keeps_the_listing_interval_from_growing() {
+    let mut f = FeedFleet::new().await;
+    for i in 0..5 {
+        apply(&f.bucket, &format!("s{i}"), &spec("sleep")).await;
+    }
+    let mut old = older_node(&f.bucket, &f.dyn_clock, "old").await;
+    f.start_with("n1", f.hinting(1, 0.0), |cfg| {
+        cfg.full_every = Duration::from_secs(20);
+        cfg.full_every_objects = 1;
+    });
+    // 102 s, the older node renewing every 3 s.
+    for _ in 0..34 {
+        f.step(30).await;
+        old.renew_once().await.unwrap();
+    }
+    assert_eq!(f.running(0), 5, "n1 runs all five");
+    assert_eq!(
+        published_attrs(&f.bucket, "n1").await.max_poll_ms,
+        20_000,
+        "not grown (5 manifests and 5 claims would make 200 s) beside an older node"
+    );
+    assert_eq!(
+        published_attrs(&f.bucket, "n1").await.proto,
+        leasehold::fleet::attrs::PROTO_LEVEL
+    );
+    // The older node stops (released): n1 grows at its next full listing.
+    old.release().await.unwrap();
+    f.step(600).await;
+    assert_eq!(
+        published_attrs(&f.bucket, "n1").await.max_poll_ms,
+        200_000,
+        "grown once no older node is live"
+    );
+    let runs = f.runs().len();
+    // An older node joins (it does not hint: the slow `nodes/` listing
+    // finds it, within a minute).
+    let mut late = older_node(&f.bucket, &f.dyn_clock, "late").await;
+    for _ in 0..30 {
+        f.step(30).await;
+        late.renew_once().await.unwrap();
+    }
+    assert_eq!(
+        published_attrs(&f.bucket, "n1").await.max_poll_ms,
+        20_000,
+        "back to the fixed interval within 90 s of an older node joining"
+    );
+    assert_eq!(f.running(0), 5);
+    assert_eq!(f.runs().len(), runs, "no session stopped or started again");
+    let o = common::overlaps(&f.runs());
+    assert!(o.is_empty(), "{o:?}");
     f.finish().await;
 }
 

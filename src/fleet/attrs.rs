@@ -20,6 +20,17 @@ use std::collections::BTreeMap;
 pub const RELEASED_BY: &str = "released_by";
 /// See [`NodeAttrs::unproven`].
 pub const UNPROVEN: &str = "unproven";
+/// See [`NodeAttrs::proto`].
+pub const PROTO: &str = "proto";
+/// The protocol level this build's nodes publish ([`NodeAttrs::proto`]).
+pub const PROTO_LEVEL: u32 = PROTO_READS_HOLDS;
+/// The level from which a node reads every node record before it makes a
+/// vanished claim again (`Node::read_holds`), and so waits out a holder's
+/// full-listing interval however it grew (`node run
+/// --full-every-objects`). A node grows its interval only while no live
+/// peer publishes less: the upgrade order docs/fleet.md asks for, kept by
+/// the nodes instead of the operator.
+pub const PROTO_READS_HOLDS: u32 = 1;
 
 /// A node's published attributes.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -44,6 +55,11 @@ pub struct NodeAttrs {
     /// stopped. Readers must not take this record as that instance's end
     /// (`plan::owner_live`, `liveness::judge`).
     pub unproven: bool,
+    /// The protocol level of the build that wrote it ([`PROTO_LEVEL`]);
+    /// 0, absent, for builds before levels were published. A peer reads it
+    /// to keep to what the oldest live node understands
+    /// ([`PROTO_READS_HOLDS`]).
+    pub proto: u32,
 }
 
 impl NodeAttrs {
@@ -65,6 +81,7 @@ impl NodeAttrs {
                 .and_then(Value::as_str)
                 .map(str::to_string),
             unproven: a.get(UNPROVEN).and_then(Value::as_bool) == Some(true),
+            proto: u32::try_from(num(PROTO)).unwrap_or(u32::MAX),
         }
     }
 
@@ -93,6 +110,9 @@ impl NodeAttrs {
         if self.unproven {
             m.insert(UNPROVEN.into(), true.into());
         }
+        if self.proto > 0 {
+            m.insert(PROTO.into(), self.proto.into());
+        }
         m
     }
 }
@@ -117,6 +137,7 @@ mod tests {
             labels: [("zone".to_string(), "a".to_string())].into(),
             released_by: Some("n2".into()),
             unproven: true,
+            proto: PROTO_LEVEL,
         };
         let mut r = record(serde_json::json!({}));
         r.attrs = a.to_map();
@@ -128,6 +149,7 @@ mod tests {
         let a = NodeAttrs::of(&r);
         assert_eq!((a.capacity, a.load, a.max_poll_ms), (4, 1, 100));
         assert!(!a.cordoned && a.released_by.is_none());
+        assert_eq!(a.proto, 0, "an older build's record");
         assert_eq!(r.attrs, a.to_map(), "written as before");
         // Wrong types, out of range, or missing: the default, field by field.
         let r = record(serde_json::json!({

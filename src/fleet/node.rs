@@ -739,6 +739,7 @@ fn node_attrs(
         labels: cfg.labels.clone(),
         released_by: None,
         unproven,
+        proto: super::attrs::PROTO_LEVEL,
     }
     .to_map()
 }
@@ -1183,8 +1184,14 @@ impl Node {
         if !self.cfg.feed_on() {
             return;
         }
-        self.full_every_wanted =
-            core::full_listing_pace(self.cfg.full_every, self.cfg.full_every_objects, objects);
+        // Not grown while a peer of an older build is live: it would not
+        // read our record before making one of our vanished claims again.
+        // Judged on this full pass's `nodes/` listing.
+        self.full_every_wanted = if self.older_peer_live() {
+            self.cfg.full_every
+        } else {
+            core::full_listing_pace(self.cfg.full_every, self.cfg.full_every_objects, objects)
+        };
         self.take_published_pace();
         let wanted = self.full_every_wanted;
         self.pace_tx.send_if_modified(|v| {
@@ -2884,6 +2891,14 @@ impl Node {
                 self.refresh_nodes(entries).await?;
             }
             self.read_hinted_nodes(node_keys).await?;
+            // A peer of an older build joined while our interval is grown:
+            // the next pass lists everything, which confirms our claims
+            // and takes the fixed interval back (`note_fleet_size`).
+            // Shrinking here instead would end the beliefs of claims
+            // confirmed up to the grown interval ago, and stop them.
+            if self.full_every > self.cfg.full_every && self.older_peer_live() {
+                self.full_forced = true;
+            }
             let (manifest_keys, claim_keys): (Vec<String>, Vec<String>) = keys
                 .into_iter()
                 .partition(|k| k.starts_with(crate::keys::MANIFESTS));
@@ -3521,30 +3536,8 @@ impl Node {
         }];
         for (key, n) in &self.nodes {
             let rec = &n.record;
-            let ttl = Duration::from_millis(rec.ttl_ms);
-            // Judged on the stillness of the *listed* version, as of the send
-            // time of the listing that last showed it (see
-            // `nodes_listed_at`); a release counts only if we read that very
-            // version (a newer one may be a renewal by a new instance).
-            let unchanged_for = self
-                .client
-                .observer()
-                .unchanged_for(key, &n.listed, self.nodes_listed_at)
-                .unwrap_or(Duration::ZERO);
-            let current;
-            let judged = if n.listed == n.fetched {
-                rec
-            } else {
-                current = LeaseRecord {
-                    released: false,
-                    ..rec.clone()
-                };
-                &current
-            };
-            let evidence = crate::liveness::Evidence::Observed {
-                unchanged_for,
-                margin: default_margin(ttl),
-            };
+            let (judged, evidence) = self.peer_evidence(key, n);
+            let judged = judged.as_ref();
             let liveness = crate::liveness::judge(Some(judged), None, evidence);
             let attrs = NodeAttrs::of(rec);
             out.push(NodeView {
@@ -3561,6 +3554,53 @@ impl Node {
             });
         }
         out
+    }
+
+    /// A peer's record as placement judges it, and the evidence: the
+    /// stillness of the *listed* version, as of the send time of the listing
+    /// that last showed it (see `nodes_listed_at`); a release counts only if
+    /// we read that very version (a newer one may be a renewal by a new
+    /// instance).
+    fn peer_evidence<'a>(
+        &self,
+        key: &str,
+        n: &'a PeerNode,
+    ) -> (std::borrow::Cow<'a, LeaseRecord>, crate::liveness::Evidence) {
+        let rec = &n.record;
+        let unchanged_for = self
+            .client
+            .observer()
+            .unchanged_for(key, &n.listed, self.nodes_listed_at)
+            .unwrap_or(Duration::ZERO);
+        let judged = if n.listed == n.fetched {
+            std::borrow::Cow::Borrowed(rec)
+        } else {
+            std::borrow::Cow::Owned(LeaseRecord {
+                released: false,
+                ..rec.clone()
+            })
+        };
+        let evidence = crate::liveness::Evidence::Observed {
+            unchanged_for,
+            margin: default_margin(Duration::from_millis(rec.ttl_ms)),
+        };
+        (judged, evidence)
+    }
+
+    /// Is a peer of an older build live, as placement judges it: one whose
+    /// record does not say it reads every node record before it makes a
+    /// vanished claim again (`NodeAttrs::proto` below
+    /// `attrs::PROTO_READS_HOLDS`)? Such a peer waits out one of our
+    /// vanished claims by the interval it last read from our record, so
+    /// while it is live we do not grow ours (`note_fleet_size`).
+    fn older_peer_live(&self) -> bool {
+        self.nodes.iter().any(|(key, n)| {
+            NodeAttrs::of(&n.record).proto < super::attrs::PROTO_READS_HOLDS && {
+                let (judged, evidence) = self.peer_evidence(key, n);
+                crate::liveness::judge(Some(judged.as_ref()), None, evidence)
+                    == crate::liveness::Liveness::Live
+            }
+        })
     }
 
     /// Reads a peer's node record now. `listed` is the version the listing
