@@ -24,6 +24,37 @@ async fn memory() {
     .await;
 }
 
+/// A wrapper that overrides nothing (`Forward` with `inner` alone).
+#[derive(Debug)]
+struct Bare(Arc<dyn Store>);
+impl std::fmt::Display for Bare {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+impl leasehold::store::Forward for Bare {
+    fn inner(&self) -> &dyn Store {
+        &*self.0
+    }
+}
+
+/// Wrappers keep the contract: one that forwards everything by default
+/// (`store::Forward`), under the counting and tracing wrappers a node
+/// stacks over its store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn forwarding_wrappers() {
+    use leasehold::store::{CountingStore, TracedStore};
+    suite::run_all(&|| {
+        Box::pin(async {
+            let inner: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());
+            Arc::new(TracedStore::new(Arc::new(CountingStore::new(Arc::new(
+                Bare(inner),
+            ))))) as Arc<dyn Store>
+        })
+    })
+    .await;
+}
+
 /// `memory://` (`MemoryStore`, paged listings from a cursor).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn memory_url() {

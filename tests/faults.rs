@@ -4,13 +4,11 @@
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use futures::stream::BoxStream;
 use leasehold::clock::{MockClock, SeededEntropy};
 use leasehold::lease::{Acquire, AcquireOptions, LeaseClient};
 use leasehold::record::Kind;
 use leasehold::store::{
-    Cond, Conditional, CountingStore, Entry, Fault, FaultStore, Object, ObjectStoreBackend, Store,
-    StoreError, Version,
+    Cond, CountingStore, Fault, FaultStore, Object, ObjectStoreBackend, Store, StoreError, Version,
 };
 use leasehold::{ErrorKind, Name};
 use std::fmt;
@@ -134,22 +132,14 @@ impl fmt::Display for RetriedPut {
     }
 }
 #[async_trait]
-impl Store for RetriedPut {
-    async fn get(&self, k: &str) -> Result<Option<Object>, StoreError> {
-        self.0.get(k).await
+impl leasehold::store::Forward for RetriedPut {
+    fn inner(&self) -> &dyn Store {
+        &*self.0
     }
-    async fn get_if_changed(&self, k: &str, v: &Version) -> Result<Conditional, StoreError> {
-        self.0.get_if_changed(k, v).await
-    }
+
     async fn put(&self, k: &str, b: Bytes, c: Cond) -> Result<Version, StoreError> {
         let _ = self.0.put(k, b.clone(), c.clone()).await;
         self.0.put(k, b, c).await
-    }
-    async fn delete(&self, k: &str) -> Result<(), StoreError> {
-        self.0.delete(k).await
-    }
-    fn list(&self, p: &str) -> BoxStream<'static, Result<Entry, StoreError>> {
-        self.0.list(p)
     }
 }
 
@@ -295,13 +285,11 @@ impl fmt::Display for Interloper {
     }
 }
 #[async_trait]
-impl Store for Interloper {
-    async fn get(&self, k: &str) -> Result<Option<Object>, StoreError> {
-        self.inner.get(k).await
+impl leasehold::store::Forward for Interloper {
+    fn inner(&self) -> &dyn Store {
+        &*self.inner
     }
-    async fn get_if_changed(&self, k: &str, v: &Version) -> Result<Conditional, StoreError> {
-        self.inner.get_if_changed(k, v).await
-    }
+
     async fn put(&self, k: &str, b: Bytes, c: Cond) -> Result<Version, StoreError> {
         if let Cond::Match(v) = &c {
             let comp = self.competitor.lock().unwrap().take();
@@ -313,12 +301,6 @@ impl Store for Interloper {
             }
         }
         self.inner.put(k, b, c).await
-    }
-    async fn delete(&self, k: &str) -> Result<(), StoreError> {
-        self.inner.delete(k).await
-    }
-    fn list(&self, p: &str) -> BoxStream<'static, Result<Entry, StoreError>> {
-        self.inner.list(p)
     }
 }
 
@@ -474,6 +456,39 @@ async fn the_probe_learns_an_unquoted_etag_dialect_and_leases_work_in_it() {
         panic!("takeover after release");
     };
     assert_eq!(l2.token().epoch, 2);
+}
+
+/// The ETag dialect and the identity reach the store below every wrapper
+/// (`store::Forward`): the probe, run through the stack a node and the CLI
+/// use (hints over counting over tracing over fault injection), learns
+/// Ceph RGW's unquoted form and sets it on the adapter itself. A wrapper
+/// that kept `Store`'s defaults would answer "no dialect" and refuse it.
+#[tokio::test]
+async fn the_etag_dialect_and_identity_pass_through_every_wrapper() {
+    use leasehold::fleet::feed::HintingStore;
+    use leasehold::store::fault::{DialectDouble, DialectQuirk};
+    use leasehold::store::{EtagDialect, TracedStore};
+    let adapter: Arc<dyn Store> = Arc::new(ObjectStoreBackend::new(
+        Arc::new(DialectDouble::new(DialectQuirk::UnquotedOnly)),
+        "",
+        "rgw-like://",
+    ));
+    let clock = Arc::new(MockClock::new());
+    let stack: Arc<dyn Store> = Arc::new(HintingStore::new(
+        Arc::new(CountingStore::new(Arc::new(TracedStore::new(Arc::new(
+            FaultStore::new(adapter.clone()),
+        ))))),
+        clock.clone(),
+        Arc::new(SeededEntropy::new(5)),
+    ));
+    assert_eq!(stack.identity(), adapter.identity());
+    assert_eq!(stack.etag_dialect(), Some(EtagDialect::Quoted));
+    let r = leasehold::probe::probe(&stack, &SeededEntropy::new(3), clock.as_ref())
+        .await
+        .unwrap();
+    assert_eq!(r.etag_dialect, Some(EtagDialect::Unquoted), "{:?}", r.steps);
+    assert_eq!(adapter.etag_dialect(), Some(EtagDialect::Unquoted));
+    assert_eq!(stack.etag_dialect(), Some(EtagDialect::Unquoted));
 }
 
 /// Learning a dialect never relaxes a check: a store that honours the

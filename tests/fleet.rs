@@ -1387,9 +1387,9 @@ async fn an_apply_rings_the_bell_and_an_idle_fleet_acts_within_a_bell_period() {
 #[tokio::test(flavor = "current_thread")]
 async fn a_peer_record_is_read_when_its_node_hints_a_change() {
     use async_trait::async_trait;
-    use futures::stream::BoxStream;
+
     use leasehold::clock::SeededEntropy;
-    use leasehold::store::{Cond, Conditional, Entry, Object, StoreError, Version};
+    use leasehold::store::{Object, StoreError};
     use std::sync::atomic::{AtomicU64, Ordering};
     /// Counts this node's reads of one key's body (`get`; the ring
     /// watch's conditional GETs, a liveness check on every renewal, are
@@ -1402,27 +1402,16 @@ async fn a_peer_record_is_read_when_its_node_hints_a_change() {
         }
     }
     #[async_trait]
-    impl Store for ReadsOf {
+    impl leasehold::store::Forward for ReadsOf {
+        fn inner(&self) -> &dyn Store {
+            &*self.0
+        }
+
         async fn get(&self, key: &str) -> Result<Option<Object>, StoreError> {
             if key == self.1 {
                 self.2.fetch_add(1, Ordering::SeqCst);
             }
             self.0.get(key).await
-        }
-        async fn get_if_changed(&self, key: &str, v: &Version) -> Result<Conditional, StoreError> {
-            self.0.get_if_changed(key, v).await
-        }
-        async fn put(&self, key: &str, b: bytes::Bytes, c: Cond) -> Result<Version, StoreError> {
-            self.0.put(key, b, c).await
-        }
-        async fn delete(&self, key: &str) -> Result<(), StoreError> {
-            self.0.delete(key).await
-        }
-        fn list(&self, p: &str) -> BoxStream<'static, Result<Entry, StoreError>> {
-            self.0.list(p)
-        }
-        fn list_after(&self, p: &str, a: &str) -> BoxStream<'static, Result<Entry, StoreError>> {
-            self.0.list_after(p, a)
         }
     }
     let mut f = FeedFleet::new().await;
@@ -1643,12 +1632,7 @@ async fn older_node(
         .build()
         .unwrap();
     let mut opts = AcquireOptions::ttl(Duration::from_secs(10));
-    opts.attrs = serde_json::json!({
-        "capacity": 0, "max_poll_ms": 10_000, "load": 0, "labels": {}
-    })
-    .as_object()
-    .unwrap()
-    .clone();
+    opts.attrs = attrs;
     let Acquire::Acquired(lease) = client
         .acquire_kind(
             leasehold::record::Kind::Node,
@@ -2108,9 +2092,9 @@ async fn foreign_claim(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn takeover_fences_the_owners_lease_first_even_against_a_late_renewal() {
     use async_trait::async_trait;
-    use futures::stream::BoxStream;
+
     use leasehold::record::{Kind, LeaseRecord};
-    use leasehold::store::{Cond, Conditional, Entry, Object, StoreError, Version};
+    use leasehold::store::{Cond, StoreError, Version};
     use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
     #[derive(Debug)]
@@ -2127,17 +2111,11 @@ async fn takeover_fences_the_owners_lease_first_even_against_a_late_renewal() {
         }
     }
     #[async_trait]
-    impl Store for Watch {
-        async fn get(&self, key: &str) -> Result<Option<Object>, StoreError> {
-            self.inner.get(key).await
+    impl leasehold::store::Forward for Watch {
+        fn inner(&self) -> &dyn Store {
+            &*self.inner
         }
-        async fn get_if_changed(
-            &self,
-            key: &str,
-            known: &Version,
-        ) -> Result<Conditional, StoreError> {
-            self.inner.get_if_changed(key, known).await
-        }
+
         async fn put(
             &self,
             key: &str,
@@ -2163,12 +2141,6 @@ async fn takeover_fences_the_owners_lease_first_even_against_a_late_renewal() {
                 }
             }
             self.inner.put(key, bytes, cond).await
-        }
-        async fn delete(&self, key: &str) -> Result<(), StoreError> {
-            self.inner.delete(key).await
-        }
-        fn list(&self, prefix: &str) -> BoxStream<'static, Result<Entry, StoreError>> {
-            self.inner.list(prefix)
         }
     }
 
@@ -2227,7 +2199,7 @@ async fn a_claim_by_a_node_missing_from_our_listing_is_not_taken() {
     use async_trait::async_trait;
     use futures::StreamExt;
     use futures::stream::BoxStream;
-    use leasehold::store::{Cond, Conditional, Entry, Object, StoreError, Version};
+    use leasehold::store::{Entry, StoreError};
 
     #[derive(Debug)]
     struct HideFromListing(Arc<dyn Store>);
@@ -2237,28 +2209,11 @@ async fn a_claim_by_a_node_missing_from_our_listing_is_not_taken() {
         }
     }
     #[async_trait]
-    impl Store for HideFromListing {
-        async fn get(&self, key: &str) -> Result<Option<Object>, StoreError> {
-            self.0.get(key).await
+    impl leasehold::store::Forward for HideFromListing {
+        fn inner(&self) -> &dyn Store {
+            &*self.0
         }
-        async fn get_if_changed(
-            &self,
-            key: &str,
-            known: &Version,
-        ) -> Result<Conditional, StoreError> {
-            self.0.get_if_changed(key, known).await
-        }
-        async fn put(
-            &self,
-            key: &str,
-            bytes: bytes::Bytes,
-            cond: Cond,
-        ) -> Result<Version, StoreError> {
-            self.0.put(key, bytes, cond).await
-        }
-        async fn delete(&self, key: &str) -> Result<(), StoreError> {
-            self.0.delete(key).await
-        }
+
         fn list(&self, prefix: &str) -> BoxStream<'static, Result<Entry, StoreError>> {
             self.0
                 .list(prefix)
@@ -2362,7 +2317,7 @@ async fn idle_fleet_reads_peer_records_only_every_node_refresh() {
 async fn a_stalled_owner_cannot_outlive_the_confirmation_of_its_claims() {
     use async_trait::async_trait;
     use futures::stream::BoxStream;
-    use leasehold::store::{Cond, Conditional, Entry, Object, StoreError, Version};
+    use leasehold::store::{Entry, StoreError};
     use std::sync::atomic::{AtomicBool, Ordering};
 
     #[derive(Debug)]
@@ -2373,28 +2328,11 @@ async fn a_stalled_owner_cannot_outlive_the_confirmation_of_its_claims() {
         }
     }
     #[async_trait]
-    impl Store for StallSessions {
-        async fn get(&self, key: &str) -> Result<Option<Object>, StoreError> {
-            self.0.get(key).await
+    impl leasehold::store::Forward for StallSessions {
+        fn inner(&self) -> &dyn Store {
+            &*self.0
         }
-        async fn get_if_changed(
-            &self,
-            key: &str,
-            known: &Version,
-        ) -> Result<Conditional, StoreError> {
-            self.0.get_if_changed(key, known).await
-        }
-        async fn put(
-            &self,
-            key: &str,
-            bytes: bytes::Bytes,
-            cond: Cond,
-        ) -> Result<Version, StoreError> {
-            self.0.put(key, bytes, cond).await
-        }
-        async fn delete(&self, key: &str) -> Result<(), StoreError> {
-            self.0.delete(key).await
-        }
+
         fn list(&self, prefix: &str) -> BoxStream<'static, Result<Entry, StoreError>> {
             use futures::StreamExt;
             let (inner, stall, clock) = (self.0.clone(), self.1.clone(), self.2.clone());
@@ -2444,8 +2382,8 @@ async fn a_stalled_owner_cannot_outlive_the_confirmation_of_its_claims() {
 #[allow(clippy::disallowed_methods)] // a real-time bound on waiting for the node to stop; nothing is timed
 async fn the_audit_refuses_a_store_that_reports_a_takeover_it_did_not_make() {
     use async_trait::async_trait;
-    use futures::stream::BoxStream;
-    use leasehold::store::{Cond, Conditional, Entry, Object, StoreError, Version};
+
+    use leasehold::store::{Cond, StoreError, Version};
 
     #[derive(Debug)]
     struct DropsClaimUpdates(Arc<dyn Store>);
@@ -2455,17 +2393,11 @@ async fn the_audit_refuses_a_store_that_reports_a_takeover_it_did_not_make() {
         }
     }
     #[async_trait]
-    impl Store for DropsClaimUpdates {
-        async fn get(&self, key: &str) -> Result<Option<Object>, StoreError> {
-            self.0.get(key).await
+    impl leasehold::store::Forward for DropsClaimUpdates {
+        fn inner(&self) -> &dyn Store {
+            &*self.0
         }
-        async fn get_if_changed(
-            &self,
-            key: &str,
-            known: &Version,
-        ) -> Result<Conditional, StoreError> {
-            self.0.get_if_changed(key, known).await
-        }
+
         async fn put(
             &self,
             key: &str,
@@ -2480,12 +2412,6 @@ async fn the_audit_refuses_a_store_that_reports_a_takeover_it_did_not_make() {
                 });
             }
             self.0.put(key, bytes, cond).await
-        }
-        async fn delete(&self, key: &str) -> Result<(), StoreError> {
-            self.0.delete(key).await
-        }
-        fn list(&self, prefix: &str) -> BoxStream<'static, Result<Entry, StoreError>> {
-            self.0.list(prefix)
         }
     }
 
@@ -2779,7 +2705,7 @@ mod tampered {
     use super::*;
     use async_trait::async_trait;
     use futures::stream::BoxStream;
-    use leasehold::store::{Cond, Conditional, Entry, Object, StoreError, Version};
+    use leasehold::store::{Cond, Entry, Object, StoreError, Version};
     use std::sync::atomic::{AtomicBool, Ordering};
 
     /// A node's view of the bucket, tampered with for the absence tests.
@@ -2804,20 +2730,18 @@ mod tampered {
     }
     pub const KEY: &str = "sessions/web";
     #[async_trait]
-    impl Store for Tampered {
+    impl leasehold::store::Forward for Tampered {
+        fn inner(&self) -> &dyn Store {
+            &*self.inner
+        }
+
         async fn get(&self, key: &str) -> Result<Option<Object>, StoreError> {
             if key == KEY && self.blind.load(Ordering::SeqCst) {
                 return Ok(None);
             }
             self.inner.get(key).await
         }
-        async fn get_if_changed(
-            &self,
-            key: &str,
-            known: &Version,
-        ) -> Result<Conditional, StoreError> {
-            self.inner.get_if_changed(key, known).await
-        }
+
         async fn put(
             &self,
             key: &str,
@@ -2837,9 +2761,7 @@ mod tampered {
             }
             self.inner.put(key, bytes, cond).await
         }
-        async fn delete(&self, key: &str) -> Result<(), StoreError> {
-            self.inner.delete(key).await
-        }
+
         fn list(&self, prefix: &str) -> BoxStream<'static, Result<Entry, StoreError>> {
             use futures::StreamExt;
             let (inner, blind, stall, clock) = (
@@ -3139,7 +3061,7 @@ async fn renewals_land_while_a_pass_holds_the_pull_loops_only_thread() {
     use async_trait::async_trait;
     use futures::stream::BoxStream;
     use leasehold::fleet::renew_thread::RenewThread;
-    use leasehold::store::{Cond, Conditional, Entry, Object, StoreError, Version};
+    use leasehold::store::{Cond, Entry, StoreError, Version};
     use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
     /// Once armed, the next listing holds the calling thread (as a long
@@ -3158,17 +3080,11 @@ async fn renewals_land_while_a_pass_holds_the_pull_loops_only_thread() {
         }
     }
     #[async_trait]
-    impl Store for Hog {
-        async fn get(&self, key: &str) -> Result<Option<Object>, StoreError> {
-            self.inner.get(key).await
+    impl leasehold::store::Forward for Hog {
+        fn inner(&self) -> &dyn Store {
+            &*self.inner
         }
-        async fn get_if_changed(
-            &self,
-            key: &str,
-            known: &Version,
-        ) -> Result<Conditional, StoreError> {
-            self.inner.get_if_changed(key, known).await
-        }
+
         async fn put(
             &self,
             key: &str,
@@ -3182,9 +3098,7 @@ async fn renewals_land_while_a_pass_holds_the_pull_loops_only_thread() {
             }
             r
         }
-        async fn delete(&self, key: &str) -> Result<(), StoreError> {
-            self.inner.delete(key).await
-        }
+
         fn list(&self, prefix: &str) -> BoxStream<'static, Result<Entry, StoreError>> {
             if self.armed.swap(false, Ordering::SeqCst) {
                 self.hogging.store(true, Ordering::SeqCst);
@@ -3353,20 +3267,11 @@ impl std::fmt::Display for ClaimWrites {
 }
 
 #[async_trait::async_trait]
-impl Store for ClaimWrites {
-    async fn get(
-        &self,
-        key: &str,
-    ) -> Result<Option<leasehold::store::Object>, leasehold::store::StoreError> {
-        self.inner.get(key).await
+impl leasehold::store::Forward for ClaimWrites {
+    fn inner(&self) -> &dyn Store {
+        &*self.inner
     }
-    async fn get_if_changed(
-        &self,
-        key: &str,
-        v: &leasehold::store::Version,
-    ) -> Result<leasehold::store::Conditional, leasehold::store::StoreError> {
-        self.inner.get_if_changed(key, v).await
-    }
+
     async fn put(
         &self,
         key: &str,
@@ -3399,28 +3304,6 @@ impl Store for ClaimWrites {
             });
         }
         self.inner.put(key, b, c).await
-    }
-    async fn delete(&self, key: &str) -> Result<(), leasehold::store::StoreError> {
-        self.inner.delete(key).await
-    }
-    fn list(
-        &self,
-        p: &str,
-    ) -> futures::stream::BoxStream<
-        'static,
-        Result<leasehold::store::Entry, leasehold::store::StoreError>,
-    > {
-        self.inner.list(p)
-    }
-    fn list_after(
-        &self,
-        p: &str,
-        a: &str,
-    ) -> futures::stream::BoxStream<
-        'static,
-        Result<leasehold::store::Entry, leasehold::store::StoreError>,
-    > {
-        self.inner.list_after(p, a)
     }
 }
 

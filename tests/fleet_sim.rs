@@ -18,10 +18,7 @@ use leasehold::fleet::journal::Journal;
 use leasehold::fleet::manifest::{self, Spec};
 use leasehold::fleet::node::{self, NodeConfig, NodeDeps};
 use leasehold::fleet::runner::{RecordingRunner, Runner};
-use leasehold::store::{
-    Cond, Conditional, Entry, FaultPlan, FaultStore, Object, ObjectStoreBackend, Store, StoreError,
-    Version,
-};
+use leasehold::store::{Entry, FaultPlan, FaultStore, ObjectStoreBackend, Store, StoreError};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -93,22 +90,11 @@ impl std::fmt::Display for FeedReads {
 }
 
 #[async_trait::async_trait]
-impl Store for FeedReads {
-    async fn get(&self, k: &str) -> Result<Option<Object>, StoreError> {
-        self.0.get(k).await
+impl leasehold::store::Forward for FeedReads {
+    fn inner(&self) -> &dyn Store {
+        &*self.0
     }
-    async fn get_if_changed(&self, k: &str, v: &Version) -> Result<Conditional, StoreError> {
-        self.0.get_if_changed(k, v).await
-    }
-    async fn put(&self, k: &str, b: bytes::Bytes, c: Cond) -> Result<Version, StoreError> {
-        self.0.put(k, b, c).await
-    }
-    async fn delete(&self, k: &str) -> Result<(), StoreError> {
-        self.0.delete(k).await
-    }
-    fn list(&self, p: &str) -> BoxStream<'static, Result<Entry, StoreError>> {
-        self.0.list(p)
-    }
+
     fn list_after(&self, p: &str, a: &str) -> BoxStream<'static, Result<Entry, StoreError>> {
         if p == leasehold::keys::CHANGES {
             self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -29,15 +29,13 @@
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use futures::stream::BoxStream;
 use leasehold::Name;
 use leasehold::clock::{Clock, MonoTime, SeededEntropy};
 use leasehold::hostlock::HostLock;
 use leasehold::lease::{Acquire, AcquireOptions, Lease, LeaseClient};
 use leasehold::record::{Kind, LeaseRecord};
 use leasehold::store::{
-    Cond, Conditional, Entry, Fault, FaultPlan, FaultStore, Object, ObjectStoreBackend, Store,
-    StoreError, Version,
+    Cond, Fault, FaultPlan, FaultStore, ObjectStoreBackend, Store, StoreError, Version,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -252,13 +250,11 @@ impl History {
 }
 
 #[async_trait]
-impl Store for History {
-    async fn get(&self, key: &str) -> Result<Option<Object>, StoreError> {
-        self.inner.get(key).await
+impl leasehold::store::Forward for History {
+    fn inner(&self) -> &dyn Store {
+        &*self.inner
     }
-    async fn get_if_changed(&self, key: &str, v: &Version) -> Result<Conditional, StoreError> {
-        self.inner.get_if_changed(key, v).await
-    }
+
     async fn put(&self, key: &str, bytes: Bytes, cond: Cond) -> Result<Version, StoreError> {
         let r = self.inner.put(key, bytes.clone(), cond).await;
         if r.is_ok() && key == KEY {
@@ -268,12 +264,6 @@ impl Store for History {
             self.check(&new);
         }
         r
-    }
-    async fn delete(&self, key: &str) -> Result<(), StoreError> {
-        self.inner.delete(key).await
-    }
-    fn list(&self, prefix: &str) -> BoxStream<'static, Result<Entry, StoreError>> {
-        self.inner.list(prefix)
     }
 }
 

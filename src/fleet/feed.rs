@@ -37,11 +37,10 @@
 
 use crate::clock::{Clock, Entropy};
 use crate::keys::{self, Hinted};
-use crate::store::{Cond, Conditional, Entry, Object, Store, StoreError, Version};
+use crate::store::{Cond, Store, StoreError, Version};
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures::StreamExt;
-use futures::stream::BoxStream;
 use std::collections::BTreeSet;
 use std::fmt;
 use std::sync::Arc;
@@ -220,13 +219,11 @@ pub async fn write_hint_retried(
 pub const HINT_TRIES: u32 = 3;
 
 #[async_trait]
-impl Store for HintingStore {
-    async fn get(&self, key: &str) -> Result<Option<Object>, StoreError> {
-        self.inner.get(key).await
+impl crate::store::Forward for HintingStore {
+    fn inner(&self) -> &dyn Store {
+        &*self.inner
     }
-    async fn get_if_changed(&self, key: &str, known: &Version) -> Result<Conditional, StoreError> {
-        self.inner.get_if_changed(key, known).await
-    }
+
     async fn put(&self, key: &str, bytes: Bytes, cond: Cond) -> Result<Version, StoreError> {
         let r = self.inner.put(key, bytes, cond).await;
         // Also after a rejection: a retried write that landed the first
@@ -243,31 +240,13 @@ impl Store for HintingStore {
         }
         r
     }
+
     async fn delete(&self, key: &str) -> Result<(), StoreError> {
         let r = self.inner.delete(key).await;
         if matches!(&r, Ok(_) | Err(StoreError::Ambiguous { .. })) {
             self.hint(key).await;
         }
         r
-    }
-    fn list(&self, prefix: &str) -> BoxStream<'static, Result<Entry, StoreError>> {
-        self.inner.list(prefix)
-    }
-    fn list_after(
-        &self,
-        prefix: &str,
-        after: &str,
-    ) -> BoxStream<'static, Result<Entry, StoreError>> {
-        self.inner.list_after(prefix, after)
-    }
-    fn identity(&self) -> String {
-        self.inner.identity()
-    }
-    fn etag_dialect(&self) -> Option<crate::store::EtagDialect> {
-        self.inner.etag_dialect()
-    }
-    fn set_etag_dialect(&self, d: crate::store::EtagDialect) -> bool {
-        self.inner.set_etag_dialect(d)
     }
 }
 

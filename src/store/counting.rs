@@ -114,15 +114,21 @@ impl CountingStore {
 }
 
 #[async_trait]
-impl Store for CountingStore {
+impl crate::store::Forward for CountingStore {
+    fn inner(&self) -> &dyn Store {
+        &*self.inner
+    }
+
     async fn get(&self, key: &str) -> Result<Option<Object>, StoreError> {
         self.c.get.fetch_add(1, Ordering::Relaxed);
         self.inner.get(key).await
     }
+
     async fn get_if_changed(&self, key: &str, known: &Version) -> Result<Conditional, StoreError> {
         self.c.get_if_changed.fetch_add(1, Ordering::Relaxed);
         self.inner.get_if_changed(key, known).await
     }
+
     async fn put(&self, key: &str, bytes: Bytes, cond: Cond) -> Result<Version, StoreError> {
         match cond {
             Cond::Create => self.c.put_create.fetch_add(1, Ordering::Relaxed),
@@ -130,33 +136,22 @@ impl Store for CountingStore {
         };
         self.inner.put(key, bytes, cond).await
     }
+
     async fn delete(&self, key: &str) -> Result<(), StoreError> {
         self.c.delete.fetch_add(1, Ordering::Relaxed);
         self.inner.delete(key).await
     }
+
     fn list(&self, prefix: &str) -> BoxStream<'static, Result<Entry, StoreError>> {
         self.pages(self.inner.list(prefix))
     }
 
-    /// Counted as S3 charges `start-after`: pages of what follows the cursor.
     fn list_after(
         &self,
         prefix: &str,
         after: &str,
     ) -> BoxStream<'static, Result<Entry, StoreError>> {
         self.pages(self.inner.list_after(prefix, after))
-    }
-
-    fn identity(&self) -> String {
-        self.inner.identity()
-    }
-
-    fn etag_dialect(&self) -> Option<crate::store::EtagDialect> {
-        self.inner.etag_dialect()
-    }
-
-    fn set_etag_dialect(&self, d: crate::store::EtagDialect) -> bool {
-        self.inner.set_etag_dialect(d)
     }
 }
 
@@ -194,7 +189,7 @@ impl BySegment {
         }
     }
 
-    fn of(&self, key: &str) -> &CountingStore {
+    fn of(&self, key: &str) -> &dyn Store {
         let i = SEGMENTS[..SEGMENTS.len() - 1]
             .iter()
             .position(|s| {
@@ -232,37 +227,37 @@ impl fmt::Display for BySegment {
 }
 
 #[async_trait]
-impl Store for BySegment {
+impl crate::store::Forward for BySegment {
+    fn inner(&self) -> &dyn Store {
+        &*self.inner
+    }
+
     async fn get(&self, key: &str) -> Result<Option<Object>, StoreError> {
         self.of(key).get(key).await
     }
+
     async fn get_if_changed(&self, key: &str, known: &Version) -> Result<Conditional, StoreError> {
         self.of(key).get_if_changed(key, known).await
     }
+
     async fn put(&self, key: &str, bytes: Bytes, cond: Cond) -> Result<Version, StoreError> {
         self.of(key).put(key, bytes, cond).await
     }
+
     async fn delete(&self, key: &str) -> Result<(), StoreError> {
         self.of(key).delete(key).await
     }
+
     fn list(&self, prefix: &str) -> BoxStream<'static, Result<Entry, StoreError>> {
         self.of(prefix).list(prefix)
     }
+
     fn list_after(
         &self,
         prefix: &str,
         after: &str,
     ) -> BoxStream<'static, Result<Entry, StoreError>> {
         self.of(prefix).list_after(prefix, after)
-    }
-    fn identity(&self) -> String {
-        self.inner.identity()
-    }
-    fn etag_dialect(&self) -> Option<crate::store::EtagDialect> {
-        self.inner.etag_dialect()
-    }
-    fn set_etag_dialect(&self, d: crate::store::EtagDialect) -> bool {
-        self.inner.set_etag_dialect(d)
     }
 }
 

@@ -157,7 +157,11 @@ fn injected(write: bool) -> StoreError {
 }
 
 #[async_trait]
-impl Store for FaultStore {
+impl crate::store::Forward for FaultStore {
+    fn inner(&self) -> &dyn Store {
+        &*self.inner
+    }
+
     async fn get(&self, key: &str) -> Result<Option<Object>, StoreError> {
         match self.draw() {
             Fault::None => self.inner.get(key).await,
@@ -230,18 +234,6 @@ impl Store for FaultStore {
             _ => futures::stream::once(async { Err(injected(false)) }).boxed(),
         }
     }
-
-    fn identity(&self) -> String {
-        self.inner.identity()
-    }
-
-    fn etag_dialect(&self) -> Option<crate::store::EtagDialect> {
-        self.inner.etag_dialect()
-    }
-
-    fn set_etag_dialect(&self, d: crate::store::EtagDialect) -> bool {
-        self.inner.set_etag_dialect(d)
-    }
 }
 
 /// A deliberately broken store that ignores `If-None-Match` and/or
@@ -261,13 +253,11 @@ impl fmt::Display for IgnoreConditions {
 }
 
 #[async_trait]
-impl Store for IgnoreConditions {
-    async fn get(&self, key: &str) -> Result<Option<Object>, StoreError> {
-        self.inner.get(key).await
+impl crate::store::Forward for IgnoreConditions {
+    fn inner(&self) -> &dyn Store {
+        &*self.inner
     }
-    async fn get_if_changed(&self, key: &str, known: &Version) -> Result<Conditional, StoreError> {
-        self.inner.get_if_changed(key, known).await
-    }
+
     async fn put(&self, key: &str, bytes: Bytes, cond: Cond) -> Result<Version, StoreError> {
         let ignore = match cond {
             Cond::Create => self.ignore_create,
@@ -283,32 +273,6 @@ impl Store for IgnoreConditions {
             None => Cond::Create,
         };
         self.inner.put(key, bytes, cond).await
-    }
-    async fn delete(&self, key: &str) -> Result<(), StoreError> {
-        self.inner.delete(key).await
-    }
-    fn list(&self, prefix: &str) -> BoxStream<'static, Result<Entry, StoreError>> {
-        self.inner.list(prefix)
-    }
-
-    fn list_after(
-        &self,
-        prefix: &str,
-        after: &str,
-    ) -> BoxStream<'static, Result<Entry, StoreError>> {
-        self.inner.list_after(prefix, after)
-    }
-
-    fn identity(&self) -> String {
-        self.inner.identity()
-    }
-
-    fn etag_dialect(&self) -> Option<crate::store::EtagDialect> {
-        self.inner.etag_dialect()
-    }
-
-    fn set_etag_dialect(&self, d: crate::store::EtagDialect) -> bool {
-        self.inner.set_etag_dialect(d)
     }
 }
 
@@ -332,13 +296,11 @@ impl fmt::Display for LockFreeConditions {
 }
 
 #[async_trait]
-impl Store for LockFreeConditions {
-    async fn get(&self, key: &str) -> Result<Option<Object>, StoreError> {
-        self.inner.get(key).await
+impl crate::store::Forward for LockFreeConditions {
+    fn inner(&self) -> &dyn Store {
+        &*self.inner
     }
-    async fn get_if_changed(&self, key: &str, known: &Version) -> Result<Conditional, StoreError> {
-        self.inner.get_if_changed(key, known).await
-    }
+
     async fn put(&self, key: &str, bytes: Bytes, cond: Cond) -> Result<Version, StoreError> {
         let cur = self.inner.get(key).await?;
         match (&cond, &cur) {
@@ -363,32 +325,6 @@ impl Store for LockFreeConditions {
                 other => return other,
             }
         }
-    }
-    async fn delete(&self, key: &str) -> Result<(), StoreError> {
-        self.inner.delete(key).await
-    }
-    fn list(&self, prefix: &str) -> BoxStream<'static, Result<Entry, StoreError>> {
-        self.inner.list(prefix)
-    }
-
-    fn list_after(
-        &self,
-        prefix: &str,
-        after: &str,
-    ) -> BoxStream<'static, Result<Entry, StoreError>> {
-        self.inner.list_after(prefix, after)
-    }
-
-    fn identity(&self) -> String {
-        self.inner.identity()
-    }
-
-    fn etag_dialect(&self) -> Option<crate::store::EtagDialect> {
-        self.inner.etag_dialect()
-    }
-
-    fn set_etag_dialect(&self, d: crate::store::EtagDialect) -> bool {
-        self.inner.set_etag_dialect(d)
     }
 }
 

@@ -287,6 +287,101 @@ pub trait Store: Send + Sync + Debug + Display + 'static {
     }
 }
 
+/// A [`Store`] that sends every request on to another ([`Forward::inner`]),
+/// changing only the methods it overrides. Every wrapper is one: tracing,
+/// counting, the change feed's hints, fault injection, the tests' doubles.
+/// A type that implements `Forward` is a `Store` (a blanket impl), so a
+/// wrapper cannot forget a method: `list_after` (one that did not would
+/// list a whole prefix where the service takes an offset), `identity` (the
+/// host lock's key) and the ETag dialect (one that did not would hide Ceph
+/// RGW's form from the probe, and every If-Match on RGW would fail) all
+/// reach the inner store unless overridden.
+///
+/// # Contract
+///
+/// - Each method's default is the inner store's, called as it was called.
+///   An override keeps `Store`'s contract for that method (the module docs).
+/// - Methods are forwarded one by one: a wrapper that overrides `list`
+///   alone sends `list_after` to the inner store's, unchanged. Override
+///   both when the change must hold for the change feed's reads too.
+/// - A method added to [`Store`] is added here too, with a forwarding
+///   default; the blanket impl calls it.
+/// - Implement it by path (`impl leasehold::store::Forward for X`), and do
+///   not import it where `X`'s `Store` methods are called: both traits name
+///   the same methods.
+#[async_trait]
+pub trait Forward: Send + Sync + Debug + Display + 'static {
+    /// The store every request not overridden goes to.
+    fn inner(&self) -> &dyn Store;
+
+    async fn get(&self, key: &str) -> Result<Option<Object>, StoreError> {
+        self.inner().get(key).await
+    }
+    async fn get_if_changed(&self, key: &str, known: &Version) -> Result<Conditional, StoreError> {
+        self.inner().get_if_changed(key, known).await
+    }
+    async fn put(&self, key: &str, bytes: Bytes, cond: Cond) -> Result<Version, StoreError> {
+        self.inner().put(key, bytes, cond).await
+    }
+    async fn delete(&self, key: &str) -> Result<(), StoreError> {
+        self.inner().delete(key).await
+    }
+    fn list(&self, prefix: &str) -> BoxStream<'static, Result<Entry, StoreError>> {
+        self.inner().list(prefix)
+    }
+    fn list_after(
+        &self,
+        prefix: &str,
+        after: &str,
+    ) -> BoxStream<'static, Result<Entry, StoreError>> {
+        self.inner().list_after(prefix, after)
+    }
+    fn identity(&self) -> String {
+        self.inner().identity()
+    }
+    fn etag_dialect(&self) -> Option<EtagDialect> {
+        self.inner().etag_dialect()
+    }
+    fn set_etag_dialect(&self, dialect: EtagDialect) -> bool {
+        self.inner().set_etag_dialect(dialect)
+    }
+}
+
+#[async_trait]
+impl<T: Forward> Store for T {
+    async fn get(&self, key: &str) -> Result<Option<Object>, StoreError> {
+        Forward::get(self, key).await
+    }
+    async fn get_if_changed(&self, key: &str, known: &Version) -> Result<Conditional, StoreError> {
+        Forward::get_if_changed(self, key, known).await
+    }
+    async fn put(&self, key: &str, bytes: Bytes, cond: Cond) -> Result<Version, StoreError> {
+        Forward::put(self, key, bytes, cond).await
+    }
+    async fn delete(&self, key: &str) -> Result<(), StoreError> {
+        Forward::delete(self, key).await
+    }
+    fn list(&self, prefix: &str) -> BoxStream<'static, Result<Entry, StoreError>> {
+        Forward::list(self, prefix)
+    }
+    fn list_after(
+        &self,
+        prefix: &str,
+        after: &str,
+    ) -> BoxStream<'static, Result<Entry, StoreError>> {
+        Forward::list_after(self, prefix, after)
+    }
+    fn identity(&self) -> String {
+        Forward::identity(self)
+    }
+    fn etag_dialect(&self) -> Option<EtagDialect> {
+        Forward::etag_dialect(self)
+    }
+    fn set_etag_dialect(&self, dialect: EtagDialect) -> bool {
+        Forward::set_etag_dialect(self, dialect)
+    }
+}
+
 /// Checks a key against the contract's shape. Stores call this before touching
 /// anything, so a bad key is refused the same way everywhere.
 pub fn check_key(key: &str) -> Result<(), StoreError> {

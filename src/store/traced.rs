@@ -114,14 +114,20 @@ impl TracedStore {
 }
 
 #[async_trait]
-impl Store for TracedStore {
+impl crate::store::Forward for TracedStore {
+    fn inner(&self) -> &dyn Store {
+        &*self.inner
+    }
+
     async fn get(&self, key: &str) -> Result<Option<Object>, StoreError> {
         self.traced("get", key, self.inner.get(key)).await
     }
+
     async fn get_if_changed(&self, key: &str, known: &Version) -> Result<Conditional, StoreError> {
         self.traced("get_if_changed", key, self.inner.get_if_changed(key, known))
             .await
     }
+
     async fn put(&self, key: &str, bytes: Bytes, cond: Cond) -> Result<Version, StoreError> {
         let op = match cond {
             Cond::Create => "put_create",
@@ -129,9 +135,11 @@ impl Store for TracedStore {
         };
         self.traced(op, key, self.inner.put(key, bytes, cond)).await
     }
+
     async fn delete(&self, key: &str) -> Result<(), StoreError> {
         self.traced("delete", key, self.inner.delete(key)).await
     }
+
     fn list(&self, prefix: &str) -> BoxStream<'static, Result<Entry, StoreError>> {
         self.traced_list("list", prefix, self.inner.list(prefix))
     }
@@ -142,18 +150,6 @@ impl Store for TracedStore {
         after: &str,
     ) -> BoxStream<'static, Result<Entry, StoreError>> {
         self.traced_list("list_after", prefix, self.inner.list_after(prefix, after))
-    }
-
-    fn identity(&self) -> String {
-        self.inner.identity()
-    }
-
-    fn etag_dialect(&self) -> Option<crate::store::EtagDialect> {
-        self.inner.etag_dialect()
-    }
-
-    fn set_etag_dialect(&self, d: crate::store::EtagDialect) -> bool {
-        self.inner.set_etag_dialect(d)
     }
 }
 
