@@ -1618,13 +1618,33 @@ async fn published_attrs(bucket: &Arc<dyn Store>, id: &str) -> leasehold::fleet:
     leasehold::fleet::attrs::NodeAttrs::of(&r)
 }
 
+/// The attributes a node of an older build writes (no `proto`), with
+/// capacity 0 (placement gives it nothing).
+fn older_attrs() -> serde_json::Map<String, serde_json::Value> {
+    serde_json::json!({
+        "capacity": 0, "max_poll_ms": 10_000, "load": 0, "labels": {}
+    })
+    .as_object()
+    .unwrap()
+    .clone()
+}
+
 /// A node of an older build, as its peers find it: a node lease whose
-/// record carries the attributes such a build wrote (no `proto`), renewed
-/// by the test, with no pull loop (capacity 0: placement gives it nothing).
+/// record carries `older_attrs`, renewed by the test, with no pull loop.
 async fn older_node(
     bucket: &Arc<dyn Store>,
     clock: &Arc<dyn Clock>,
     id: &str,
+) -> leasehold::lease::Lease {
+    node_lease(bucket, clock, id, older_attrs()).await
+}
+
+/// A node lease `id` with attributes `attrs` (ttl 10 s), held by the test.
+async fn node_lease(
+    bucket: &Arc<dyn Store>,
+    clock: &Arc<dyn Clock>,
+    id: &str,
+    attrs: serde_json::Map<String, serde_json::Value>,
 ) -> leasehold::lease::Lease {
     use leasehold::lease::{Acquire, AcquireOptions, LeaseClient};
     let client = LeaseClient::builder(bucket.clone(), Name::new(id).unwrap())
@@ -1654,7 +1674,10 @@ async fn older_node(
 /// since. It grows once that peer is gone, and when an older peer joins
 /// later it goes back to the fixed interval within its slow `nodes/`
 /// listing and one full pass, its sessions running on throughout (the full
-/// pass confirms their claims before the interval shrinks).
+/// pass confirms their claims before the interval shrinks), even with one
+/// claim deleted by hand meanwhile: that claim's confirmation is from the
+/// listing before, and the shorter belief applied before the pass stopped
+/// its session ended every session's deadline with it (found by review).
 #[tokio::test(flavor = "current_thread")]
 async fn an_older_node_in_the_fleet_keeps_the_listing_interval_from_growing() {
     let mut f = FeedFleet::new().await;
@@ -1689,9 +1712,10 @@ async fn an_older_node_in_the_fleet_keeps_the_listing_interval_from_growing() {
         200_000,
         "grown once no older node is live"
     );
-    let runs = f.runs().len();
-    // An older node joins (it does not hint: the slow `nodes/` listing
-    // finds it, within a minute).
+    // An operator deletes s0's claim by hand (no hint: only a full listing
+    // shows it), and an older node joins (it does not hint either: the
+    // slow `nodes/` listing finds it, within a minute).
+    f.bucket.delete("sessions/s0").await.unwrap();
     let mut late = older_node(&f.bucket, &f.dyn_clock, "late").await;
     for _ in 0..30 {
         f.step(30).await;
@@ -1702,10 +1726,186 @@ async fn an_older_node_in_the_fleet_keeps_the_listing_interval_from_growing() {
         20_000,
         "back to the fixed interval within 90 s of an older node joining"
     );
-    assert_eq!(f.running(0), 5);
-    assert_eq!(f.runs().len(), runs, "no session stopped or started again");
-    let o = common::overlaps(&f.runs());
+    let runs = f.runs();
+    let now = f.clock.now();
+    for i in 1..5 {
+        let of: Vec<_> = runs.iter().filter(|r| r.0 == format!("s{i}")).collect();
+        assert!(
+            of.len() == 1 && of[0].4 >= now,
+            "s{i} ran on, never stopped or started again: {runs:?}"
+        );
+    }
+    // (n1 may have made its own vanished claim again since, at epoch 2.)
+    assert!(
+        runs.iter().any(|r| r.0 == "s0" && r.1 == 1 && r.4 < now),
+        "s0 stopped, its claim gone: {runs:?}"
+    );
+    let o = common::overlaps(&runs);
     assert!(o.is_empty(), "{o:?}");
+    f.finish().await;
+}
+
+/// When the interval shrinks (an older node joined), the deadline the
+/// runner holds is measured in the shorter belief at once, not at the next
+/// pass: here every listing stalls right after the pass that shrank it (the
+/// renewals go on), and the sessions stop within the short belief (about
+/// 29 s) of that pass's confirmation. With the shorter belief applied after
+/// the pass's announcement and not announced again, they ran on at the
+/// grown belief's deadline (about 209 s): by then a peer that read the
+/// short interval may have taken a claim deleted by hand (found by review).
+#[tokio::test(flavor = "current_thread")]
+async fn a_shrunk_interval_bounds_the_running_sessions_at_once() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    /// Every listing waits while `stall` is set.
+    #[derive(Debug)]
+    struct StallLists {
+        inner: Arc<dyn Store>,
+        stall: Arc<AtomicBool>,
+        clock: Arc<dyn Clock>,
+    }
+    impl std::fmt::Display for StallLists {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "stall-lists({})", self.inner)
+        }
+    }
+    impl StallLists {
+        fn held(
+            &self,
+            list: futures::stream::BoxStream<
+                'static,
+                Result<leasehold::store::Entry, leasehold::store::StoreError>,
+            >,
+        ) -> futures::stream::BoxStream<
+            'static,
+            Result<leasehold::store::Entry, leasehold::store::StoreError>,
+        > {
+            use futures::StreamExt;
+            let (stall, clock) = (self.stall.clone(), self.clock.clone());
+            futures::stream::once(async move {
+                while stall.load(Ordering::SeqCst) {
+                    clock.sleep(Duration::from_millis(100)).await;
+                }
+                list
+            })
+            .flatten()
+            .boxed()
+        }
+    }
+    impl leasehold::store::Forward for StallLists {
+        fn inner(&self) -> &dyn Store {
+            &*self.inner
+        }
+        fn list(
+            &self,
+            prefix: &str,
+        ) -> futures::stream::BoxStream<
+            'static,
+            Result<leasehold::store::Entry, leasehold::store::StoreError>,
+        > {
+            self.held(self.inner.list(prefix))
+        }
+        fn list_after(
+            &self,
+            prefix: &str,
+            after: &str,
+        ) -> futures::stream::BoxStream<
+            'static,
+            Result<leasehold::store::Entry, leasehold::store::StoreError>,
+        > {
+            self.held(self.inner.list_after(prefix, after))
+        }
+    }
+
+    let mut f = FeedFleet::new().await;
+    for i in 0..5 {
+        apply(&f.bucket, &format!("s{i}"), &spec("sleep")).await;
+    }
+    let stall = Arc::new(AtomicBool::new(false));
+    let store: Arc<dyn Store> = Arc::new(StallLists {
+        inner: f.hinting(1, 0.0),
+        stall: stall.clone(),
+        clock: f.dyn_clock.clone(),
+    });
+    f.start_with("n1", store, |cfg| {
+        cfg.full_every = Duration::from_secs(20);
+        cfg.full_every_objects = 1;
+    });
+    f.step(600).await;
+    assert_eq!(f.running(0), 5, "n1 runs all five");
+    assert_eq!(published_attrs(&f.bucket, "n1").await.max_poll_ms, 200_000);
+    // An older node joins; the moment n1's record shows the fixed interval
+    // again (published by the renewal after the pass that shrank it), every
+    // listing stalls.
+    let mut late = older_node(&f.bucket, &f.dyn_clock, "late").await;
+    let mut shrunk = false;
+    for step in 1..=1200 {
+        f.step(1).await;
+        if step % 30 == 0 {
+            late.renew_once().await.unwrap();
+        }
+        if published_attrs(&f.bucket, "n1").await.max_poll_ms == 20_000 {
+            stall.store(true, Ordering::SeqCst);
+            shrunk = true;
+            break;
+        }
+    }
+    assert!(shrunk, "n1 took the fixed interval back within 120 s");
+    let at = f.clock.now();
+    for _ in 0..20 {
+        f.step(30).await;
+        late.renew_once().await.unwrap();
+    }
+    let runs = f.runs();
+    let now = f.clock.now();
+    assert!(
+        runs.iter()
+            .all(|r| r.4 < now && r.4 < at + Duration::from_secs(40)),
+        "every session stopped within the short belief: {runs:?} (stalled at {at:?})"
+    );
+    stall.store(false, Ordering::SeqCst);
+    f.finish().await;
+}
+
+/// The gate on growing the interval judges peers' records as they stand,
+/// not as last read: a light pass reads a known peer's record only on a
+/// hint or every `peer_refresh` (an hour here), so a node id rolled back
+/// to an older build (here: the same lease renewed with an older build's
+/// attributes, no hint) would still read as the newer build. Before the
+/// interval grows, every record whose listed version is unread is read
+/// again (found by review).
+#[tokio::test(flavor = "current_thread")]
+async fn the_growth_gate_reads_peer_records_as_they_stand() {
+    let mut f = FeedFleet::new().await;
+    let mut newer = older_attrs();
+    newer.insert("proto".into(), leasehold::fleet::attrs::PROTO_LEVEL.into());
+    let mut rb = node_lease(&f.bucket, &f.dyn_clock, "rb", newer).await;
+    f.start_with("n1", f.hinting(1, 0.0), |cfg| {
+        cfg.full_every = Duration::from_secs(20);
+        cfg.full_every_objects = 1;
+        cfg.node_refresh = Duration::from_secs(3600);
+    });
+    // 30 s: n1 registered and read rb's record; nothing to grow for.
+    for _ in 0..10 {
+        f.step(30).await;
+        rb.renew_once().await.unwrap();
+    }
+    assert_eq!(published_attrs(&f.bucket, "n1").await.max_poll_ms, 20_000);
+    rb.set_attrs(older_attrs()).await.unwrap();
+    // Five sessions (no hints: the next full listing finds them), which
+    // would grow the interval to 200 s.
+    for i in 0..5 {
+        apply(&f.bucket, &format!("s{i}"), &spec("sleep")).await;
+    }
+    for _ in 0..40 {
+        f.step(30).await;
+        rb.renew_once().await.unwrap();
+    }
+    assert_eq!(f.running(0), 5, "n1 runs all five");
+    assert_eq!(
+        published_attrs(&f.bucket, "n1").await.max_poll_ms,
+        20_000,
+        "not grown: rb's record now says an older build"
+    );
     f.finish().await;
 }
 

@@ -1065,6 +1065,9 @@ struct Node {
     /// deadline lapsed would be started again beside the peer's.
     belief_pace: Duration,
     grown_at: MonoTime,
+    /// The interval would grow, but `note_fleet_size` holds it at
+    /// `full_every` (logged once each time it starts holding).
+    growth_held: bool,
     /// When every node record was last read again, whole and decodable,
     /// before a vanished claim was made (`read_holds`): when those reads
     /// were sent.
@@ -1164,6 +1167,7 @@ impl Node {
             holds_read: None,
             belief_pace: full_every,
             grown_at: MonoTime::ZERO,
+            growth_held: false,
         }
     }
 
@@ -1180,17 +1184,42 @@ impl Node {
     /// to the renew task to publish. Longer is taken only once published
     /// (`take_published_pace`). Only with the feed on: without it every
     /// pass lists everything.
-    fn note_fleet_size(&mut self, objects: u64) {
+    ///
+    /// Not grown while a peer of an older build is live
+    /// (`older_peer_live`; judged on this full pass's `nodes/` listing and
+    /// on records read since it, see `fetch_unread_nodes`): such a peer
+    /// would not read our record before making one of our vanished claims
+    /// again. When those reads failed (`records_read` false) the interval
+    /// is kept as it is, neither grown nor shrunk.
+    ///
+    /// Called after the pass has stopped what its listing no longer showed
+    /// (`reconcile_owned`): a shorter interval shortens our belief at once,
+    /// and a claim the listing did not show (deleted by hand) still carries
+    /// the confirmation of the listing before, which measured in the
+    /// shorter belief may already have run out, and would end every
+    /// session's deadline with it (the runner's deadline is the node's).
+    fn note_fleet_size(&mut self, objects: u64, records_read: bool) {
         if !self.cfg.feed_on() {
             return;
         }
-        // Not grown while a peer of an older build is live: it would not
-        // read our record before making one of our vanished claims again.
-        // Judged on this full pass's `nodes/` listing.
-        self.full_every_wanted = if self.older_peer_live() {
+        let grown =
+            core::full_listing_pace(self.cfg.full_every, self.cfg.full_every_objects, objects);
+        self.full_every_wanted = if grown > self.cfg.full_every && self.older_peer_live() {
+            if !std::mem::replace(&mut self.growth_held, true) {
+                tracing::info!(
+                    wanted_ms = grown.as_millis() as u64,
+                    kept_ms = self.cfg.full_every.as_millis() as u64,
+                    "the full-listing interval is not grown: a live peer of an older build does not read holds"
+                );
+            }
             self.cfg.full_every
+        } else if grown > self.full_every && !records_read {
+            // The records could not be read: not grown this time.
+            tracing::debug!("peer records not read: the full-listing interval is kept");
+            self.full_every
         } else {
-            core::full_listing_pace(self.cfg.full_every, self.cfg.full_every_objects, objects)
+            self.growth_held = false;
+            grown
         };
         self.take_published_pace();
         let wanted = self.full_every_wanted;
@@ -2797,6 +2826,8 @@ impl Node {
         };
         // Names a hint named this pass (light passes only).
         let mut hinted: std::collections::BTreeSet<String> = Default::default();
+        // What a full listing counted (`note_fleet_size`, after reconcile).
+        let mut fleet_size = None;
         if full {
             // Manifests are never judged by expiry: listed without the
             // observer, which then remembers nodes and claims only.
@@ -2885,7 +2916,7 @@ impl Node {
             self.last_full = Some(listed_at);
             self.full_forced = false;
             self.rescan = true;
-            self.note_fleet_size((self.manifests.len() + self.claims.len()) as u64);
+            fleet_size = Some((self.manifests.len() + self.claims.len()) as u64);
         } else {
             if let Some(entries) = &node_entries {
                 self.refresh_nodes(entries).await?;
@@ -2976,6 +3007,26 @@ impl Node {
         let mut refetched = std::collections::HashSet::new();
         changed |= self.handle_exits().await;
         changed |= self.reconcile_owned().await;
+        if let Some(objects) = fleet_size
+            && self.cfg.feed_on()
+        {
+            // A growth is judged on the records as they stand.
+            let grows =
+                core::full_listing_pace(self.cfg.full_every, self.cfg.full_every_objects, objects)
+                    > self.full_every;
+            let read = !grows || self.fetch_unread_nodes().await;
+            let belief = self.belief_pace;
+            self.note_fleet_size(objects, read);
+            if self.belief_pace < belief {
+                // Shorter: what was announced above, and what the claims
+                // below would be started with, is measured in it from now
+                // on (the floor recounted without what reconcile dropped).
+                self.recount_confirmed();
+                self.confirmed_tx
+                    .send_replace(self.confirmed_until().unwrap_or(MonoTime::ZERO));
+                self.deps.runner.announce(self.valid_until());
+            }
+        }
 
         // Claim what is claimable, within capacity, in rank order: every
         // manifest after a full listing or a change in the fleet, else only
@@ -3601,6 +3652,30 @@ impl Node {
                     == crate::liveness::Liveness::Live
             }
         })
+    }
+
+    /// Reads again every peer record whose listed version we have not read
+    /// (peers renew every ttl/3, and a light pass reads a record only on a
+    /// hint or every `peer_refresh`): the gate on growing the interval
+    /// (`older_peer_live`) judges attributes as they stand, so a node id
+    /// rolled back to an older build is not taken for the newer one it was.
+    /// Only at a full pass whose count calls for a growth (with the feed
+    /// on): once or twice per growth, or once per full pass while an older
+    /// peer holds the interval back. Whether every read succeeded.
+    async fn fetch_unread_nodes(&mut self) -> bool {
+        let unread: Vec<(String, Version)> = self
+            .nodes
+            .iter()
+            .filter(|(_, n)| n.listed != n.fetched)
+            .map(|(k, n)| (k.clone(), n.listed.clone()))
+            .collect();
+        for (key, listed) in unread {
+            if let Err(e) = self.fetch_node(&key, Some(listed)).await {
+                tracing::debug!(error = %e, key, "reading a node record before growing the interval");
+                return false;
+            }
+        }
+        true
     }
 
     /// Reads a peer's node record now. `listed` is the version the listing
