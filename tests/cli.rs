@@ -852,6 +852,13 @@ fn inventory_scenario(s: &str, dir: &std::path::Path) {
         "{n1}"
     );
     assert_eq!(n1["state"], "live", "{n1}");
+    // What a peer's growth gate and a vanished claim's wait read of it.
+    assert_eq!(
+        n1["proto"].as_u64(),
+        Some(leasehold::fleet::attrs::PROTO_LEVEL.into()),
+        "{n1}"
+    );
+    assert!(n1["max_poll_ms"].as_u64().is_some_and(|m| m > 0), "{n1}");
     let table = stdout(&run(&["ls", "nodes", "--store", s]));
     assert!(
         table

@@ -269,7 +269,7 @@ pub async fn ls(
                     "ADDRESS",
                     "RENEWED",
                     if wide {
-                        " HOST                 LABELS"
+                        " HOST                 LISTS  PROTO LABELS"
                     } else {
                         ""
                     }
@@ -283,7 +283,13 @@ pub async fn ls(
                         }
                     };
                     let extra = if wide {
-                        format!(" {:<20} {}", r.host, kv_list(&r.labels))
+                        format!(
+                            " {:<20} {:<6} {:<5} {}",
+                            r.host,
+                            ago(r.max_poll_ms),
+                            r.proto,
+                            kv_list(&r.labels)
+                        )
                     } else {
                         String::new()
                     };
@@ -541,6 +547,13 @@ struct NodeRow {
     state: leasehold::liveness::Liveness,
     released_by: Option<String>,
     cordoned: bool,
+    /// Its longest pause between the listings that confirm its claims, as
+    /// published: at least its full-listing interval, grown with the fleet
+    /// (docs/fleet.md, "The interval grows with the fleet").
+    max_poll_ms: u64,
+    /// The protocol level its build publishes (0: older than levels); a
+    /// node grows its interval only while no live peer shows less.
+    proto: u32,
 }
 
 impl NodeRow {
@@ -568,6 +581,8 @@ impl NodeRow {
             state,
             released_by: a.released_by,
             cordoned: a.cordoned,
+            max_poll_ms: a.max_poll_ms,
+            proto: a.proto,
         }
     }
 }

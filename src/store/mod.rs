@@ -420,6 +420,37 @@ pub fn check_prefix(prefix: &str) -> Result<(), StoreError> {
 mod tests {
     use super::Version;
 
+    /// The methods declared in the block of this file that starts with
+    /// `start`, up to the next line that is `}`.
+    fn methods_in(start: &str) -> Vec<String> {
+        let src = include_str!("mod.rs");
+        let at = src.find(start).expect("block present");
+        let block = &src[at..at + src[at..].find("\n}\n").expect("block end")];
+        block
+            .split("fn ")
+            .skip(1)
+            .map(|rest| rest.split('(').next().unwrap_or("").trim().to_string())
+            .collect()
+    }
+
+    /// `Forward` forwards every method of `Store`: a method added to
+    /// `Store` with a default but not here would silently take `Store`'s
+    /// default in every wrapper (the ETag dialect was the example).
+    #[test]
+    fn forward_declares_and_forwards_every_store_method() {
+        let store = methods_in("pub trait Store:");
+        let forward = methods_in("pub trait Forward:");
+        let blanket = methods_in("impl<T: Forward> Store for T {");
+        assert!(store.len() >= 9, "{store:?}");
+        assert_eq!(
+            forward,
+            std::iter::once("inner".to_string())
+                .chain(store.iter().cloned())
+                .collect::<Vec<_>>()
+        );
+        assert_eq!(blanket, store);
+    }
+
     fn v(etag: Option<&str>, version: Option<&str>) -> Version {
         Version {
             etag: etag.map(str::to_string),
