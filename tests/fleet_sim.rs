@@ -71,6 +71,12 @@ struct Adversary {
     /// it first; peers read every record again before making a vanished
     /// claim.
     grow: bool,
+    /// With `grow`: a node of an older build (its record publishes no
+    /// `proto`; no pull loop) comes and goes, registered for 0.5 to 3 s and
+    /// away as long, renewed every ttl/3 while there, leaving by release or
+    /// by silence (half each): the nodes' intervals are held, shrink and
+    /// grow again (`Node::older_peer_live`) under the other faults.
+    older: bool,
 }
 
 /// Listed objects per full-listing interval when `Adversary::grow` is set:
@@ -107,6 +113,30 @@ thread_local! {
     /// Feed reads by every node of the schedule that ran last on this
     /// thread (tests run side by side in one process, one per thread).
     static FEED_READS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// With `Adversary::older`: samples of the nodes' published intervals
+    /// taken as the older node comes and goes, in the schedule that ran
+    /// last on this thread: (an older node present, every node at the
+    /// fixed interval; none present, some node grown).
+    static OLDER_SEEN: std::cell::Cell<(u64, u64)> = const { std::cell::Cell::new((0, 0)) };
+}
+
+/// The published intervals (`max_poll_ms`) of the nodes' records that
+/// decode.
+async fn published_intervals(store: &Arc<dyn Store>) -> Vec<u64> {
+    let mut out = Vec::new();
+    for n in 0..3 {
+        let key = format!("nodes/n{n}");
+        if let Ok(Some(o)) = store.get(&key).await
+            && let Ok(r) = leasehold::record::LeaseRecord::decode(
+                &key,
+                &o.bytes,
+                leasehold::record::Kind::Node,
+            )
+        {
+            out.push(leasehold::fleet::attrs::NodeAttrs::of(&r).max_poll_ms);
+        }
+    }
+    out
 }
 
 /// The anti-entropy interval of nodes with the feed on: 5 ttls, 15 polls
@@ -332,9 +362,72 @@ async fn schedule_with(
     let mut acts = 0u64;
     let mut wiped = false;
     let mut next_churn = Duration::ZERO;
+    // The older node: its lease while registered, its next renewal, and
+    // when it next comes or goes.
+    let older_rng = SeededEntropy::new(seed ^ 0x01de7);
+    let older_client =
+        leasehold::lease::LeaseClient::builder(inner.clone(), Name::new("old").unwrap())
+            .clock(dyn_clock.clone())
+            .entropy(Arc::new(SeededEntropy::new(seed ^ 0x01d)))
+            .build()
+            .unwrap();
+    let mut older: Option<leasehold::lease::Lease> = None;
+    let mut older_renew = Duration::ZERO;
+    let mut older_toggle = Duration::from_millis(500 + older_rng.next_u64() % 2500);
+    let (mut held_seen, mut grown_seen) = (0u64, 0u64);
     for _ in 0..steps {
         clock.advance(STEP);
         let now = clock.now().since_origin();
+        if adversary.older && adversary.grow && !wiped {
+            if now >= older_toggle {
+                let fixed = FEED_FULL_EVERY.as_millis() as u64;
+                let shown = published_intervals(&inner).await;
+                match older.take() {
+                    Some(lease) => {
+                        // Present for a while: every node gave the fixed
+                        // interval back by now?
+                        if !shown.is_empty() && shown.iter().all(|m| *m <= fixed) {
+                            held_seen += 1;
+                        }
+                        if older_rng.next_u64().is_multiple_of(2) {
+                            let _ = lease.release().await;
+                        }
+                    }
+                    None => {
+                        if shown.iter().any(|m| *m > fixed) {
+                            grown_seen += 1;
+                        }
+                        let mut opts = leasehold::lease::AcquireOptions::ttl(TTL);
+                        opts.attrs = serde_json::json!({
+                            "capacity": 0, "max_poll_ms": TTL.as_millis() as u64, "load": 0, "labels": {}
+                        })
+                        .as_object()
+                        .unwrap()
+                        .clone();
+                        if let Ok(leasehold::lease::Acquire::Acquired(l)) = older_client
+                            .acquire_kind(
+                                leasehold::record::Kind::Node,
+                                &Name::new("old").unwrap(),
+                                &opts,
+                            )
+                            .await
+                        {
+                            older = Some(l);
+                            older_renew = now + TTL / 3;
+                        }
+                    }
+                }
+                acts += 1;
+                older_toggle = now + Duration::from_millis(500 + older_rng.next_u64() % 2500);
+            } else if now >= older_renew
+                && let Some(l) = older.as_mut()
+            {
+                if l.renew_once().await.is_err() {
+                    older = None;
+                }
+                older_renew = now + TTL / 3;
+            }
+        }
         if adversary.vandal && !wiped && now >= next_act {
             if let Some(m) = reapply.take() {
                 apply(&m).await;
@@ -426,6 +519,7 @@ async fn schedule_with(
     }
     runs.sort();
     FEED_READS.set(feed_reads.load(std::sync::atomic::Ordering::Relaxed));
+    OLDER_SEEN.set((held_seen, grown_seen));
     let mut ends = Vec::new();
     for n in nodes {
         // A node may end with an error (its store was cut off while it shut
@@ -478,6 +572,7 @@ async fn nodes_under_faults_and_partitions_never_run_a_session_twice() {
 #[tokio::test(flavor = "current_thread")]
 async fn the_change_feed_under_lost_and_reordered_hints_never_runs_a_session_twice() {
     let (mut total_runs, mut moved, mut total_faults, mut reads) = (0, 0, 0, 0);
+    let (mut held, mut grown) = (0, 0);
     for seed in 0..100 {
         let adversary = Adversary {
             // A quarter without request faults or partitions: there nodes
@@ -489,6 +584,8 @@ async fn the_change_feed_under_lost_and_reordered_hints_never_runs_a_session_twi
             redeploy: seed % 2 == 0,
             // Two in three with intervals that grow with the fleet.
             grow: seed % 3 != 2,
+            // Half of those with an older node coming and going.
+            older: seed % 2 == 1,
             ..Adversary::default()
         };
         let ((runs, faults), _) = schedule_with(seed, 20, adversary).await;
@@ -496,10 +593,17 @@ async fn the_change_feed_under_lost_and_reordered_hints_never_runs_a_session_twi
         moved += runs.iter().filter(|r| r.1 > 1).count();
         total_faults += faults;
         reads += FEED_READS.get();
+        if adversary.older && adversary.grow {
+            let (h, g) = OLDER_SEEN.get();
+            held += h;
+            grown += g;
+        }
     }
     eprintln!(
-        "100 schedules with the feed: {total_runs} session runs ({moved} at epochs above 1), {total_faults} faults and acts, {reads} feed reads"
+        "100 schedules with the feed: {total_runs} session runs ({moved} at epochs above 1), {total_faults} faults and acts, {reads} feed reads; with an older node coming and going, every node held at the fixed interval in {held} samples, some node grown without it in {grown}"
     );
+    // The older node's schedules exercised the gate both ways.
+    assert!(held > 0 && grown > 0, "held {held}, grown {grown}");
     assert!(total_runs > 100 * 6, "{total_runs} runs");
     assert!(moved > 500, "{moved} runs at epochs above 1");
     // Light passes ran: about 3 nodes × 130 passes in each calm schedule.
@@ -541,8 +645,10 @@ async fn adversary_schedules(from: u64, to: u64) {
             // Half the schedules with the feed and its faults.
             feed: (seed % 2 == 1).then_some(HINT_FAULTS),
             redeploy: false,
-            // Half of those with intervals that grow with the fleet.
+            // Half of those with intervals that grow with the fleet, and
+            // half of these with an older node coming and going.
             grow: seed % 4 == 3,
+            older: seed % 8 == 7,
         };
         let ((runs, injected), ends) = schedule_with(seed, 4, adversary).await;
         runs_total += runs.len();
