@@ -584,8 +584,9 @@ async fn the_change_feed_under_lost_and_reordered_hints_never_runs_a_session_twi
             redeploy: seed % 2 == 0,
             // Two in three with intervals that grow with the fleet.
             grow: seed % 3 != 2,
-            // Half of those with an older node coming and going.
-            older: seed % 2 == 1,
+            // Half of those with an older node coming and going (with
+            // and without redeploys).
+            older: (seed / 2) % 2 == 0,
             ..Adversary::default()
         };
         let ((runs, faults), _) = schedule_with(seed, 20, adversary).await;
@@ -622,6 +623,28 @@ async fn a_seed_replays_exactly() {
     assert_eq!(fa, fb);
     assert_eq!(a, b);
     assert!(a.len() > 6);
+}
+
+/// A schedule with growing intervals and an older node coming and going
+/// replays too. (The reads before a growth go out in key order, not a
+/// HashMap's, since each read draws the store's faults; found by review.
+/// This test does not catch that order: the faults fall on the same
+/// request numbers whatever key each carries, and these histories came out
+/// the same without it.)
+#[tokio::test(flavor = "current_thread")]
+async fn a_seed_with_an_older_node_replays_exactly() {
+    let adversary = Adversary {
+        feed: Some(HINT_FAULTS),
+        grow: true,
+        older: true,
+        ..Adversary::default()
+    };
+    for seed in 0..10 {
+        let a = schedule_with(seed, 20, adversary).await;
+        let b = schedule_with(seed, 20, adversary).await;
+        assert_eq!(a, b, "seed {seed}");
+        assert!(a.0.0.len() > 6, "seed {seed}: {:?}", a.0.0);
+    }
 }
 
 /// The bucket as an adversary, in 10,000 short schedules over four tests

@@ -1198,7 +1198,15 @@ impl Node {
     /// the confirmation of the listing before, which measured in the
     /// shorter belief may already have run out, and would end every
     /// session's deadline with it (the runner's deadline is the node's).
-    fn note_fleet_size(&mut self, objects: u64, records_read: bool) {
+    ///
+    /// Nor shrunk while a claim we hold was not confirmed by this listing
+    /// (`all_confirmed` false: one it did not show that could not be read
+    /// back): measured in the shorter belief, that claim's older
+    /// confirmation would end every session's deadline with it. Staying at
+    /// the longer interval a pass more is safe: every peer that could wait
+    /// out our claims read it (an older peer that joined while we were
+    /// grown read it in its first pass; `longest` only grows).
+    fn note_fleet_size(&mut self, objects: u64, records_read: bool, all_confirmed: bool) {
         if !self.cfg.feed_on() {
             return;
         }
@@ -1213,14 +1221,20 @@ impl Node {
                 );
             }
             self.cfg.full_every
-        } else if grown > self.full_every && !records_read {
-            // The records could not be read: not grown this time.
+        } else if grown > self.full_every && (!records_read || self.corrupt_peer_unsettled()) {
+            // The records could not be read, or one listed under `nodes/`
+            // does not decode and has been renewed lately (a node of an
+            // unknown build may stand behind it): not grown this time.
             tracing::debug!("peer records not read: the full-listing interval is kept");
             self.full_every
         } else {
             self.growth_held = false;
             grown
         };
+        if self.full_every_wanted < self.full_every && !all_confirmed {
+            tracing::debug!("a claim not confirmed by this listing: the interval shrinks later");
+            self.full_every_wanted = self.full_every;
+        }
         self.take_published_pace();
         let wanted = self.full_every_wanted;
         self.pace_tx.send_if_modified(|v| {
@@ -2392,11 +2406,19 @@ impl Node {
     /// Sets `confirmed_floor` to the exact earliest confirmation: once per
     /// pass (O(owned), as the pass's announcement always was), after the
     /// full listing's confirmations and the pass's removals.
-    fn recount_confirmed(&mut self) {
+    ///
+    /// `raise`: the belief may be raised to the grown interval here. A full
+    /// pass recounts without it before its interval is decided
+    /// (`note_fleet_size`, after `reconcile_owned`), and with it after: a
+    /// growth taken at the start of the pass may be given back by it (an
+    /// older peer seen), and the grown belief must not be announced in
+    /// between.
+    fn recount_confirmed(&mut self, raise: bool) {
         self.confirmed_floor = self.owned.values().map(|o| o.confirmed).min();
         // Every claim confirmed at the grown interval (or none held): our
         // belief may be measured in it (see `belief_pace`).
-        if self.belief_pace < self.full_every
+        if raise
+            && self.belief_pace < self.full_every
             && self.confirmed_floor.is_none_or(|f| f >= self.grown_at)
         {
             self.belief_pace = self.full_every;
@@ -2916,7 +2938,10 @@ impl Node {
             self.last_full = Some(listed_at);
             self.full_forced = false;
             self.rescan = true;
-            fleet_size = Some((self.manifests.len() + self.claims.len()) as u64);
+            fleet_size = Some((
+                (self.manifests.len() + self.claims.len()) as u64,
+                claims_listed_at,
+            ));
         } else {
             if let Some(entries) = &node_entries {
                 self.refresh_nodes(entries).await?;
@@ -2966,7 +2991,7 @@ impl Node {
                 .cloned()
                 .collect(),
         );
-        self.recount_confirmed();
+        self.recount_confirmed(!full);
         // Every manifest is claimable at once while a fleet is placed; the
         // table that held them is given back once placement is over.
         crate::memory::shrink_if_sparse(&mut self.first_claimable);
@@ -3007,21 +3032,31 @@ impl Node {
         let mut refetched = std::collections::HashSet::new();
         changed |= self.handle_exits().await;
         changed |= self.reconcile_owned().await;
-        if let Some(objects) = fleet_size
-            && self.cfg.feed_on()
-        {
-            // A growth is judged on the records as they stand.
-            let grows =
-                core::full_listing_pace(self.cfg.full_every, self.cfg.full_every_objects, objects)
-                    > self.full_every;
-            let read = !grows || self.fetch_unread_nodes().await;
-            let belief = self.belief_pace;
-            self.note_fleet_size(objects, read);
-            if self.belief_pace < belief {
-                // Shorter: what was announced above, and what the claims
-                // below would be started with, is measured in it from now
-                // on (the floor recounted without what reconcile dropped).
-                self.recount_confirmed();
+        if full {
+            let announced = self.confirmed_until();
+            if let Some((objects, listed_at)) = fleet_size
+                && self.cfg.feed_on()
+            {
+                // A growth is judged on the records as they stand.
+                let grows = core::full_listing_pace(
+                    self.cfg.full_every,
+                    self.cfg.full_every_objects,
+                    objects,
+                ) > self.full_every;
+                let read = !grows || self.fetch_unread_nodes().await;
+                // Every claim we still hold was confirmed by this listing
+                // (one it did not show and that could not be read back
+                // keeps the listing before's confirmation).
+                let confirmed = self.owned.values().all(|o| o.confirmed >= listed_at);
+                self.note_fleet_size(objects, read, confirmed);
+            }
+            // The interval is decided: the belief may be raised to it now,
+            // or was shortened with it. Either way, what was announced
+            // above, and what the claims below are started with, is
+            // measured in it from now on (the floor recounted without what
+            // reconcile dropped).
+            self.recount_confirmed(true);
+            if self.confirmed_until() != announced {
                 self.confirmed_tx
                     .send_replace(self.confirmed_until().unwrap_or(MonoTime::ZERO));
                 self.deps.runner.announce(self.valid_until());
@@ -3654,6 +3689,24 @@ impl Node {
         })
     }
 
+    /// Is a record under `nodes/` corrupt as last read, and has its listed
+    /// version not stood still for a ttl and the margin (the longest ttl
+    /// any record showed)? Then a live node of unknown build may stand
+    /// behind it, and the interval does not grow (as `read_holds` will not
+    /// make a vanished claim again on such a read). A stray object stops
+    /// counting once it has stood still that long.
+    fn corrupt_peer_unsettled(&self) -> bool {
+        let ttl = self.cfg.ttl.max(self.longest.0);
+        let observer = self.client.observer();
+        self.corrupt_nodes.iter().any(|key| {
+            observer.version(key).is_none_or(|v| {
+                observer
+                    .unchanged_for(key, &v, self.nodes_listed_at)
+                    .is_none_or(|d| d < ttl.saturating_add(default_margin(ttl)))
+            })
+        })
+    }
+
     /// Reads again every peer record whose listed version we have not read
     /// (peers renew every ttl/3, and a light pass reads a record only on a
     /// hint or every `peer_refresh`): the gate on growing the interval
@@ -3663,15 +3716,23 @@ impl Node {
     /// on): once or twice per growth, or once per full pass while an older
     /// peer holds the interval back. Whether every read succeeded.
     async fn fetch_unread_nodes(&mut self) -> bool {
-        let unread: Vec<(String, Version)> = self
+        let mut unread: Vec<(String, Version)> = self
             .nodes
             .iter()
             .filter(|(_, n)| n.listed != n.fetched)
             .map(|(k, n)| (k.clone(), n.listed.clone()))
             .collect();
+        // In key order: each read draws the store's faults in a seeded
+        // simulation, which must replay (`nodes` is a HashMap).
+        unread.sort_by(|a, b| a.0.cmp(&b.0));
         for (key, listed) in unread {
             if let Err(e) = self.fetch_node(&key, Some(listed)).await {
                 tracing::debug!(error = %e, key, "reading a node record before growing the interval");
+                return false;
+            }
+            // Corrupt as read (a truncated response, foreign bytes): its
+            // build is unknown, so it counts as not read.
+            if self.corrupt_nodes.contains(&key) {
                 return false;
             }
         }
