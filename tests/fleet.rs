@@ -1869,6 +1869,209 @@ async fn a_shrunk_interval_bounds_the_running_sessions_at_once() {
     f.finish().await;
 }
 
+/// A growth taken at the start of a full pass and given back by that pass
+/// (an older node registered after the listing that decided the growth and
+/// before it landed, so it read the fixed interval) is never announced:
+/// the pass raises the belief to the grown interval only once the interval
+/// is decided. Here that pass stalls in between (a session's exit, whose
+/// claim write hangs) while the renew task goes on renewing and announcing
+/// what the pass left it: the sessions stop within the fixed interval's
+/// belief (about 29 s). Before, the pass had announced the grown belief
+/// (about 209 s) and they ran on (found by review).
+#[tokio::test(flavor = "current_thread")]
+async fn a_growth_given_back_in_its_own_pass_is_never_announced() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    /// Claim writes (`sessions/`) wait while `stall` is set.
+    #[derive(Debug)]
+    struct StallClaimWrites {
+        inner: Arc<dyn Store>,
+        stall: Arc<AtomicBool>,
+        clock: Arc<dyn Clock>,
+    }
+    impl std::fmt::Display for StallClaimWrites {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "stall-claim-writes({})", self.inner)
+        }
+    }
+    #[async_trait::async_trait]
+    impl leasehold::store::Forward for StallClaimWrites {
+        fn inner(&self) -> &dyn Store {
+            &*self.inner
+        }
+        async fn put(
+            &self,
+            key: &str,
+            bytes: bytes::Bytes,
+            cond: leasehold::store::Cond,
+        ) -> Result<leasehold::store::Version, leasehold::store::StoreError> {
+            while key.starts_with("sessions/") && self.stall.load(Ordering::SeqCst) {
+                self.clock.sleep(Duration::from_millis(100)).await;
+            }
+            self.inner.put(key, bytes, cond).await
+        }
+    }
+
+    let mut f = FeedFleet::new().await;
+    let stall = Arc::new(AtomicBool::new(false));
+    let store = f.hinting_over(
+        Arc::new(StallClaimWrites {
+            inner: f.bucket.clone(),
+            stall: stall.clone(),
+            clock: f.dyn_clock.clone(),
+        }),
+        1,
+        0.0,
+    );
+    f.start_with("n1", store, |cfg| {
+        cfg.full_every = Duration::from_secs(20);
+        cfg.full_every_objects = 1;
+    });
+    // Registered and listed: nothing to grow for.
+    f.step(100).await;
+    // Five sessions (no hints: the next full listing finds them and
+    // decides a growth, published at the next renewal).
+    for i in 0..5 {
+        apply(&f.bucket, &format!("s{i}"), &spec("sleep")).await;
+    }
+    assert!(
+        f.step_until(400, || f.running(0) == 5).await,
+        "n1 placed all five"
+    );
+    // The deciding pass has listed: an older node registers now, and reads
+    // the fixed interval.
+    assert_eq!(published_attrs(&f.bucket, "n1").await.max_poll_ms, 20_000);
+    let mut old = older_node(&f.bucket, &f.dyn_clock, "old").await;
+    // The growth lands; the pass that takes it up will meet a session's
+    // exit whose claim write hangs.
+    let mut landed = false;
+    for step in 1..=100 {
+        f.step(1).await;
+        if step % 30 == 0 {
+            old.renew_once().await.unwrap();
+        }
+        if published_attrs(&f.bucket, "n1").await.max_poll_ms > 20_000 {
+            landed = true;
+            break;
+        }
+    }
+    assert!(landed, "the growth landed after the older node registered");
+    let at = f.clock.now();
+    f.nodes[0].runner.exit("s4", 0);
+    stall.store(true, Ordering::SeqCst);
+    for _ in 0..20 {
+        f.step(30).await;
+        old.renew_once().await.unwrap();
+    }
+    let runs = f.runs();
+    let now = f.clock.now();
+    assert!(
+        runs.iter()
+            .all(|r| r.4 < now && r.4 < at + Duration::from_secs(40)),
+        "every session stopped within the fixed interval's belief: {runs:?} (landed at {at:?})"
+    );
+    stall.store(false, Ordering::SeqCst);
+    f.step(100).await;
+    f.finish().await;
+}
+
+/// The interval does not shrink in a pass whose listing did not confirm
+/// every claim held: a claim deleted by hand that cannot be read back
+/// (here its reads fail) keeps the previous listing's confirmation, and
+/// measured in the shorter belief it ended every session's deadline with
+/// it. The shrink waits for a pass that confirms them all (found by
+/// review); meanwhile the others run on, and then it comes.
+#[tokio::test(flavor = "current_thread")]
+async fn the_interval_shrinks_only_when_every_claim_held_is_confirmed() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    /// Reads of `sessions/s0` fail while `fail` is set.
+    #[derive(Debug)]
+    struct FailReads {
+        inner: Arc<dyn Store>,
+        fail: Arc<AtomicBool>,
+    }
+    impl std::fmt::Display for FailReads {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "fail-reads({})", self.inner)
+        }
+    }
+    #[async_trait::async_trait]
+    impl leasehold::store::Forward for FailReads {
+        fn inner(&self) -> &dyn Store {
+            &*self.inner
+        }
+        async fn get(
+            &self,
+            key: &str,
+        ) -> Result<Option<leasehold::store::Object>, leasehold::store::StoreError> {
+            if key == "sessions/s0" && self.fail.load(Ordering::SeqCst) {
+                return Err(leasehold::store::StoreError::Unavailable {
+                    message: "injected".into(),
+                });
+            }
+            self.inner.get(key).await
+        }
+    }
+
+    let mut f = FeedFleet::new().await;
+    for i in 0..5 {
+        apply(&f.bucket, &format!("s{i}"), &spec("sleep")).await;
+    }
+    let fail = Arc::new(AtomicBool::new(false));
+    let store = f.hinting_over(
+        Arc::new(FailReads {
+            inner: f.bucket.clone(),
+            fail: fail.clone(),
+        }),
+        1,
+        0.0,
+    );
+    f.start_with("n1", store, |cfg| {
+        cfg.full_every = Duration::from_secs(20);
+        cfg.full_every_objects = 1;
+    });
+    f.step(600).await;
+    assert_eq!(f.running(0), 5, "n1 runs all five");
+    assert_eq!(published_attrs(&f.bucket, "n1").await.max_poll_ms, 200_000);
+    // s0's claim deleted by hand, and unreadable to n1; an older node joins.
+    f.bucket.delete("sessions/s0").await.unwrap();
+    fail.store(true, Ordering::SeqCst);
+    let mut late = older_node(&f.bucket, &f.dyn_clock, "late").await;
+    for _ in 0..40 {
+        f.step(30).await;
+        late.renew_once().await.unwrap();
+    }
+    let now = f.clock.now();
+    let runs = f.runs();
+    for i in 1..5 {
+        assert!(
+            runs.iter().any(|r| r.0 == format!("s{i}") && r.4 >= now),
+            "s{i} runs on: {runs:?}"
+        );
+    }
+    assert_eq!(
+        published_attrs(&f.bucket, "n1").await.max_poll_ms,
+        200_000,
+        "not shrunk while s0's claim is unconfirmed"
+    );
+    // s0 reads (as gone) again: the next full pass drops it and shrinks.
+    fail.store(false, Ordering::SeqCst);
+    for _ in 0..20 {
+        f.step(30).await;
+        late.renew_once().await.unwrap();
+    }
+    assert_eq!(published_attrs(&f.bucket, "n1").await.max_poll_ms, 20_000);
+    let runs = f.runs();
+    let now = f.clock.now();
+    for i in 1..5 {
+        let of: Vec<_> = runs.iter().filter(|r| r.0 == format!("s{i}")).collect();
+        assert!(
+            of.len() == 1 && of[0].4 >= now,
+            "s{i} ran on, never stopped: {runs:?}"
+        );
+    }
+    f.finish().await;
+}
+
 /// The gate on growing the interval judges peers' records as they stand,
 /// not as last read: a light pass reads a known peer's record only on a
 /// hint or every `peer_refresh` (an hour here), so a node id rolled back
