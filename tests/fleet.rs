@@ -849,6 +849,15 @@ impl FeedFleet {
         step_virtual(&self.clock, steps).await;
     }
 
+    /// Steps `rounds` × 3 s, renewing `lease` (a node lease the test holds,
+    /// ttl 10 s) after each: every ttl/3, as a node would.
+    async fn step_beside(&self, lease: &mut leasehold::lease::Lease, rounds: u32) {
+        for _ in 0..rounds {
+            self.step(30).await;
+            lease.renew_once().await.unwrap();
+        }
+    }
+
     /// Steps (100 ms each) until `done`, at most `max` steps; says whether
     /// it came.
     async fn step_until(&self, max: u32, done: impl Fn() -> bool) -> bool {
@@ -1577,10 +1586,7 @@ async fn a_vanished_claim_waits_for_its_holders_grown_full_listing_interval() {
         )
         .await
         .unwrap();
-    f.start_with("n1", f.hinting(1, 1.0), |cfg| {
-        cfg.full_every = Duration::from_secs(20);
-        cfg.full_every_objects = 1;
-    });
+    f.start_with("n1", f.hinting(1, 1.0), growing);
     // n1 registers (publishing 20 s), lists everything and claims all five.
     // (It grows its interval only once the stray object under `nodes/` has
     // stood still for a ttl and the margin, at its second full listing:
@@ -1610,6 +1616,13 @@ async fn a_vanished_claim_waits_for_its_holders_grown_full_listing_interval() {
         "{runs:?}"
     );
     f.finish().await;
+}
+
+/// A node whose full-listing interval grows with the fleet from 20 s, one
+/// interval per listed object (5 manifests and their claims: 200 s).
+fn growing(cfg: &mut NodeConfig) {
+    cfg.full_every = Duration::from_secs(20);
+    cfg.full_every_objects = 1;
 }
 
 /// The attributes node `id` publishes in its record now.
@@ -1688,15 +1701,9 @@ async fn an_older_node_in_the_fleet_keeps_the_listing_interval_from_growing() {
         apply(&f.bucket, &format!("s{i}"), &spec("sleep")).await;
     }
     let mut old = older_node(&f.bucket, &f.dyn_clock, "old").await;
-    f.start_with("n1", f.hinting(1, 0.0), |cfg| {
-        cfg.full_every = Duration::from_secs(20);
-        cfg.full_every_objects = 1;
-    });
+    f.start_with("n1", f.hinting(1, 0.0), growing);
     // 102 s, the older node renewing every 3 s.
-    for _ in 0..34 {
-        f.step(30).await;
-        old.renew_once().await.unwrap();
-    }
+    f.step_beside(&mut old, 34).await;
     assert_eq!(f.running(0), 5, "n1 runs all five");
     assert_eq!(
         published_attrs(&f.bucket, "n1").await.max_poll_ms,
@@ -1720,10 +1727,7 @@ async fn an_older_node_in_the_fleet_keeps_the_listing_interval_from_growing() {
     // slow `nodes/` listing finds it, within a minute).
     f.bucket.delete("sessions/s0").await.unwrap();
     let mut late = older_node(&f.bucket, &f.dyn_clock, "late").await;
-    for _ in 0..30 {
-        f.step(30).await;
-        late.renew_once().await.unwrap();
-    }
+    f.step_beside(&mut late, 30).await;
     assert_eq!(
         published_attrs(&f.bucket, "n1").await.max_poll_ms,
         20_000,
@@ -1829,10 +1833,7 @@ async fn a_shrunk_interval_bounds_the_running_sessions_at_once() {
         stall: stall.clone(),
         clock: f.dyn_clock.clone(),
     });
-    f.start_with("n1", store, |cfg| {
-        cfg.full_every = Duration::from_secs(20);
-        cfg.full_every_objects = 1;
-    });
+    f.start_with("n1", store, growing);
     f.step(600).await;
     assert_eq!(f.running(0), 5, "n1 runs all five");
     assert_eq!(published_attrs(&f.bucket, "n1").await.max_poll_ms, 200_000);
@@ -1854,10 +1855,7 @@ async fn a_shrunk_interval_bounds_the_running_sessions_at_once() {
     }
     assert!(shrunk, "n1 took the fixed interval back within 120 s");
     let at = f.clock.now();
-    for _ in 0..20 {
-        f.step(30).await;
-        late.renew_once().await.unwrap();
-    }
+    f.step_beside(&mut late, 20).await;
     let runs = f.runs();
     let now = f.clock.now();
     assert!(
@@ -1922,10 +1920,7 @@ async fn a_growth_given_back_in_its_own_pass_is_never_announced() {
         1,
         0.0,
     );
-    f.start_with("n1", store, |cfg| {
-        cfg.full_every = Duration::from_secs(20);
-        cfg.full_every_objects = 1;
-    });
+    f.start_with("n1", store, growing);
     // Registered and listed: nothing to grow for.
     f.step(100).await;
     // Five sessions (no hints: the next full listing finds them and
@@ -1958,10 +1953,7 @@ async fn a_growth_given_back_in_its_own_pass_is_never_announced() {
     let at = f.clock.now();
     f.nodes[0].runner.exit("s4", 0);
     stall.store(true, Ordering::SeqCst);
-    for _ in 0..20 {
-        f.step(30).await;
-        old.renew_once().await.unwrap();
-    }
+    f.step_beside(&mut old, 20).await;
     let runs = f.runs();
     let now = f.clock.now();
     assert!(
@@ -2025,10 +2017,7 @@ async fn the_interval_shrinks_only_when_every_claim_held_is_confirmed() {
         1,
         0.0,
     );
-    f.start_with("n1", store, |cfg| {
-        cfg.full_every = Duration::from_secs(20);
-        cfg.full_every_objects = 1;
-    });
+    f.start_with("n1", store, growing);
     f.step(600).await;
     assert_eq!(f.running(0), 5, "n1 runs all five");
     assert_eq!(published_attrs(&f.bucket, "n1").await.max_poll_ms, 200_000);
@@ -2036,10 +2025,7 @@ async fn the_interval_shrinks_only_when_every_claim_held_is_confirmed() {
     f.bucket.delete("sessions/s0").await.unwrap();
     fail.store(true, Ordering::SeqCst);
     let mut late = older_node(&f.bucket, &f.dyn_clock, "late").await;
-    for _ in 0..40 {
-        f.step(30).await;
-        late.renew_once().await.unwrap();
-    }
+    f.step_beside(&mut late, 40).await;
     let now = f.clock.now();
     let runs = f.runs();
     for i in 1..5 {
@@ -2055,10 +2041,7 @@ async fn the_interval_shrinks_only_when_every_claim_held_is_confirmed() {
     );
     // s0 reads (as gone) again: the next full pass drops it and shrinks.
     fail.store(false, Ordering::SeqCst);
-    for _ in 0..20 {
-        f.step(30).await;
-        late.renew_once().await.unwrap();
-    }
+    f.step_beside(&mut late, 20).await;
     assert_eq!(published_attrs(&f.bucket, "n1").await.max_poll_ms, 20_000);
     let runs = f.runs();
     let now = f.clock.now();
@@ -2086,15 +2069,11 @@ async fn the_growth_gate_reads_peer_records_as_they_stand() {
     newer.insert("proto".into(), leasehold::fleet::attrs::PROTO_LEVEL.into());
     let mut rb = node_lease(&f.bucket, &f.dyn_clock, "rb", newer).await;
     f.start_with("n1", f.hinting(1, 0.0), |cfg| {
-        cfg.full_every = Duration::from_secs(20);
-        cfg.full_every_objects = 1;
+        growing(cfg);
         cfg.node_refresh = Duration::from_secs(3600);
     });
     // 30 s: n1 registered and read rb's record; nothing to grow for.
-    for _ in 0..10 {
-        f.step(30).await;
-        rb.renew_once().await.unwrap();
-    }
+    f.step_beside(&mut rb, 10).await;
     assert_eq!(published_attrs(&f.bucket, "n1").await.max_poll_ms, 20_000);
     rb.set_attrs(older_attrs()).await.unwrap();
     // Five sessions (no hints: the next full listing finds them), which
@@ -2102,10 +2081,7 @@ async fn the_growth_gate_reads_peer_records_as_they_stand() {
     for i in 0..5 {
         apply(&f.bucket, &format!("s{i}"), &spec("sleep")).await;
     }
-    for _ in 0..40 {
-        f.step(30).await;
-        rb.renew_once().await.unwrap();
-    }
+    f.step_beside(&mut rb, 40).await;
     assert_eq!(f.running(0), 5, "n1 runs all five");
     assert_eq!(
         published_attrs(&f.bucket, "n1").await.max_poll_ms,
