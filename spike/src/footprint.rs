@@ -463,13 +463,44 @@ async fn measure(
             }
         }
         clock.sleep(Duration::from_secs(1)).await;
+        let at_kill = snapshot();
         let t_kill = clock.now();
+        let kill_wall_ms = clock.wall_ms();
         children[i]
             .start_kill()
             .map_err(|e| leasehold::Error::Internal(format!("kill: {e}")))?;
+        // How long before the kill the victim last renewed (its record's
+        // own stamp, this machine's wall clock): the part of the failover
+        // that only the kill's phase decides. Read at once, before a
+        // watcher's fence replaces the record.
+        let since_renewal_ms = match store.get(&leasehold::keys::node(&victim)).await {
+            Ok(Some(o)) => leasehold::record::LeaseRecord::decode(
+                &leasehold::keys::node(&victim),
+                &o.bytes,
+                leasehold::record::Kind::Node,
+            )
+            .ok()
+            .map(|r| kill_wall_ms.saturating_sub(r.renewed_at_ms)),
+            _ => None,
+        };
+        // Per survivor: when its claims first rose after the kill, and
+        // when its running count last rose (the sessions it took over).
+        let mut first_claim: BTreeMap<String, u64> = BTreeMap::new();
+        let mut last_start: BTreeMap<String, (usize, u64)> = BTreeMap::new();
         let took = loop {
             clock.sleep(Duration::from_millis(100)).await;
             let l = snapshot();
+            let now_ms = elapsed(t_kill).as_millis() as u64;
+            for (id, x) in l.iter().filter(|(id, _)| **id != victim) {
+                let b = at_kill.get(id).cloned().unwrap_or_default();
+                if x.claimed > b.claimed {
+                    first_claim.entry(id.clone()).or_insert(now_ms);
+                }
+                let e = last_start.entry(id.clone()).or_insert((b.running, 0));
+                if x.running > e.0 {
+                    *e = (x.running, now_ms);
+                }
+            }
             let running: usize = l
                 .iter()
                 .filter(|(id, _)| **id != victim)
@@ -494,10 +525,39 @@ async fn measure(
             .filter(|(id, _)| **id != victim)
             .map(|(_, x)| x.started)
             .sum();
+        let timeline: Vec<serde_json::Value> = first_claim
+            .iter()
+            .map(|(id, first)| {
+                let (running, last) = last_start.get(id).copied().unwrap_or_default();
+                let took_over = running.saturating_sub(at_kill.get(id).map_or(0, |x| x.running));
+                serde_json::json!({
+                    "node": id,
+                    "first_claim_ms": first,
+                    "last_start_ms": last,
+                    "took_over": took_over,
+                })
+            })
+            .collect();
+        eprintln!(
+            "victim last renewed {since_renewal_ms:?} ms before the kill; per survivor (first claim, last start, sessions): {}",
+            timeline
+                .iter()
+                .map(|t| format!(
+                    "{} {}/{}/{}",
+                    t["node"].as_str().unwrap_or(""),
+                    t["first_claim_ms"],
+                    t["last_start_ms"],
+                    t["took_over"]
+                ))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
         Some(serde_json::json!({
             "killed": victim,
             "sessions_moved": moved,
             "all_running_on_survivors_ms": took.as_millis() as u64,
+            "victim_renewed_before_kill_ms": since_renewal_ms,
+            "survivors": timeline,
             "starts_on_survivors": starts_after - starts_before,
             "epochs_after": claim_epochs(&store).await?,
         }))
