@@ -2827,15 +2827,22 @@ impl Node {
             .into_iter()
             .partition(|k| k.starts_with(crate::keys::NODES));
         let mine = crate::keys::node(&self.me.node);
-        let stranger = node_keys
-            .iter()
-            .any(|k| *k != mine && !self.nodes.contains_key(k));
+        // A peer's record changed (a fence, a release, news in its
+        // attributes), or one we do not know yet: `nodes/` is listed this
+        // pass. The record the hint makes us read counts as a release only
+        // at the version a listing showed (`peer_evidence`: a release read
+        // at another version may be a new instance's), so without the
+        // listing a hinted tombstone would be read and not acted on until
+        // the slow `nodes/` listing (`NodeConfig::nodes_every`) or the bell.
+        // Node hints are rare (at most a few per peer and hour), so this
+        // is not a listing per pass.
+        let peer_hinted = node_keys.iter().any(|k| *k != mine);
         // `nodes/` (see `NodeConfig::nodes_every`). A pass that does not
         // list it judges peers as of the last listing that did
         // (`nodes_listed_at`): later than it could have, never earlier.
         let node_entries = if core::nodes_listing_due(
             full || !self.cfg.feed_on(),
-            std::mem::take(&mut self.nodes_due) || nudged || stranger,
+            std::mem::take(&mut self.nodes_due) || nudged || peer_hinted,
             now.saturating_since(self.nodes_listed_at),
             self.cfg.nodes_every,
         ) {
@@ -3402,9 +3409,12 @@ impl Node {
     ///
     /// Why the hint: a light pass sees a peer's record only as a version in
     /// the `nodes/` listing, and reads its body on a hint (or once per
-    /// `--full-every`). Without it a tombstone looks like one more renewal,
-    /// and the ranked takers would wait for it to stand still for a ttl +
-    /// margin of their own before taking anything.
+    /// `--full-every`); a hinted peer also makes that pass list `nodes/`,
+    /// so the tombstone read is the version listed and counts. Without it
+    /// a tombstone looks like one more renewal, and the ranked takers would
+    /// wait for it to stand still for a ttl + margin of their own before
+    /// taking anything. With it, a lost ring of the bell costs a taker at
+    /// most its idle pause.
     ///
     /// Why the nudge (`super::nudge`): with it the ranked takers run a pass
     /// within `NUDGE_MIN_GAP`, read the hinted tombstone, and claim at once
