@@ -77,6 +77,185 @@ async fn two_processes_contend_like_two_nodes() {
     eprintln!("3 processes x {INCREMENTS} increments, {conflicts} rejected stale writes");
 }
 
+const SLOT_CHILD_ENV: &str = "LEASEHOLD_SLOT_CHILD_DIR";
+const SLOT_GO_ENV: &str = "LEASEHOLD_SLOT_CHILD_GO";
+const SLOT_ROUNDS: u64 = 400;
+
+/// Child half of `create_and_delete_across_processes_admits_one_creator`:
+/// creates a key, overwrites it by If-Match on the version its create
+/// returned, deletes it; again and again, beside other processes doing the
+/// same. Once its create landed, the key is its own until it deletes it
+/// (everyone else's create finds it there), so its If-Match can fail only
+/// if two writers were let in at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run as a child process by create_and_delete_across_processes_admits_one_creator"]
+async fn slot_child() {
+    let dir = std::env::var(SLOT_CHILD_ENV).expect("parent sets the directory");
+    let s = LocalDirStore::open(dir).unwrap();
+    let me = std::process::id();
+    // All start together (the parent makes the file once all are spawned).
+    let go = std::env::var(SLOT_GO_ENV).expect("parent sets the start file");
+    let mut waited = 0;
+    while !std::path::Path::new(&go).exists() {
+        waited += 1;
+        assert!(waited < 60_000, "no start");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    let (mut won, mut lost, mut broken) = (0u64, 0u64, 0u64);
+    for i in 0..SLOT_ROUNDS {
+        match s
+            .put("slot/x", Bytes::from(format!("{me}-{i}")), Cond::Create)
+            .await
+        {
+            Ok(v) => {
+                won += 1;
+                match s
+                    .put(
+                        "slot/x",
+                        Bytes::from(format!("{me}-{i}-again")),
+                        Cond::Match(v),
+                    )
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(StoreError::Precondition) => broken += 1,
+                    Err(e) => panic!("{e}"),
+                }
+                s.delete("slot/x").await.unwrap();
+            }
+            Err(StoreError::AlreadyExists) => lost += 1,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    println!("CHILD-SLOT {won} {lost} {broken}");
+}
+
+/// A deleted key's lock file goes with it (before: every key ever written
+/// left one under `.leasehold/locks/`, so each change hint, written once
+/// and expired, left a file for ever), and unlinking it while others wait
+/// on it admits one writer at a time still: four processes create, rewrite
+/// and delete one key 400 times each, and no create ever lands over
+/// another's (a writer checks, once it holds the lock, that the path still
+/// names the file it locked).
+#[tokio::test]
+async fn create_and_delete_across_processes_admits_one_creator() {
+    let dir = tmpfs_dir();
+    let start = tempfile::tempdir().unwrap();
+    let go = start.path().join("go");
+    let exe = std::env::current_exe().unwrap();
+    let children: Vec<_> = (0..4)
+        .map(|_| {
+            std::process::Command::new(&exe)
+                .args(["--ignored", "--exact", "slot_child", "--nocapture"])
+                .env(SLOT_CHILD_ENV, dir.path())
+                .env(SLOT_GO_ENV, &go)
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    std::fs::write(&go, b"").unwrap();
+    let (mut won, mut lost, mut broken) = (0u64, 0u64, 0u64);
+    for c in children {
+        let o = c.wait_with_output().unwrap();
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(o.status.success(), "{out}");
+        let line = out
+            .lines()
+            .find(|l| l.starts_with("CHILD-SLOT"))
+            .expect("child ran");
+        let n: Vec<u64> = line
+            .split(' ')
+            .skip(1)
+            .map(|x| x.parse().unwrap())
+            .collect();
+        won += n[0];
+        lost += n[1];
+        broken += n[2];
+    }
+    eprintln!(
+        "4 processes x {SLOT_ROUNDS} rounds: {won} creates landed, {lost} found the key held, {broken} overwritten by another"
+    );
+    // The processes overlapped: a create alone never finds the key held.
+    assert!(lost > 0, "no contention: {won} {lost}");
+    assert_eq!(broken, 0, "a create landed over another's");
+    let locks = dir.path().join(".leasehold/keylocks");
+    let left: Vec<_> = std::fs::read_dir(&locks)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "lock files left: {left:?}");
+}
+
+/// Every path that ends with no object leaves no lock file: a delete, a
+/// delete of what is not there, an If-Match on what is not there; a key
+/// that exists keeps its own.
+#[tokio::test]
+async fn a_key_that_is_gone_leaves_no_lock_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = LocalDirStore::open(dir.path()).unwrap();
+    for i in 0..50 {
+        let k = format!("changes/{i:013}-00-s-x");
+        s.put(&k, Bytes::new(), Cond::Create).await.unwrap();
+        s.delete(&k).await.unwrap();
+    }
+    s.delete("sessions/never").await.unwrap();
+    s.delete("changes/never").await.unwrap(); // its directory exists
+    let stale = leasehold::store::Version {
+        etag: Some("1.1".into()),
+        version: None,
+    };
+    assert!(matches!(
+        s.put("sessions/gone", Bytes::new(), Cond::Match(stale))
+            .await,
+        Err(StoreError::Precondition)
+    ));
+    s.put("manifests/kept", Bytes::from_static(b"{}"), Cond::Create)
+        .await
+        .unwrap();
+    let left: Vec<String> = std::fs::read_dir(dir.path().join(".leasehold/keylocks"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(left, vec!["manifests%kept.lock".to_string()]);
+}
+
+/// Beside an older build, which locks `.leasehold/locks/<key>.lock` and
+/// never unlinks it: a directory it wrote keeps that scheme (lock files
+/// kept, so an older writer waiting on one is never left holding an
+/// unlinked file beside a new one), and a new directory is marked so that
+/// an older build's writes fail rather than run beside ours unexcluded
+/// (it creates `locks/` as a directory first, which a file there refuses).
+#[tokio::test]
+async fn an_older_builds_lock_scheme_is_kept_and_a_new_directory_refuses_it() {
+    // A new directory: `locks` is a file, and the older build's first step
+    // fails.
+    let fresh = tempfile::tempdir().unwrap();
+    let s = LocalDirStore::open(fresh.path()).unwrap();
+    s.put("leases/a", Bytes::new(), Cond::Create).await.unwrap();
+    let marker = fresh.path().join(".leasehold/locks");
+    assert!(std::fs::symlink_metadata(&marker).unwrap().is_file());
+    assert!(
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .create(&marker)
+            .is_err(),
+        "an older build could still lock under locks/"
+    );
+    // A directory an older build wrote: its scheme, its files kept.
+    let old = tempfile::tempdir().unwrap();
+    let locks = old.path().join(".leasehold/locks");
+    std::fs::create_dir_all(&locks).unwrap();
+    let s = LocalDirStore::open(old.path()).unwrap();
+    s.put("leases/a", Bytes::new(), Cond::Create).await.unwrap();
+    s.delete("leases/a").await.unwrap();
+    assert!(
+        locks.join("leases%a.lock").is_file(),
+        "the lock file an older writer may wait on was unlinked"
+    );
+    assert!(!old.path().join(".leasehold/keylocks").exists());
+}
+
 #[tokio::test]
 async fn files_are_owner_only_and_etag_changes_on_identical_bytes() {
     let dir = tempfile::tempdir().unwrap();

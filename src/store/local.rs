@@ -5,8 +5,14 @@
 //! two nodes on S3:
 //!
 //! - every write takes an exclusive kernel advisory lock (`flock`) on a
-//!   per-key lock file under `.leasehold/locks/`, re-reads the current version
-//!   under the lock, and only then commits;
+//!   per-key lock file under `.leasehold/keylocks/`, re-reads the current version
+//!   under the lock, and only then commits. A delete (or an If-Match, or a
+//!   create, that leaves no object) unlinks the key's lock file while
+//!   holding it, so keys written once and expired, like change hints, leave
+//!   nothing behind; a writer holds a lock only once the path still names
+//!   the file it locked. In a directory an older build wrote (which keeps
+//!   its lock files under `locks/`), this build does as it does
+//!   (`Inner::lock_scheme`);
 //! - a commit writes a temporary file in the key's directory (owner-only),
 //!   fsyncs it, renames it over the key atomically and fsyncs the directory,
 //!   so a reader (which takes no lock) sees the old object or the new one,
@@ -67,6 +73,44 @@ const MAGIC: &str = "leasehold-object/1";
 /// Largest body accepted, matching the cloud adapter's read bound.
 const MAX_BODY: usize = super::objstore::MAX_READ_BYTES as usize;
 const META_DIR: &str = ".leasehold";
+
+/// What `.leasehold/locks` holds when it is a file (see `Inner::lock_scheme`).
+const LOCKS_NOTE: &str = "This store's lock files are under keylocks/. A leasehold build that \
+locks under locks/ (before the change that made this file) cannot write here: it would not \
+exclude this build's writers. To go back to such a build, stop every process using this \
+directory and remove this file.\n";
+
+/// How many times a writer locks afresh after finding its lock file
+/// unlinked under it (`Inner::lock`).
+const LOCK_TRIES: usize = 10_000;
+
+/// A key's write lock (`Inner::lock`): released when dropped (the file is
+/// closed).
+struct KeyLock {
+    file: File,
+    /// Where lock files are unlinked with their key (`Inner::lock_scheme`).
+    path: Option<PathBuf>,
+}
+
+impl KeyLock {
+    /// For a key that holds no object (deleted, found missing by an
+    /// If-Match, or a create that failed): unlinks the lock file while still
+    /// holding it, then releases it. A writer waiting on the old file finds
+    /// the path changed and locks afresh (`Inner::lock`). Safe whatever the
+    /// key holds (exclusion never rests on the file existing: the next
+    /// writer creates one). Best effort: a lock file that could not be
+    /// removed is still the one its path names (only a file left behind),
+    /// so the operation's own answer stands.
+    fn unlink(self) {
+        if let Some(path) = &self.path
+            && let Err(e) = fs::remove_file(path)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!(path = %path.display(), error = %e, "local store: a lock file not removed");
+        }
+        drop(self.file);
+    }
+}
 
 /// A store on a local directory. Cheap to clone.
 #[derive(Clone)]
@@ -438,28 +482,134 @@ impl Inner {
         Ok(Some(dir))
     }
 
-    fn lock(&self, key: &str) -> Result<File, StoreError> {
+    /// Where this directory's lock files are, and whether a deleted key's
+    /// is unlinked (see `lock`).
+    ///
+    /// Why two schemes: older builds lock `.leasehold/locks/<key>.lock`,
+    /// never unlink it, and do not check the inode after `flock`. Beside one of them, a writer that unlinks a
+    /// lock file breaks exclusion (that build, waiting on the unlinked
+    /// file, holds it beside a writer that created a new one). So:
+    /// - `.leasehold/locks` a directory (an older build wrote here): its
+    ///   scheme, lock files kept, exactly as that build does;
+    /// - missing: a regular file is put there (create-only), which makes an
+    ///   older build's writes fail ("create lock directory": it is not a
+    ///   directory) rather than run beside ours unexcluded (they would
+    ///   lock other files);
+    /// - a regular file: lock files under `.leasehold/keylocks/`, unlinked
+    ///   with their key.
+    ///
+    /// Decided on every write (one `lstat`): a directory that turns up
+    /// later (an older build racing the first write) is taken as found.
+    fn lock_scheme(&self) -> Result<(PathBuf, bool), StoreError> {
+        let meta = self.root.join(META_DIR);
+        let legacy = meta.join("locks");
+        loop {
+            match rustix::fs::lstat(&legacy) {
+                Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory => {
+                    return Ok((legacy, false));
+                }
+                Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::RegularFile => {
+                    let keylocks = meta.join("keylocks");
+                    fs::DirBuilder::new()
+                        .recursive(true)
+                        .mode(0o700)
+                        .create(&keylocks)
+                        .map_err(|e| io_err("create lock directory", e))?;
+                    return Ok((keylocks, true));
+                }
+                Ok(_) => {
+                    return Err(StoreError::Invalid {
+                        reason: format!(
+                            "{} is neither a directory nor a file; refusing it",
+                            legacy.display()
+                        ),
+                    });
+                }
+                Err(Errno::NOENT) => {
+                    fs::DirBuilder::new()
+                        .recursive(true)
+                        .mode(0o700)
+                        .create(&meta)
+                        .map_err(|e| io_err("create metadata directory", e))?;
+                    match OpenOptions::new()
+                        .write(true)
+                        .create_new(true)
+                        .mode(0o400)
+                        .custom_flags(libc::O_NOFOLLOW)
+                        .open(&legacy)
+                    {
+                        Ok(mut f) => {
+                            let _ = f.write_all(LOCKS_NOTE.as_bytes());
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                        Err(e) => return Err(io_err("create lock marker", e)),
+                    }
+                }
+                Err(e) => return Err(errno("stat lock marker", e)),
+            }
+        }
+    }
+
+    /// Takes `key`'s write lock: an exclusive `flock` on its lock file,
+    /// held until the returned guard is dropped.
+    ///
+    /// Why the check after the `flock` (where lock files are unlinked, see
+    /// `lock_scheme`): the holder that deletes a key unlinks its lock file
+    /// (`KeyLock::unlink`), or every key ever written (each change hint is
+    /// a key of its own) would leave a file behind for ever. A writer that
+    /// opened the file before that unlink then gets the lock on an inode no
+    /// path names any more, while a later writer creates a new file and
+    /// locks that: two holders. So a writer holds the lock only once the
+    /// path still names the very inode it locked; else it drops it and
+    /// tries again. The path changes only while its inode's lock is held
+    /// (the unlink) or while it names nothing (a create), so a check that
+    /// passed stays true until its holder unlinks.
+    fn lock(&self, key: &str) -> Result<KeyLock, StoreError> {
         // Before creating anything: never write into a replaced root.
         self.check_root()?;
-        let locks = self.root.join(META_DIR).join("locks");
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&locks)
-            .map_err(|e| io_err("create lock directory", e))?;
+        let (locks, unlinks) = self.lock_scheme()?;
         // '%' cannot appear in a local key segment, so this mapping is 1:1.
         let path = locks.join(format!("{}.lock", key.replace('/', "%")));
-        let f = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&path)
-            .map_err(|e| io_err(&format!("open lock {}", path.display()), e))?;
-        f.lock().map_err(|e| io_err("flock", e))?;
-        Ok(f)
+        for _ in 0..LOCK_TRIES {
+            let f = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&path)
+                .map_err(|e| io_err(&format!("open lock {}", path.display()), e))?;
+            f.lock().map_err(|e| io_err("flock", e))?;
+            if !unlinks {
+                return Ok(KeyLock {
+                    file: f,
+                    path: None,
+                });
+            }
+            let held = rustix::fs::fstat(&f).map_err(|e| errno("stat lock", e))?;
+            match rustix::fs::lstat(&path) {
+                Ok(now) if now.st_dev == held.st_dev && now.st_ino == held.st_ino => {
+                    return Ok(KeyLock {
+                        file: f,
+                        path: Some(path),
+                    });
+                }
+                // Unlinked (and perhaps created again) while we waited.
+                Ok(_) | Err(Errno::NOENT) => continue,
+                Err(e) => return Err(errno("stat lock", e)),
+            }
+        }
+        // Each retry follows an unlink of this key's lock file after we
+        // opened it: so many means a filesystem whose `fstat` and `lstat`
+        // disagree on one file, or a key deleted without pause while we
+        // wait. An error (retryable) rather than a spin.
+        Err(StoreError::Unavailable {
+            message: format!(
+                "lock {}: the file changed under every one of {LOCK_TRIES} tries",
+                path.display()
+            ),
+        })
     }
 
     fn read(&self, key: &str) -> Result<Option<Object>, StoreError> {
@@ -506,7 +656,7 @@ impl Inner {
             });
         }
         let segs = local_segments(key)?;
-        let _lock = self.lock(key)?;
+        let lock = self.lock(key)?;
         let dir = self
             .parent_dir(&segs, true)?
             .expect("created parent directories");
@@ -516,7 +666,11 @@ impl Inner {
         let generation = match (cond, &current) {
             (Cond::Create, None) => 1,
             (Cond::Create, Some(_)) => return Err(StoreError::AlreadyExists),
-            (Cond::Match(_) | Cond::MatchAs(..), None) => return Err(StoreError::Precondition),
+            (Cond::Match(_) | Cond::MatchAs(..), None) => {
+                // Nothing there, nothing written: no lock file left for it.
+                lock.unlink();
+                return Err(StoreError::Precondition);
+            }
             (Cond::Match(want) | Cond::MatchAs(want, _), Some(cur)) => {
                 if want.etag.is_none() || want.etag != cur.version.etag {
                     return Err(StoreError::Precondition);
@@ -585,6 +739,11 @@ impl Inner {
         })();
         if result.is_err() {
             let _ = fs::remove_file(&tmp);
+            // A create that failed leaves no lock file for its key (an
+            // unlink under a held lock is safe whatever the key holds).
+            if current.is_none() {
+                lock.unlink();
+            }
         }
         result?;
         Ok(Version {
@@ -595,18 +754,25 @@ impl Inner {
 
     fn remove(&self, key: &str) -> Result<(), StoreError> {
         let segs = local_segments(key)?;
-        let _lock = self.lock(key)?;
+        let lock = self.lock(key)?;
         let Some(dir) = self.parent_dir(&segs, false)? else {
+            lock.unlink();
             return Ok(());
         };
         match fs::remove_file(dir.join(segs[segs.len() - 1])) {
             Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                lock.unlink();
+                return Ok(());
+            }
             Err(e) => return Err(io_err("remove", e)),
         }
-        File::open(&dir)
+        let synced = File::open(&dir)
             .and_then(|d| d.sync_all())
-            .map_err(|e| io_err("fsync directory", e))
+            .map_err(|e| io_err("fsync directory", e));
+        // The key is gone: so is its lock file (see `lock`).
+        lock.unlink();
+        synced
     }
 
     /// Every key under `prefix` above `after` (all of them for `None`), as
