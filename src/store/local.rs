@@ -486,9 +486,10 @@ impl Inner {
     /// is unlinked (see `lock`).
     ///
     /// Why two schemes: older builds lock `.leasehold/locks/<key>.lock`,
-    /// never unlink it, and do not check the inode after `flock`. Beside one of them, a writer that unlinks a
-    /// lock file breaks exclusion (that build, waiting on the unlinked
-    /// file, holds it beside a writer that created a new one). So:
+    /// never unlink it, and do not check the inode after `flock`. Beside
+    /// one of them, a writer that unlinks a lock file breaks exclusion
+    /// (that build, waiting on the unlinked file, holds it beside a writer
+    /// that created a new one). So:
     /// - `.leasehold/locks` a directory (an older build wrote here): its
     ///   scheme, lock files kept, exactly as that build does;
     /// - missing: a regular file is put there (create-only), which makes an
