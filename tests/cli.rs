@@ -299,6 +299,34 @@ fn doctor_reports_and_refuses() {
     assert_eq!(j["config_file_found"], false);
     assert!(j["lock_dir"].is_string());
     assert_eq!(j["credentials"], "none needed");
+    // The probe's keys are gone, and so are their lock files.
+    assert_eq!(j["lock_files"]["removed_with_keys"], true, "{j}");
+    assert!(
+        j["lock_files"]["dir"]
+            .as_str()
+            .unwrap()
+            .ends_with(".leasehold/keylocks"),
+        "{j}"
+    );
+}
+
+/// A directory an older build wrote keeps its lock scheme (docs/stores.md):
+/// doctor says so, and how to end it.
+#[test]
+fn doctor_names_an_older_builds_lock_scheme() {
+    let (d, s) = store();
+    std::fs::create_dir_all(d.path().join(".leasehold/locks")).unwrap();
+    let o = run(&["doctor", "--store", &s]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("an older build's scheme"),
+        "{}",
+        stdout(&o)
+    );
+    let j = json(&run(&["doctor", "--store", &s, "--json"]));
+    assert_eq!(j["lock_files"]["removed_with_keys"], false, "{j}");
+    // The probe's own keys, each written and removed, left theirs.
+    assert!(j["lock_files"]["count"].as_u64().unwrap() > 0, "{j}");
 }
 
 /// `doctor` against an S3 endpoint where nothing listens (the discard port).

@@ -1137,6 +1137,13 @@ async fn doctor(args: &StoreArgs, json: bool) -> Result<(), Failure> {
         .or_else(|| std::env::var("AWS_ENDPOINT_URL").ok())
         .map(|e| leasehold::store::objstore::redact(&e));
     let dialect = report.etag_dialect.map(|d| d.as_str());
+    // A local directory's lock files: an older build's scheme keeps one
+    // for every key ever written (docs/stores.md, "Its lock files").
+    let lock_files = args
+        .store
+        .split_once("://")
+        .filter(|(scheme, p)| scheme.eq_ignore_ascii_case("file") && p.starts_with('/'))
+        .and_then(|(_, p)| leasehold::store::local::lock_files(std::path::Path::new(p)).ok());
     if json {
         let mut v = serde_json::json!({
             "store": report.store, "ok": result.is_ok(), "steps": report.steps,
@@ -1147,6 +1154,13 @@ async fn doctor(args: &StoreArgs, json: bool) -> Result<(), Failure> {
             "endpoint": endpoint,
             "credentials": credentials,
         });
+        if let Some(l) = &lock_files {
+            v["lock_files"] = serde_json::json!({
+                "dir": l.dir.display().to_string(),
+                "removed_with_keys": l.removed_with_keys,
+                "count": l.count,
+            });
+        }
         if let Err(e) = &result {
             v["error"] = leasehold::store::objstore::redact(&error_text(e)).into();
         }
@@ -1196,6 +1210,21 @@ async fn doctor(args: &StoreArgs, json: bool) -> Result<(), Failure> {
             if config_found { "found" } else { "absent" }
         );
         println!("host locks in {}", lock_dir.display());
+        if let Some(l) = &lock_files {
+            if l.removed_with_keys {
+                println!(
+                    "store lock files: {} in {} (removed with their keys)",
+                    l.count,
+                    l.dir.display()
+                );
+            } else {
+                println!(
+                    "store lock files: {} in {}, an older build's scheme: one is kept for every key ever written; to end it, stop every process using the directory and remove that directory",
+                    l.count,
+                    l.dir.display()
+                );
+            }
+        }
     }
     result.map_err(Failure::Error)
 }

@@ -112,6 +112,45 @@ impl KeyLock {
     }
 }
 
+/// Where a local directory's lock files are, for `leasehold doctor`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockFiles {
+    /// The directory they are in.
+    pub dir: PathBuf,
+    /// Whether a deleted key's lock file is removed with it (this build's
+    /// scheme), or kept for every key ever written (an older build wrote
+    /// this directory: see `Inner::lock_scheme`).
+    pub removed_with_keys: bool,
+    /// How many there are now.
+    pub count: u64,
+}
+
+/// The lock files of the local store at `root`, as the next write would
+/// use them (before any write: this build's scheme, none yet).
+pub fn lock_files(root: &Path) -> Result<LockFiles, StoreError> {
+    let meta = root.join(META_DIR);
+    let legacy = meta.join("locks");
+    let (dir, removed_with_keys) = match fs::symlink_metadata(&legacy) {
+        Ok(md) if md.is_dir() => (legacy, false),
+        Ok(_) => (meta.join("keylocks"), true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => (meta.join("keylocks"), true),
+        Err(e) => return Err(io_err("stat lock marker", e)),
+    };
+    let count = match fs::read_dir(&dir) {
+        Ok(entries) => entries
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".lock"))
+            .count() as u64,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+        Err(e) => return Err(io_err("list lock files", e)),
+    };
+    Ok(LockFiles {
+        dir,
+        removed_with_keys,
+        count,
+    })
+}
+
 /// A store on a local directory. Cheap to clone.
 #[derive(Clone)]
 pub struct LocalDirStore {
