@@ -254,6 +254,24 @@ async fn an_older_builds_lock_scheme_is_kept_and_a_new_directory_refuses_it() {
         "the lock file an older writer may wait on was unlinked"
     );
     assert!(!old.path().join(".leasehold/keylocks").exists());
+    // Neither a directory nor a file (a symlink to one, here): refused
+    // with a clear error, nothing written.
+    let odd = tempfile::tempdir().unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(odd.path().join(".leasehold")).unwrap();
+    std::os::unix::fs::symlink(elsewhere.path(), odd.path().join(".leasehold/locks")).unwrap();
+    let s = LocalDirStore::open(odd.path()).unwrap();
+    match s.put("leases/a", Bytes::new(), Cond::Create).await {
+        Err(StoreError::Invalid { reason }) => {
+            assert!(
+                reason.contains("neither a directory nor a file"),
+                "{reason}"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(s.get("leases/a").await.unwrap().is_none());
+    assert_eq!(std::fs::read_dir(elsewhere.path()).unwrap().count(), 0);
 }
 
 #[tokio::test]
