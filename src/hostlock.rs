@@ -26,9 +26,9 @@
 //! misconfigured with one node id cannot steal from each other.
 
 use crate::error::Error;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 /// A held host lock. Dropping it releases the lock.
@@ -92,14 +92,7 @@ impl HostLock {
             "{node}-{:016x}.lock",
             crate::store::local::fnv1a64(store.as_bytes())
         ));
-        let mut f = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&path)
+        let mut f = crate::store::local::open_lock_file(&path)
             .map_err(|e| Error::invalid("host lock", format!("{}: {e}", path.display())))?;
         match f.try_lock() {
             Ok(()) => {}

@@ -151,6 +151,20 @@ pub fn lock_files(root: &Path) -> Result<LockFiles, StoreError> {
     })
 }
 
+/// Opens (creating, owner-only) a lock file for `flock`, never through a
+/// symlink at its name. The store's key locks and the host lock
+/// (`crate::hostlock`) both use it.
+pub(crate) fn open_lock_file(path: &Path) -> std::io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+}
+
 /// A store on a local directory. Cheap to clone.
 #[derive(Clone)]
 pub struct LocalDirStore {
@@ -611,14 +625,7 @@ impl Inner {
         // '%' cannot appear in a local key segment, so this mapping is 1:1.
         let path = locks.join(format!("{}.lock", key.replace('/', "%")));
         for _ in 0..LOCK_TRIES {
-            let f = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .mode(0o600)
-                .custom_flags(libc::O_NOFOLLOW)
-                .open(&path)
+            let f = open_lock_file(&path)
                 .map_err(|e| io_err(&format!("open lock {}", path.display()), e))?;
             f.lock().map_err(|e| io_err("flock", e))?;
             if !unlinks {
