@@ -849,6 +849,22 @@ impl FeedFleet {
         step_virtual(&self.clock, steps).await;
     }
 
+    /// Five sessions (`s0`..`s4`) applied, then `n1` started on `store`
+    /// with the interval `growing`: a minute later it runs all five and has
+    /// published the interval grown to 200 s.
+    async fn grown_over_five(&mut self, store: Arc<dyn Store>) {
+        for i in 0..5 {
+            apply(&self.bucket, &format!("s{i}"), &spec("sleep")).await;
+        }
+        self.start_with("n1", store, growing);
+        self.step(600).await;
+        assert_eq!(self.running(0), 5, "n1 runs all five");
+        assert_eq!(
+            published_attrs(&self.bucket, "n1").await.max_poll_ms,
+            200_000
+        );
+    }
+
     /// Steps `rounds` × 3 s, renewing `lease` (a node lease the test holds,
     /// ttl 10 s) after each: every ttl/3, as a node would.
     async fn step_beside(&self, lease: &mut leasehold::lease::Lease, rounds: u32) {
@@ -1882,19 +1898,13 @@ async fn a_shrunk_interval_bounds_the_running_sessions_at_once() {
     }
 
     let mut f = FeedFleet::new().await;
-    for i in 0..5 {
-        apply(&f.bucket, &format!("s{i}"), &spec("sleep")).await;
-    }
     let stall = Arc::new(AtomicBool::new(false));
     let store: Arc<dyn Store> = Arc::new(StallLists {
         inner: f.hinting(1, 0.0),
         stall: stall.clone(),
         clock: f.dyn_clock.clone(),
     });
-    f.start_with("n1", store, growing);
-    f.step(600).await;
-    assert_eq!(f.running(0), 5, "n1 runs all five");
-    assert_eq!(published_attrs(&f.bucket, "n1").await.max_poll_ms, 200_000);
+    f.grown_over_five(store).await;
     // An older node joins; the moment n1's record shows the fixed interval
     // again (published by the renewal after the pass that shrank it), every
     // listing stalls.
@@ -2063,9 +2073,6 @@ async fn the_interval_shrinks_only_when_every_claim_held_is_confirmed() {
     }
 
     let mut f = FeedFleet::new().await;
-    for i in 0..5 {
-        apply(&f.bucket, &format!("s{i}"), &spec("sleep")).await;
-    }
     let fail = Arc::new(AtomicBool::new(false));
     let store = f.hinting_over(
         Arc::new(FailReads {
@@ -2075,10 +2082,7 @@ async fn the_interval_shrinks_only_when_every_claim_held_is_confirmed() {
         1,
         0.0,
     );
-    f.start_with("n1", store, growing);
-    f.step(600).await;
-    assert_eq!(f.running(0), 5, "n1 runs all five");
-    assert_eq!(published_attrs(&f.bucket, "n1").await.max_poll_ms, 200_000);
+    f.grown_over_five(store).await;
     // s0's claim deleted by hand, and unreadable to n1; an older node joins.
     f.bucket.delete("sessions/s0").await.unwrap();
     fail.store(true, Ordering::SeqCst);
