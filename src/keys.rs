@@ -15,7 +15,7 @@
 //! | `sessions/<name>` | a session's claim (owner, epoch, state) | the owning node; a peer taking over |
 //! | `leases/<name>` | a standalone lease | `lease acquire/renew/release`, the library |
 //! | `control/<id>` | an operator's cordon / drain of a node | `node cordon/drain/uncordon` |
-//! | `changes/<ms>-<nonce>-<m\|s\|n>-<name>` | a hint that a manifest (`m`), a claim (`s`) or a node record's attributes (`n`) were written | every writer of those ([`crate::fleet::feed`]); deleted by retention |
+//! | `changes/<ms/10,000>/<ms>-<nonce>-<m\|s\|n>-<name>` (or, while a node of an older build is live, `changes/<ms>-…`) | a hint that a manifest (`m`), a claim (`s`) or a node record's attributes (`n`) were written | every writer of those ([`crate::fleet::feed`]); deleted by retention |
 //! | `bell` | a nonce; each new version asks every node to run a pass now | `init`; a node that fenced a peer or released its claims; every manifest write through `HintingStore` ([`crate::fleet::feed::ring_bell`]) |
 
 use std::fmt::Display;
@@ -82,24 +82,73 @@ impl Hinted {
 /// lexicographic order (the listing's) is time order until the year 2286.
 pub const HINT_MS_DIGITS: usize = 13;
 
+/// Width of a hint's time bucket (see [`HintForm::Bucketed`]): ten seconds.
+pub const HINT_BUCKET_MS: u64 = 10_000;
+
+/// Digits of a hint's bucket: the time's first nine ([`HINT_MS_DIGITS`]
+/// less the four of [`HINT_BUCKET_MS`]).
+const HINT_BUCKET_DIGITS: usize = 9;
+
+/// How a hint's key is spelt. Both forms sort by time and both are read
+/// by this build ([`parse_hint`]); a writer picks the one every live
+/// reader understands (`crate::fleet::feed::HintingStore`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HintForm {
+    /// `changes/<ms>-<nonce>-<kind>-<name>`: what builds before the
+    /// bucketed form read (they ignore the other form), so written while
+    /// such a node is live.
+    Flat,
+    /// `changes/<ms / 10,000>/<ms>-<nonce>-<kind>-<name>`: under a
+    /// ten-second bucket, so a store that walks directories (the local
+    /// store) lists from a cursor by reading the buckets from the cursor's
+    /// on, not every hint within the retention (issue #14: 200,000 names
+    /// a pass after placing 100,000 sessions). The bucket is the time's
+    /// first nine digits, so key order is still time order, and a
+    /// flat-form hint sorts after every bucketed one of its own bucket:
+    /// a listing from a bucketed cursor includes every flat hint from the
+    /// cursor's time on (and some of the ten seconds before it).
+    Bucketed,
+}
+
 /// A hint's key: written at wall time `ms` by a writer that drew `nonce`
-/// (hex, no `-`), naming a `kind` write of session `name`.
-pub fn hint(ms: u64, nonce: &str, kind: Hinted, name: impl Display) -> String {
-    format!("{CHANGES}{ms:013}-{nonce}-{}-{name}", kind.letter())
+/// (hex, no `-`), naming a `kind` write of session `name`, spelt `form`.
+pub fn hint(ms: u64, nonce: &str, kind: Hinted, name: impl Display, form: HintForm) -> String {
+    match form {
+        HintForm::Flat => format!("{CHANGES}{ms:013}-{nonce}-{}-{name}", kind.letter()),
+        HintForm::Bucketed => format!(
+            "{CHANGES}{:09}/{ms:013}-{nonce}-{}-{name}",
+            ms / HINT_BUCKET_MS,
+            kind.letter()
+        ),
+    }
 }
 
 /// The cursor key for "every hint from `ms` on": it sorts just before every
-/// hint written at `ms`, so `list_after` from it includes them.
+/// hint written at `ms` in either form (see [`HintForm::Bucketed`]), so
+/// `list_after` from it includes them.
 pub fn hint_cursor(ms: u64) -> String {
-    format!("{CHANGES}{ms:013}")
+    format!("{CHANGES}{:09}/{ms:013}", ms / HINT_BUCKET_MS)
 }
 
-/// Parses a hint key into (ms, kind, name); None for anything else (a
-/// foreign object under `changes/` is ignored: hints only ever hasten).
+/// Parses a hint key, in either form, into (ms, kind, name); None for
+/// anything else (a foreign object under `changes/`, or a bucketed key
+/// whose bucket is not its time's, is ignored: hints only ever hasten).
 pub fn parse_hint(key: &str) -> Option<(u64, Hinted, &str)> {
-    let rest = name_in(CHANGES, key)?;
+    let mut rest = name_in(CHANGES, key)?;
+    let mut bucket = None;
+    if let Some((b, r)) = rest.split_once('/') {
+        if b.len() != HINT_BUCKET_DIGITS || !b.bytes().all(|c| c.is_ascii_digit()) {
+            return None;
+        }
+        bucket = Some(b.parse::<u64>().ok()?);
+        rest = r;
+    }
     let (ms, rest) = rest.split_once('-')?;
     if ms.len() != HINT_MS_DIGITS || !ms.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let ms: u64 = ms.parse().ok()?;
+    if bucket.is_some_and(|b| b != ms / HINT_BUCKET_MS) {
         return None;
     }
     let (_nonce, rest) = rest.split_once('-')?;
@@ -111,7 +160,7 @@ pub fn parse_hint(key: &str) -> Option<(u64, Hinted, &str)> {
         _ => return None,
     };
     crate::Name::new(name).ok()?;
-    Some((ms.parse().ok()?, kind, name))
+    Some((ms, kind, name))
 }
 
 /// Node `id`'s lease (or, for a prefix, the listing of ids that start with it).
@@ -175,27 +224,72 @@ pub fn manifest_of_session(key: &str) -> Option<String> {
 mod tests {
     use super::*;
 
-    /// Hint keys parse back to what they name whatever the name holds
-    /// (`-` and `.` included), sort by time, and anything else under
-    /// `changes/` is not a hint.
+    /// Hint keys, in either form, parse back to what they name whatever
+    /// the name holds (`-` and `.` included), sort by time, and anything
+    /// else under `changes/` is not a hint.
     #[test]
     fn hint_keys_round_trip_and_sort_by_time() {
-        let k = hint(1_764_700_000_123, "9f3a", Hinted::Claim, "web-1.a");
+        use HintForm::{Bucketed, Flat};
+        let k = hint(1_764_700_000_123, "9f3a", Hinted::Claim, "web-1.a", Flat);
         assert_eq!(k, "changes/1764700000123-9f3a-s-web-1.a");
-        assert_eq!(
-            parse_hint(&k),
-            Some((1_764_700_000_123, Hinted::Claim, "web-1.a"))
+        let b = hint(
+            1_764_700_000_123,
+            "9f3a",
+            Hinted::Claim,
+            "web-1.a",
+            Bucketed,
         );
-        let m = hint(7, "00", Hinted::Manifest, "x");
-        assert_eq!(parse_hint(&m), Some((7, Hinted::Manifest, "x")));
-        let n = hint(7, "00", Hinted::Node, "n1");
-        assert_eq!(
-            parse_hint(&n).map(|(_, k, x)| k.key(x)),
-            Some("nodes/n1".into())
-        );
-        assert!(hint(999, "ff", Hinted::Manifest, "z") < hint(1000, "00", Hinted::Manifest, "a"));
-        assert!(hint_cursor(1000) < hint(1000, "00", Hinted::Manifest, "a"));
-        assert!(hint_cursor(1001) > hint(1000, "ff", Hinted::Claim, "zz"));
+        assert_eq!(b, "changes/176470000/1764700000123-9f3a-s-web-1.a");
+        for k in [&k, &b] {
+            assert_eq!(
+                parse_hint(k),
+                Some((1_764_700_000_123, Hinted::Claim, "web-1.a"))
+            );
+        }
+        for form in [Flat, Bucketed] {
+            let m = hint(7, "00", Hinted::Manifest, "x", form);
+            assert_eq!(parse_hint(&m), Some((7, Hinted::Manifest, "x")));
+            let n = hint(7, "00", Hinted::Node, "n1", form);
+            assert_eq!(
+                parse_hint(&n).map(|(_, k, x)| k.key(x)),
+                Some("nodes/n1".into())
+            );
+        }
+        // Key order is time order within either form and across them, and
+        // the cursor for `ms` sorts before every hint from `ms` on and
+        // after every bucketed one before it; a flat hint up to one
+        // bucket earlier may sort after it (read, and dropped by time).
+        let times = [
+            0u64,
+            9_999,
+            10_000,
+            1_764_700_009_999,
+            1_764_700_010_000,
+            1_764_700_010_001,
+            1_764_700_019_999,
+            1_764_700_020_000,
+        ];
+        for &t in &times {
+            for &u in &times {
+                for (f, g) in [(Flat, Flat), (Bucketed, Bucketed), (Bucketed, Flat)] {
+                    let (x, y) = (
+                        hint(t, "ff", Hinted::Claim, "zz", f),
+                        hint(u, "00", Hinted::Manifest, "a", g),
+                    );
+                    if t < u && (f == g || t / HINT_BUCKET_MS < u / HINT_BUCKET_MS) {
+                        assert!(x < y, "{x} < {y}");
+                    }
+                }
+                for form in [Flat, Bucketed] {
+                    let h = hint(u, "00", Hinted::Manifest, "a", form);
+                    if u >= t {
+                        assert!(hint_cursor(t) < h, "cursor {t} before {h}");
+                    } else if form == Bucketed || u / HINT_BUCKET_MS < t / HINT_BUCKET_MS {
+                        assert!(hint_cursor(t) > h, "cursor {t} after {h}");
+                    }
+                }
+            }
+        }
         for bad in [
             "changes/",
             "changes/123-ab-m-x",
@@ -205,6 +299,13 @@ mod tests {
             "changes/1764700000123-ab-m-..",
             "changes/1764700000123-ab-m-a/b",
             "manifests/1764700000123-ab-m-x",
+            // Bucketed: the bucket must be the time's first nine digits.
+            "changes/176470001/1764700000123-ab-m-x",
+            "changes/17647000/1764700000123-ab-m-x",
+            "changes/17647000x/1764700000123-ab-m-x",
+            "changes/176470000/1764700000123-ab-m-a/b",
+            "changes/176470000/",
+            "changes/176470000/x/1764700000123-ab-m-x",
         ] {
             assert_eq!(parse_hint(bad), None, "{bad}");
         }

@@ -13,7 +13,7 @@ mod common;
 
 use futures::stream::BoxStream;
 use leasehold::clock::{Clock, Entropy, ManualClock, MonoTime, SeededEntropy};
-use leasehold::fleet::feed::{HintFaults, HintingStore};
+use leasehold::fleet::feed::{HintFaults, HintForms, HintingStore};
 use leasehold::fleet::journal::Journal;
 use leasehold::fleet::manifest::{self, Spec};
 use leasehold::fleet::node::{self, NodeConfig, NodeDeps};
@@ -237,7 +237,10 @@ async fn schedule_with(
     leasehold::fleet::marker::init(&inner, entropy.as_ref(), 0, 1)
         .await
         .unwrap();
-    // Writers hint through the feed (with its faults) when it is on.
+    // Writers hint through the feed (with its faults) when it is on. Half
+    // of them, by seed and salt, spell their hints flat, as a writer of an
+    // older build does (`keys::HintForm`), so readers meet both forms in
+    // one feed; the rest decide as `node run` does, by listing `nodes/`.
     let hinted = |store: Arc<dyn Store>, salt: u64| -> Arc<dyn Store> {
         match adversary.feed {
             Some(f) => Arc::new(
@@ -246,7 +249,12 @@ async fn schedule_with(
                     dyn_clock.clone(),
                     Arc::new(SeededEntropy::new(seed * 7 + salt)),
                 )
-                .with_faults(f),
+                .with_faults(f)
+                .with_forms(if (seed + salt).is_multiple_of(2) {
+                    HintForms::fixed(leasehold::keys::HintForm::Flat)
+                } else {
+                    HintForms::auto()
+                }),
             ),
             None => store,
         }

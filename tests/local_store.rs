@@ -220,6 +220,133 @@ async fn a_key_that_is_gone_leaves_no_lock_file() {
     assert_eq!(left, vec!["manifests%kept.lock".to_string()]);
 }
 
+/// A listing from a cursor reads the directories at and after it, never
+/// one wholly before it: the change feed's bucketed hints
+/// (`keys::HintForm::Bucketed`) cost a pass the buckets from its cursor
+/// on, not every hint within the retention (issue #14: about 200,000
+/// names a pass after placing 100,000 sessions).
+#[tokio::test]
+async fn a_listing_from_a_cursor_skips_the_directories_before_it() {
+    use leasehold::keys::{self, HintForm, Hinted};
+    let dir = tempfile::tempdir().unwrap();
+    let s = LocalDirStore::open(dir.path()).unwrap();
+    let t0 = 1_764_700_000_000u64;
+    // Thirty old buckets of forty hints each, then one of five.
+    for b in 0..30u64 {
+        for i in 0..40u64 {
+            let k = keys::hint(
+                t0 + b * 10_000 + i,
+                "00",
+                Hinted::Claim,
+                "x",
+                HintForm::Bucketed,
+            );
+            s.put(&k, Bytes::new(), Cond::Create).await.unwrap();
+        }
+    }
+    let now = t0 + 30 * 10_000;
+    for i in 0..5u64 {
+        let k = keys::hint(now + i, "00", Hinted::Claim, "y", HintForm::Bucketed);
+        s.put(&k, Bytes::new(), Cond::Create).await.unwrap();
+    }
+    let before = s.entries_walked();
+    let listed: Vec<String> = s
+        .list_after(keys::CHANGES, &keys::hint_cursor(now))
+        .map(|e| e.unwrap().key)
+        .collect()
+        .await;
+    let walked = s.entries_walked() - before;
+    assert_eq!(listed.len(), 5, "{listed:?}");
+    // `changes/` (31 buckets, `.` and `..`) and the last bucket (5, `.`
+    // and `..`): 40. Walking every bucket reads 1,200 more.
+    assert!(walked <= 40, "{walked} entries read for 5 hints");
+    let before = s.entries_walked();
+    let all = s.list(keys::CHANGES).count().await;
+    assert_eq!(all, 1205);
+    assert!(
+        s.entries_walked() - before > 1200,
+        "a full listing reads them all"
+    );
+}
+
+/// A delete removes the directories it empties (up to, never including,
+/// the root), so a key scheme that spreads keys over directories (the
+/// feed's ten-second buckets) leaves none behind; a write under a removed
+/// directory makes it again.
+#[tokio::test]
+async fn a_delete_removes_the_directories_it_empties() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = LocalDirStore::open(dir.path()).unwrap();
+    for k in [
+        "changes/001/a",
+        "changes/001/b",
+        "changes/002/c",
+        "sessions/s",
+    ] {
+        s.put(k, Bytes::new(), Cond::Create).await.unwrap();
+    }
+    s.delete("changes/001/a").await.unwrap();
+    assert!(dir.path().join("changes/001").is_dir(), "b is still in it");
+    s.delete("changes/001/b").await.unwrap();
+    assert!(!dir.path().join("changes/001").exists());
+    assert!(dir.path().join("changes/002").is_dir());
+    s.delete("changes/002/c").await.unwrap();
+    assert!(!dir.path().join("changes").exists(), "emptied to the top");
+    assert!(dir.path().join("sessions/s").is_file());
+    assert!(dir.path().is_dir(), "never the root");
+    s.put("changes/001/a", Bytes::from_static(b"again"), Cond::Create)
+        .await
+        .unwrap();
+    assert_eq!(
+        &s.get("changes/001/a").await.unwrap().unwrap().bytes[..],
+        b"again"
+    );
+}
+
+/// Writers and deleters of different keys in the same directories, at
+/// once: a delete that empties a directory removes it, possibly between a
+/// writer making (or finding) it and creating its temporary file there;
+/// the writer makes it again. Every write and delete succeeds, and every
+/// object written and not deleted is there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn writes_and_deletes_in_one_directory_race_without_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Arc::new(LocalDirStore::open(dir.path()).unwrap());
+    let mut tasks = Vec::new();
+    for w in 0..6 {
+        let s = s.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut failures = Vec::new();
+            for i in 0..400 {
+                let k = format!("changes/{:03}/w{w}-{i}", i % 2);
+                if let Err(e) = s.put(&k, Bytes::new(), Cond::Create).await {
+                    failures.push(format!("put {k}: {e}"));
+                }
+                if let Err(e) = s.delete(&k).await {
+                    failures.push(format!("delete {k}: {e}"));
+                }
+            }
+            let kept = format!("changes/{:03}/w{w}-kept", w % 2);
+            if let Err(e) = s.put(&kept, Bytes::new(), Cond::Create).await {
+                failures.push(format!("put {kept}: {e}"));
+            }
+            failures
+        }));
+    }
+    let mut failures = Vec::new();
+    for t in tasks {
+        failures.extend(t.await.unwrap());
+    }
+    assert!(
+        failures.is_empty(),
+        "{} failed: {:?}",
+        failures.len(),
+        &failures[..failures.len().min(5)]
+    );
+    let left: Vec<String> = s.list("changes/").map(|e| e.unwrap().key).collect().await;
+    assert_eq!(left.len(), 6, "{left:?}");
+}
+
 /// Beside an older build, which locks `.leasehold/locks/<key>.lock` and
 /// never unlinks it: a directory it wrote keeps that scheme (lock files
 /// kept, so an older writer waiting on one is never left holding an

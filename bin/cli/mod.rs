@@ -828,12 +828,26 @@ async fn open_creating_on(
 
 /// Every command that writes a manifest or a claim hints it in the change
 /// feed (`leasehold::fleet::feed`), so nodes find it without a full listing.
+/// The hints' key form is decided from the node records
+/// (`leasehold::fleet::feed::HintForms`): by a listing of `nodes/` before
+/// the first hint, or, in `node run`, by the node at each of its listings
+/// (`forms` shared with it).
 fn hinting(store: Arc<dyn Store>) -> Arc<dyn Store> {
-    Arc::new(leasehold::fleet::feed::HintingStore::new(
-        store,
-        Arc::new(SystemClock::new()),
-        Arc::new(leasehold::clock::OsEntropy::new()),
-    ))
+    hinting_with(store, leasehold::fleet::feed::HintForms::auto())
+}
+
+fn hinting_with(
+    store: Arc<dyn Store>,
+    forms: Arc<leasehold::fleet::feed::HintForms>,
+) -> Arc<dyn Store> {
+    Arc::new(
+        leasehold::fleet::feed::HintingStore::new(
+            store,
+            Arc::new(SystemClock::new()),
+            Arc::new(leasehold::clock::OsEntropy::new()),
+        )
+        .with_forms(forms),
+    )
 }
 
 fn node_name(node: Option<String>) -> Result<Name, Error> {
@@ -1898,8 +1912,10 @@ async fn node(op: NodeOp) -> Result<(), Failure> {
     let renew_thread = leasehold::fleet::renew_thread::RenewThread::start("leasehold-renew")?;
     let store = open_creating_on(&store, Some(renew_thread.handle())).await?;
     let counting = Arc::new(leasehold::store::CountingStore::new(store));
-    // Hints are counted with the rest of the node's requests.
-    let store: Arc<dyn Store> = hinting(counting.clone());
+    // Hints are counted with the rest of the node's requests; their form
+    // is the node's to decide (`NodeDeps::hint_forms`).
+    let hint_forms = leasehold::fleet::feed::HintForms::auto();
+    let store: Arc<dyn Store> = hinting_with(counting.clone(), hint_forms.clone());
     let host = leasehold::hostlock::hostname();
     // A store this host's audit caught breaking its conditions stays refused
     // until `leasehold doctor` passes on it.
@@ -1967,6 +1983,7 @@ async fn node(op: NodeOp) -> Result<(), Failure> {
         claims: Some(claim_inbox),
         nudge,
         renew_on: Some(renew_thread.handle()),
+        hint_forms,
         ..fleet_node::NodeDeps::new(store, clock, runner)
     };
     let shutdown = tokio_util::sync::CancellationToken::new();

@@ -2,6 +2,7 @@
 
 use leasehold::clock::{Clock, Entropy, ManualClock, OsEntropy, SystemClock};
 use leasehold::fleet::claim::{ClaimRecord, ClaimState};
+use leasehold::fleet::feed::HintForms;
 use leasehold::fleet::journal::{EventKind, Journal};
 use leasehold::fleet::manifest::{self, RestartPolicy, Spec};
 use leasehold::fleet::node::{self, NodeConfig, NodeDeps};
@@ -73,6 +74,7 @@ fn start(
     capacity: u32,
     poll: Option<Duration>,
     inline: bool,
+    forms: &Arc<HintForms>,
 ) -> SpikeNode {
     let mut cfg = NodeConfig::new(Name::new(id).unwrap(), ttl);
     cfg.capacity = capacity;
@@ -81,7 +83,7 @@ fn start(
         cfg.grace = p * 2;
         cfg.max_poll = p * 4;
     }
-    start_cfg(cfg, store, clock, inline)
+    start_cfg(cfg, store, clock, inline, forms)
 }
 
 /// On the real clock; with a renew thread of its own unless `inline`.
@@ -90,9 +92,10 @@ fn start_cfg(
     store: &Arc<dyn Store>,
     clock: &Arc<dyn Clock>,
     inline: bool,
+    forms: &Arc<HintForms>,
 ) -> SpikeNode {
     let renew = renew_thread(cfg.id.as_str(), inline);
-    start_nudged(cfg, store, clock, None, renew)
+    start_nudged(cfg, store, clock, None, renew, forms)
 }
 
 /// As `start_cfg`, reachable through (and nudging through) `nudge`.
@@ -102,6 +105,7 @@ fn start_nudged(
     clock: &Arc<dyn Clock>,
     nudge: Option<&leasehold::fleet::nudge::LocalNudge>,
     renew: Option<RenewThread>,
+    forms: &Arc<HintForms>,
 ) -> SpikeNode {
     cfg.probe = false;
     let id = cfg.id.to_string();
@@ -110,6 +114,7 @@ fn start_nudged(
         journal: journal.clone(),
         nudge: nudge.map(|n| Arc::new(n.clone()) as Arc<dyn leasehold::fleet::nudge::Nudge>),
         renew_on: renew.as_ref().map(RenewThread::handle),
+        hint_forms: forms.clone(),
         ..NodeDeps::new(
             store.clone(),
             clock.clone(),
@@ -145,18 +150,22 @@ pub async fn admit(url: &str, n: usize, ttl: Duration, samples: usize, json: boo
     let io = RenewThread::start("spike-io")?;
     // As the CLI and the daemon write: through the hinting store (a hint
     // per manifest and claim write, a ring of the bell per manifest write).
-    let store: Arc<dyn Store> = Arc::new(leasehold::fleet::feed::HintingStore::new(
-        open_store(url, &io_on(&io)).await?,
-        clock.clone(),
-        Arc::new(OsEntropy::new()),
-    ));
+    let forms = HintForms::auto();
+    let store: Arc<dyn Store> = Arc::new(
+        leasehold::fleet::feed::HintingStore::new(
+            open_store(url, &io_on(&io)).await?,
+            clock.clone(),
+            Arc::new(OsEntropy::new()),
+        )
+        .with_forms(forms.clone()),
+    );
     // The daemon's defaults: full listings every 60 ttls.
     let nodes: Vec<SpikeNode> = (0..n)
         .map(|i| {
             let mut cfg = NodeConfig::new(Name::new(format!("n{i}")).unwrap(), ttl);
             cfg.capacity = 1000;
             cfg.full_every = ttl * DEFAULT_FULL_EVERY_TTLS;
-            start_cfg(cfg, &store, &clock, false)
+            start_cfg(cfg, &store, &clock, false, &forms)
         })
         .collect();
     // Idle: a node backs off to one pass per max_poll (= ttl) after about
@@ -314,12 +323,18 @@ pub async fn placement(
     // With the daemon's defaults every writer hints, as `node run` and
     // `leasehold apply` do: the nodes read the change feed between full
     // listings, so a manifest applied without a hint would wait for one.
+    // The hints' form is the nodes' to decide, as in `node run` (one
+    // decision shared by every node here: they are all of this build).
+    let forms = HintForms::auto();
     let store: Arc<dyn Store> = if daemon_defaults {
-        Arc::new(leasehold::fleet::feed::HintingStore::new(
-            store,
-            clock.clone(),
-            Arc::new(OsEntropy::new()),
-        ))
+        Arc::new(
+            leasehold::fleet::feed::HintingStore::new(
+                store,
+                clock.clone(),
+                Arc::new(OsEntropy::new()),
+            )
+            .with_forms(forms.clone()),
+        )
     } else {
         store
     };
@@ -364,7 +379,7 @@ pub async fn placement(
                 cfg.capacity = capacity;
                 cfg.full_every = ttl * DEFAULT_FULL_EVERY_TTLS;
                 cfg.full_every_objects = leasehold::fleet::node::DEFAULT_FULL_EVERY_OBJECTS;
-                start_cfg(cfg, &node_store, &clock, renew_inline)
+                start_cfg(cfg, &node_store, &clock, renew_inline, &forms)
             } else {
                 start(
                     &id,
@@ -374,6 +389,7 @@ pub async fn placement(
                     capacity,
                     Some(poll),
                     renew_inline,
+                    &forms,
                 )
             }
         })
@@ -719,11 +735,15 @@ async fn virtual_hour(n: usize, s: usize, set: Settings, kills: usize) -> Result
     let counting = Arc::new(CountingStore::new(segments.clone()));
     // Every writer hints through the feed, as the CLI and the daemon do;
     // the hints' writes are counted with everything else.
-    let store: Arc<dyn Store> = Arc::new(leasehold::fleet::feed::HintingStore::new(
-        counting.clone(),
-        dyn_clock.clone(),
-        Arc::new(OsEntropy::new()),
-    ));
+    let forms = HintForms::auto();
+    let store: Arc<dyn Store> = Arc::new(
+        leasehold::fleet::feed::HintingStore::new(
+            counting.clone(),
+            dyn_clock.clone(),
+            Arc::new(OsEntropy::new()),
+        )
+        .with_forms(forms.clone()),
+    );
     apply_sleepers(&store, s).await?;
     let nudges = leasehold::fleet::nudge::LocalNudge::new();
     let nodes: Vec<SpikeNode> = (0..n)
@@ -736,7 +756,14 @@ async fn virtual_hour(n: usize, s: usize, set: Settings, kills: usize) -> Result
             cfg.full_every = set.full_every();
             cfg.full_every_objects = set.full_every_objects;
             // On the manual clock, every task on this one runtime.
-            start_nudged(cfg, &store, &dyn_clock, set.nudge.then_some(&nudges), None)
+            start_nudged(
+                cfg,
+                &store,
+                &dyn_clock,
+                set.nudge.then_some(&nudges),
+                None,
+                &forms,
+            )
         })
         .collect();
     let step = Duration::from_millis(100);
@@ -836,6 +863,7 @@ async fn virtual_hour(n: usize, s: usize, set: Settings, kills: usize) -> Result
             &dyn_clock,
             set.nudge.then_some(&nudges),
             None,
+            &forms,
         ));
     }
     for nd in nodes {

@@ -120,11 +120,16 @@ pub async fn node_child(
     // Counted by key segment for `manifest_list_pages` (an atomic add per
     // request: nothing a node's CPU figure would show).
     let segments = Arc::new(leasehold::store::BySegment::new(raw));
-    let store: Arc<dyn Store> = Arc::new(leasehold::fleet::feed::HintingStore::new(
-        segments.clone(),
-        clock.clone(),
-        Arc::new(OsEntropy::new()),
-    ));
+    // The hints' form is the node's to decide, as in `node run`.
+    let hint_forms = leasehold::fleet::feed::HintForms::auto();
+    let store: Arc<dyn Store> = Arc::new(
+        leasehold::fleet::feed::HintingStore::new(
+            segments.clone(),
+            clock.clone(),
+            Arc::new(OsEntropy::new()),
+        )
+        .with_forms(hint_forms.clone()),
+    );
     let mut cfg = NodeConfig::new(Name::new(id).unwrap(), ttl);
     cfg.capacity = capacity;
     cfg.full_every = full_every.unwrap_or(ttl * crate::fleet::DEFAULT_FULL_EVERY_TTLS);
@@ -134,6 +139,7 @@ pub async fn node_child(
     let deps = NodeDeps {
         journal: journal.clone(),
         renew_on: Some(renew.handle()),
+        hint_forms,
         ..NodeDeps::new(
             store,
             clock.clone(),

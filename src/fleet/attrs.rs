@@ -23,7 +23,7 @@ pub const UNPROVEN: &str = "unproven";
 /// See [`NodeAttrs::proto`].
 pub const PROTO: &str = "proto";
 /// The protocol level this build's nodes publish ([`NodeAttrs::proto`]).
-pub const PROTO_LEVEL: u32 = PROTO_READS_HOLDS;
+pub const PROTO_LEVEL: u32 = PROTO_BUCKETED_HINTS;
 /// The level from which a node reads every node record before it makes a
 /// vanished claim again (`Node::read_holds`), and so waits out a holder's
 /// full-listing interval however it grew (`node run
@@ -31,6 +31,11 @@ pub const PROTO_LEVEL: u32 = PROTO_READS_HOLDS;
 /// peer publishes less: the upgrade order docs/fleet.md asks for, kept by
 /// the nodes instead of the operator.
 pub const PROTO_READS_HOLDS: u32 = 1;
+/// The level from which a node reads change hints in both key forms
+/// (`keys::HintForm`): writers spell hints bucketed only while no live
+/// node publishes less (`feed::HintForms`), since an older reader lists
+/// the feed from a flat cursor and ignores bucketed keys.
+pub const PROTO_BUCKETED_HINTS: u32 = 2;
 
 /// A node's published attributes.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

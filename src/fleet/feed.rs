@@ -17,9 +17,10 @@
 //!   hint and read the key before the write landed would drop the hint as
 //!   seen and miss the change until the next full listing. A write whose
 //!   outcome is unknown is hinted too (a spurious read costs one GET).
-//! - **Keys are time-ordered** (`keys::hint`: the writer's wall ms, a nonce,
-//!   the kind and the name), so a reader lists from a cursor with
-//!   `Store::list_after`. Writers' clocks and write latency differ, so the
+//! - **Keys are time-ordered** (`keys::hint`: a ten-second bucket, the
+//!   writer's wall ms, a nonce, the kind and the name; flat, without the
+//!   bucket, while a node of an older build is live: [`HintForms`]), so a
+//!   reader lists from a cursor with `Store::list_after`. Writers' clocks and write latency differ, so the
 //!   cursor trails the reader's own wall clock by a skew window; a hint that
 //!   lands further in the past than that is repaired by the full listing.
 //! - **Retention.** Hints older than `RETENTION` are deleted by one node
@@ -72,6 +73,148 @@ pub struct HintingStore {
     clock: Arc<dyn Clock>,
     entropy: Arc<dyn Entropy>,
     faults: HintFaults,
+    forms: Arc<HintForms>,
+}
+
+/// Which form hints are spelt in ([`keys::HintForm`]), shared by a
+/// [`HintingStore`] and the node beside it.
+///
+/// Why a choice: builds before the bucketed form (node records without
+/// `proto` ≥ [`crate::fleet::attrs::PROTO_BUCKETED_HINTS`]) list the feed
+/// from a flat cursor and ignore bucketed keys, so while one is live a
+/// bucketed hint would reach it only by its full listing. This build reads
+/// both forms, so flat is safe for everyone and bucketed is cheaper for
+/// the local store (and for any store that filters `list_after` on the
+/// client). Either way a wrong choice only delays a reader: hints only
+/// hasten.
+///
+/// Who decides: a node after each `nodes/` listing ([`HintForms::set`]:
+/// bucketed unless a live peer publishes a lower level); a writer without
+/// a node beside it (the CLI, an embedder) by listing `nodes/` itself
+/// before its first hint and again every [`FORM_DECIDED_FOR`]
+/// ([`HintForms::decide`], the records judged by the wall clock as a
+/// one-shot reader judges them).
+#[derive(Debug)]
+pub struct HintForms {
+    /// 0: not decided; 1: flat; 2: bucketed.
+    form: std::sync::atomic::AtomicU8,
+    /// Wall ms of the decision.
+    at_ms: std::sync::atomic::AtomicU64,
+    /// Never decided again ([`HintForms::fixed`]).
+    fixed: bool,
+}
+
+/// How long a writer keeps a form it decided by listing `nodes/` before it
+/// lists again (a node sets it at every listing of its own, far oftener).
+pub const FORM_DECIDED_FOR: Duration = Duration::from_secs(300);
+
+impl HintForms {
+    /// Decided from node records: by the node beside the writer, else by
+    /// listing `nodes/` (see the type's docs).
+    pub fn auto() -> Arc<Self> {
+        Arc::new(HintForms {
+            form: 0.into(),
+            at_ms: 0.into(),
+            fixed: false,
+        })
+    }
+
+    /// Always `form` (tests, the spike, a fleet known to be one build).
+    pub fn fixed(form: keys::HintForm) -> Arc<Self> {
+        Arc::new(HintForms {
+            form: Self::code(form).into(),
+            at_ms: 0.into(),
+            fixed: true,
+        })
+    }
+
+    fn code(form: keys::HintForm) -> u8 {
+        match form {
+            keys::HintForm::Flat => 1,
+            keys::HintForm::Bucketed => 2,
+        }
+    }
+
+    /// A node's decision from the peers it judged at wall time `wall_ms`
+    /// (ignored when fixed).
+    pub fn set(&self, form: keys::HintForm, wall_ms: u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        if !self.fixed {
+            self.at_ms.store(wall_ms, Relaxed);
+            self.form.store(Self::code(form), Relaxed);
+        }
+    }
+
+    /// The form decided, if still current at wall time `wall_ms`.
+    pub fn current(&self, wall_ms: u64) -> Option<keys::HintForm> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let form = match self.form.load(Relaxed) {
+            1 => keys::HintForm::Flat,
+            2 => keys::HintForm::Bucketed,
+            _ => return None,
+        };
+        let fresh = self.fixed
+            || wall_ms.saturating_sub(self.at_ms.load(Relaxed))
+                < FORM_DECIDED_FOR.as_millis() as u64;
+        fresh.then_some(form)
+    }
+
+    /// The form to write in at wall time `wall_ms`: the current decision,
+    /// else one made now from a listing of `nodes/` in `store` (flat if it
+    /// fails: every build reads that).
+    pub async fn decide(&self, store: &Arc<dyn Store>, wall_ms: u64) -> keys::HintForm {
+        if let Some(form) = self.current(wall_ms) {
+            return form;
+        }
+        let form = match older_reader_listed(store, wall_ms).await {
+            Ok(true) => keys::HintForm::Flat,
+            Ok(false) => keys::HintForm::Bucketed,
+            Err(e) => {
+                tracing::debug!(error = %e, "listing nodes/ to choose the hint form; flat");
+                keys::HintForm::Flat
+            }
+        };
+        self.set(form, wall_ms);
+        form
+    }
+}
+
+/// Does `record` (a node record) name a live node that reads flat hints
+/// only ([`HintForms`])? Judged as a one-shot reader judges, by the wall
+/// clock with the default skew.
+pub fn reads_flat_only(record: &crate::record::LeaseRecord, wall_ms: u64) -> bool {
+    crate::fleet::attrs::NodeAttrs::of(record).proto < crate::fleet::attrs::PROTO_BUCKETED_HINTS
+        && crate::liveness::judge(
+            Some(record),
+            None,
+            crate::liveness::Evidence::WallClock {
+                now_ms: wall_ms,
+                max_skew: crate::wake::DEFAULT_MAX_SKEW,
+            },
+        ) == crate::liveness::Liveness::Live
+}
+
+/// Lists `nodes/` and reads every record: is any a live node that reads
+/// flat hints only? A record that does not decode is no such node (a
+/// stray object; at worst its node learns of changes at its full listing).
+async fn older_reader_listed(store: &Arc<dyn Store>, wall_ms: u64) -> Result<bool, StoreError> {
+    let mut listing = store.list(keys::NODES);
+    let mut names = Vec::new();
+    while let Some(e) = listing.next().await {
+        names.push(e?.key);
+    }
+    drop(listing);
+    for key in names {
+        let Some(o) = store.get(&key).await? else {
+            continue;
+        };
+        if let Ok(r) = crate::record::LeaseRecord::decode(&key, &o.bytes, crate::record::Kind::Node)
+            && reads_flat_only(&r, wall_ms)
+        {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 impl fmt::Debug for HintingStore {
@@ -96,7 +239,20 @@ impl HintingStore {
             clock,
             entropy,
             faults: HintFaults::default(),
+            forms: HintForms::auto(),
         }
+    }
+
+    /// Spelling hints as `forms` says (shared with the node beside it, which
+    /// sets it from its listings: `NodeDeps::hint_forms`).
+    pub fn with_forms(mut self, forms: Arc<HintForms>) -> Self {
+        self.forms = forms;
+        self
+    }
+
+    /// The forms this store spells hints by.
+    pub fn forms(&self) -> Arc<HintForms> {
+        self.forms.clone()
     }
 
     /// With deliberate hint faults (tests and the simulation only).
@@ -126,8 +282,10 @@ impl HintingStore {
                 0 => 0,
                 b => self.entropy.next_u64() % (b + 1),
             };
-            let ms = self.clock.wall_ms().saturating_sub(back);
-            write_hint(&self.inner, ms, self.entropy.as_ref(), kind, name).await;
+            let wall = self.clock.wall_ms();
+            let ms = wall.saturating_sub(back);
+            let form = self.forms.decide(&self.inner, wall).await;
+            write_hint(&self.inner, form, ms, self.entropy.as_ref(), kind, name).await;
         }
         // A manifest written or deleted: every node looks now. (Claims
         // are written by nodes, whose rings are their own business.)
@@ -172,6 +330,7 @@ pub async fn ring_bell(store: &Arc<dyn Store>, entropy: &dyn Entropy) {
 /// Whether it landed.
 pub async fn write_hint(
     store: &Arc<dyn Store>,
+    form: keys::HintForm,
     ms: u64,
     entropy: &dyn Entropy,
     kind: Hinted,
@@ -179,7 +338,7 @@ pub async fn write_hint(
 ) -> bool {
     // 8 hex digits: unique enough among writes of one millisecond.
     let nonce = format!("{:08x}", entropy.next_u64() as u32);
-    let hint = keys::hint(ms, &nonce, kind, name);
+    let hint = keys::hint(ms, &nonce, kind, name, form);
     match store.put(&hint, Bytes::new(), Cond::Create).await {
         Ok(_) => true,
         Err(e) => {
@@ -196,6 +355,7 @@ pub async fn write_hint(
 /// slow pace. Each try is a fresh hint (its own nonce), stamped `ms`.
 pub async fn write_hint_retried(
     store: &Arc<dyn Store>,
+    forms: &HintForms,
     clock: &dyn crate::clock::Clock,
     ms: u64,
     entropy: &dyn Entropy,
@@ -203,8 +363,9 @@ pub async fn write_hint_retried(
     name: &str,
 ) -> bool {
     let mut pause = Duration::from_millis(100);
+    let form = forms.decide(store, clock.wall_ms()).await;
     for attempt in 1..=HINT_TRIES {
-        if write_hint(store, ms, entropy, kind, name).await {
+        if write_hint(store, form, ms, entropy, kind, name).await {
             return true;
         }
         if attempt < HINT_TRIES {
@@ -330,6 +491,10 @@ impl FeedCursor {
             tokio::task::coop::consume_budget().await;
             out.listed += 1;
             match keys::parse_hint(&e.key) {
+                // A flat hint of the cursor's bucket from before it (see
+                // `keys::HintForm::Bucketed`): read before, or repaired by
+                // a full listing, as a flat cursor left it out.
+                Some((ms, ..)) if ms < from => {}
                 Some((_, kind, name)) => {
                     if !self.seen.contains(&e.key) {
                         out.keys.insert(kind.key(name));
@@ -510,26 +675,198 @@ mod tests {
         assert_eq!(back.listed, 3);
     }
 
-    /// Retention deletes old hints only.
+    /// Retention deletes old hints only, in either form.
     #[tokio::test]
     async fn expire_deletes_old_hints_only() {
         let s = mem();
         let now = 10_000_000u64;
-        for (ms, n) in [(now - 700_000, "old"), (now - 1_000, "young")] {
+        for form in [keys::HintForm::Flat, keys::HintForm::Bucketed] {
+            for (ms, n) in [(now - 700_000, "old"), (now - 1_000, "young")] {
+                s.put(
+                    &keys::hint(ms, "00", Hinted::Claim, n, form),
+                    Bytes::new(),
+                    Cond::Create,
+                )
+                .await
+                .unwrap();
+            }
+        }
+        s.put("changes/0000000000001-foreign", Bytes::new(), Cond::Create)
+            .await
+            .unwrap();
+        assert_eq!(expire(&s, now).await.unwrap(), 2);
+        let left = keys_under(&s, keys::CHANGES).await;
+        assert_eq!(left.len(), 3, "{left:?}");
+        assert_eq!(left.iter().filter(|k| k.ends_with("young")).count(), 2);
+    }
+
+    /// A reader of this build reads hints of both forms from its cursor
+    /// (flat ones from a writer of an older build among them) and none
+    /// from before it, though the listing from a bucketed cursor shows the
+    /// flat hints of the cursor's bucket from before it.
+    #[tokio::test]
+    async fn the_cursor_reads_both_forms_from_its_time_on() {
+        let s = mem();
+        let t = 1_764_700_005_000u64;
+        let mut c = FeedCursor::new(Duration::ZERO);
+        c.covered_until(t);
+        for (ms, form, n) in [
+            (t - 1, keys::HintForm::Flat, "before-flat"),
+            (t - 1, keys::HintForm::Bucketed, "before-bucketed"),
+            (t, keys::HintForm::Flat, "at-flat"),
+            (t + 1, keys::HintForm::Bucketed, "after-bucketed"),
+            (t + 20_000, keys::HintForm::Flat, "later-flat"),
+        ] {
             s.put(
-                &keys::hint(ms, "00", Hinted::Claim, n),
+                &keys::hint(ms, "00", Hinted::Claim, n, form),
                 Bytes::new(),
                 Cond::Create,
             )
             .await
             .unwrap();
         }
-        s.put("changes/0000000000001-foreign", Bytes::new(), Cond::Create)
+        let r = c.read(&s, t + 30_000).await.unwrap();
+        assert_eq!(
+            r.keys.iter().cloned().collect::<Vec<_>>(),
+            [
+                "sessions/after-bucketed",
+                "sessions/at-flat",
+                "sessions/later-flat"
+            ]
+        );
+        assert_eq!(
+            r.listed, 4,
+            "the flat hint of the cursor's bucket is listed, not read"
+        );
+    }
+
+    /// A node record under `nodes/` for the test, with `attrs`.
+    async fn node_record(
+        s: &Arc<dyn Store>,
+        clock: &Arc<MockClock>,
+        id: &str,
+        proto: Option<u32>,
+    ) -> crate::lease::Lease {
+        use crate::lease::{Acquire, AcquireOptions, LeaseClient};
+        let client = LeaseClient::builder(s.clone(), crate::Name::new(id).unwrap())
+            .clock(clock.clone())
+            .build()
+            .unwrap();
+        let mut opts = AcquireOptions::ttl(Duration::from_secs(10));
+        if let Some(p) = proto {
+            opts.attrs
+                .insert(crate::fleet::attrs::PROTO.into(), p.into());
+        }
+        let Acquire::Acquired(lease) = client
+            .acquire_kind(
+                crate::record::Kind::Node,
+                &crate::Name::new(id).unwrap(),
+                &opts,
+            )
+            .await
+            .unwrap()
+        else {
+            panic!("fresh key")
+        };
+        lease
+    }
+
+    /// A writer with no node beside it spells hints flat while a live node
+    /// publishes a level below `PROTO_BUCKETED_HINTS` (it would not read
+    /// bucketed ones), bucketed once none does: decided by listing `nodes/`
+    /// before the first hint and again every `FORM_DECIDED_FOR`. A node's
+    /// own decision (`HintForms::set`) is taken without a listing.
+    #[tokio::test]
+    async fn the_hint_form_keeps_to_the_oldest_live_reader() {
+        let inner = mem();
+        let counting = CountingStore::new(inner.clone());
+        let clock = Arc::new(MockClock::new());
+        let w: Arc<dyn Store> = Arc::new(HintingStore::new(
+            Arc::new(counting.clone()),
+            clock.clone(),
+            Arc::new(SeededEntropy::new(3)),
+        ));
+        let newer = node_record(
+            &inner,
+            &clock,
+            "new",
+            Some(crate::fleet::attrs::PROTO_LEVEL),
+        )
+        .await;
+        let older = node_record(&inner, &clock, "old", Some(1)).await;
+        let forms = |s: Vec<String>| -> Vec<Option<bool>> {
+            s.iter()
+                .map(|k| keys::parse_hint(k).map(|_| k.matches('/').count() == 2))
+                .collect()
+        };
+        w.put("sessions/a", Bytes::from_static(b"c"), Cond::Create)
             .await
             .unwrap();
-        assert_eq!(expire(&s, now).await.unwrap(), 1);
-        let left = keys_under(&s, keys::CHANGES).await;
-        assert_eq!(left.len(), 2, "{left:?}");
-        assert!(left.iter().any(|k| k.ends_with("young")));
+        assert_eq!(counting.counts().list_pages, 1, "nodes/ listed to decide");
+        assert_eq!(
+            forms(keys_under(&inner, keys::CHANGES).await),
+            [Some(false)],
+            "flat"
+        );
+        // The older node stops; the decision holds until it is due again.
+        older.release().await.unwrap();
+        drop(newer);
+        clock.advance(Duration::from_secs(60));
+        w.put("sessions/b", Bytes::from_static(b"c"), Cond::Create)
+            .await
+            .unwrap();
+        assert_eq!(counting.counts().list_pages, 1, "decided a minute ago");
+        clock.advance(FORM_DECIDED_FOR);
+        inner.delete(&keys::session("a")).await.unwrap();
+        w.put("sessions/c", Bytes::from_static(b"c"), Cond::Create)
+            .await
+            .unwrap();
+        assert_eq!(counting.counts().list_pages, 2);
+        let hinted = keys_under(&inner, keys::CHANGES).await;
+        assert_eq!(
+            forms(hinted.clone()),
+            [Some(false), Some(false), Some(true)],
+            "bucketed once no older node is live: {hinted:?}"
+        );
+        // An older node whose record expired (not renewed) is no reader.
+        let _stale = node_record(&inner, &clock, "stale", None).await;
+        clock.advance(Duration::from_secs(30) + FORM_DECIDED_FOR);
+        w.put("sessions/d", Bytes::from_static(b"c"), Cond::Create)
+            .await
+            .unwrap();
+        assert_eq!(counting.counts().list_pages, 3);
+        let hinted = keys_under(&inner, keys::CHANGES).await;
+        assert!(
+            hinted
+                .iter()
+                .any(|k| k.contains("-s-d") && k.matches('/').count() == 2)
+        );
+        // A node's decision stands without a listing, and a fixed form
+        // never lists.
+        let node_forms = HintForms::auto();
+        node_forms.set(keys::HintForm::Flat, clock.wall_ms());
+        let by_node: Arc<dyn Store> = Arc::new(
+            HintingStore::new(
+                Arc::new(counting.clone()),
+                clock.clone(),
+                Arc::new(SeededEntropy::new(4)),
+            )
+            .with_forms(node_forms),
+        );
+        by_node
+            .put("sessions/e", Bytes::from_static(b"c"), Cond::Create)
+            .await
+            .unwrap();
+        assert_eq!(counting.counts().list_pages, 3, "the node decided");
+        let hinted = keys_under(&inner, keys::CHANGES).await;
+        assert!(
+            hinted
+                .iter()
+                .any(|k| k.contains("-s-e") && k.matches('/').count() == 1)
+        );
+        assert_eq!(
+            HintForms::fixed(keys::HintForm::Bucketed).current(u64::MAX),
+            Some(keys::HintForm::Bucketed)
+        );
     }
 }

@@ -420,6 +420,12 @@ pub struct NodeDeps {
     /// (the seeded simulation, whose nodes share one current-thread runtime
     /// on a manual clock, and tests of the protocol itself).
     pub renew_on: Option<tokio::runtime::Handle>,
+    /// How hints are spelt (`super::feed::HintForms`): this node sets it
+    /// after each `nodes/` listing and spells its own node hints by it.
+    /// Share it with the `HintingStore` in `store`
+    /// (`HintingStore::forms`), which then never lists `nodes/` itself to
+    /// decide.
+    pub hint_forms: Arc<super::feed::HintForms>,
 }
 
 impl NodeDeps {
@@ -439,6 +445,7 @@ impl NodeDeps {
             claims: None,
             nudge: None,
             renew_on: None,
+            hint_forms: super::feed::HintForms::auto(),
         }
     }
 }
@@ -1578,6 +1585,7 @@ impl Node {
             if released && self.cfg.feed_on() {
                 super::feed::write_hint_retried(
                     &self.deps.store,
+                    &self.deps.hint_forms,
                     self.deps.clock.as_ref(),
                     self.deps.clock.wall_ms(),
                     self.deps.entropy.as_ref(),
@@ -2895,6 +2903,7 @@ impl Node {
                 self.refresh_nodes(entries).await?;
             }
             self.read_hinted_nodes(node_keys).await?;
+            self.note_hint_form();
             changed |= refresh(
                 &self.deps.store,
                 manifests_listed,
@@ -2954,6 +2963,7 @@ impl Node {
                 self.refresh_nodes(entries).await?;
             }
             self.read_hinted_nodes(node_keys).await?;
+            self.note_hint_form();
             // A peer of an older build joined while our interval is grown:
             // the next pass lists everything, which confirms our claims
             // and takes the fixed interval back (`note_fleet_size`).
@@ -3472,6 +3482,7 @@ impl Node {
         let hint = self.cfg.feed_on();
         let (store, entropy) = (self.deps.store.clone(), self.deps.entropy.clone());
         let clock = self.deps.clock.clone();
+        let forms = self.deps.hint_forms.clone();
         let wall = self.deps.clock.wall_ms();
         let nudge = self.deps.nudge.clone();
         self.nudges.spawn(async move {
@@ -3482,6 +3493,7 @@ impl Node {
                 for id in &dead {
                     super::feed::write_hint_retried(
                         &store,
+                        &forms,
                         clock.as_ref(),
                         wall,
                         entropy.as_ref(),
@@ -3681,6 +3693,30 @@ impl Node {
             margin: default_margin(Duration::from_millis(rec.ttl_ms)),
         };
         (judged, evidence)
+    }
+
+    /// Spells hints bucketed unless a live peer reads flat ones only
+    /// (`feed::HintForms`), judged on the records as last read. Every
+    /// pass, from the peers as this pass left them: the decision stays
+    /// current while the node runs, so its `HintingStore` never lists
+    /// `nodes/` to decide.
+    fn note_hint_form(&self) {
+        let wall = self.deps.clock.wall_ms();
+        let older = self.nodes.iter().any(|(key, n)| {
+            *key != crate::keys::node(&self.me.node)
+                && NodeAttrs::of(&n.record).proto < super::attrs::PROTO_BUCKETED_HINTS
+                && {
+                    let (judged, evidence) = self.peer_evidence(key, n);
+                    crate::liveness::judge(Some(judged.as_ref()), None, evidence)
+                        == crate::liveness::Liveness::Live
+                }
+        });
+        let form = if older {
+            crate::keys::HintForm::Flat
+        } else {
+            crate::keys::HintForm::Bucketed
+        };
+        self.deps.hint_forms.set(form, wall);
     }
 
     /// Is a peer of an older build live, as placement judges it: one whose
@@ -5216,9 +5252,12 @@ async fn renew_task(
                         // announced: a slow PUT must not hold up the lease.
                         let (store, entropy) = (deps.store.clone(), deps.entropy.clone());
                         let (wall, id) = (deps.clock.wall_ms(), cfg.id.to_string());
+                        let forms = deps.hint_forms.clone();
                         tokio::spawn(async move {
+                            let form = forms.decide(&store, wall).await;
                             super::feed::write_hint(
                                 &store,
+                                form,
                                 wall,
                                 entropy.as_ref(),
                                 crate::keys::Hinted::Node,

@@ -17,6 +17,11 @@
 //!   fsyncs it, renames it over the key atomically and fsyncs the directory,
 //!   so a reader (which takes no lock) sees the old object or the new one,
 //!   never a mix, and a crash leaves one of them;
+//! - a delete removes the directories it empties, as an object store has
+//!   none (`Inner::remove_empty_dirs`: the change feed's ten-second buckets
+//!   come and go with their hints), and a listing from a cursor skips every
+//!   directory wholly before it (`walk`), so a feed read costs the buckets
+//!   since the cursor, not the retention;
 //! - reads take no lock and share one blocking thread per burst (the first
 //!   read to find none at work starts it; it serves every read queued until
 //!   the queue is empty), since a small read costs less than a blocking
@@ -83,6 +88,11 @@ directory and remove this file.\n";
 /// How many times a writer locks afresh after finding its lock file
 /// unlinked under it (`Inner::lock`).
 const LOCK_TRIES: usize = 10_000;
+
+/// How many times a writer makes a key's directories again after finding
+/// one removed under it (`Inner::parent_dir`, `Inner::write`): each retry
+/// follows a delete that emptied the directory in between.
+const DIR_TRIES: usize = 1_000;
 
 /// A key's write lock (`Inner::lock`): released when dropped (the file is
 /// closed).
@@ -190,6 +200,10 @@ struct Inner {
     /// module docs): the filesystem kept a nanosecond stamp when checked at
     /// open ([`stamps_kept`]).
     stamps: bool,
+    /// Directory entries the listings' walks have read (names and
+    /// subdirectories, before any is matched): what a listing costs the
+    /// kernel, for tests and measurements ([`LocalDirStore::entries_walked`]).
+    walked: std::sync::atomic::AtomicU64,
 }
 
 /// The mode of a file whose modification time is its version (see the
@@ -254,6 +268,7 @@ impl LocalDirStore {
                 ino: md.ino(),
                 entropy,
                 stamps,
+                walked: 0.into(),
             }),
             reads: Arc::new(ReadQueue::default()),
         })
@@ -270,6 +285,15 @@ impl LocalDirStore {
         self.inner.stamps
     }
 
+    /// How many directory entries this handle's listings have read so far
+    /// (every name of every directory walked, matched or not): a listing
+    /// from a cursor reads the directories at and after it, not the ones
+    /// wholly before it (see `walk`).
+    #[doc(hidden)]
+    pub fn entries_walked(&self) -> u64 {
+        self.inner.walked.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// This store with writes that do not stamp (as before stamps, or on a
     /// filesystem without nanoseconds): for tests of a directory that
     /// holds both kinds of file.
@@ -283,6 +307,7 @@ impl LocalDirStore {
                 ino: i.ino,
                 entropy: i.entropy.clone(),
                 stamps: false,
+                walked: 0.into(),
             }),
             reads: Arc::new(ReadQueue::default()),
         }
@@ -498,41 +523,101 @@ impl Inner {
     /// directory, or None when it does not exist and `create` is false.
     fn parent_dir(&self, segs: &[&str], create: bool) -> Result<Option<PathBuf>, StoreError> {
         self.check_root()?;
-        let mut dir = self.root.clone();
-        for s in &segs[..segs.len() - 1] {
-            dir.push(s);
-            match fs::symlink_metadata(&dir) {
-                Ok(md) if md.file_type().is_symlink() => {
-                    return Err(StoreError::Invalid {
-                        reason: format!("{} is a symlink; refusing it", dir.display()),
-                    });
-                }
-                Ok(md) if md.is_dir() => {}
-                Ok(_) => {
-                    return Err(StoreError::Corrupt {
-                        reason: format!("{} is not a directory", dir.display()),
-                    });
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    if !create {
-                        return Ok(None);
-                    }
-                    match fs::DirBuilder::new().mode(0o700).create(&dir) {
-                        Ok(()) => {}
-                        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                        Err(e) => return Err(io_err(&format!("mkdir {}", dir.display()), e)),
-                    }
-                    let md = fs::symlink_metadata(&dir).map_err(|e| io_err("stat", e))?;
-                    if !md.is_dir() {
+        // A delete removes the directories it empties (`remove`), so one
+        // found or made here may be gone by the next step: then the walk
+        // starts again from the root.
+        'walk: for _ in 0..DIR_TRIES {
+            let mut dir = self.root.clone();
+            for s in &segs[..segs.len() - 1] {
+                dir.push(s);
+                match fs::symlink_metadata(&dir) {
+                    Ok(md) if md.file_type().is_symlink() => {
                         return Err(StoreError::Invalid {
+                            reason: format!("{} is a symlink; refusing it", dir.display()),
+                        });
+                    }
+                    Ok(md) if md.is_dir() => {}
+                    Ok(_) => {
+                        return Err(StoreError::Corrupt {
                             reason: format!("{} is not a directory", dir.display()),
                         });
                     }
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                        if !create {
+                            return Ok(None);
+                        }
+                        match fs::DirBuilder::new().mode(0o700).create(&dir) {
+                            Ok(()) => {}
+                            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue 'walk,
+                            Err(e) => return Err(io_err(&format!("mkdir {}", dir.display()), e)),
+                        }
+                        match fs::symlink_metadata(&dir) {
+                            Ok(md) if md.is_dir() && !md.file_type().is_symlink() => {}
+                            Ok(_) => {
+                                return Err(StoreError::Invalid {
+                                    reason: format!("{} is not a directory", dir.display()),
+                                });
+                            }
+                            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue 'walk,
+                            Err(e) => return Err(io_err("stat", e)),
+                        }
+                    }
+                    Err(e) => return Err(io_err(&format!("stat {}", dir.display()), e)),
                 }
-                Err(e) => return Err(io_err(&format!("stat {}", dir.display()), e)),
+            }
+            return Ok(Some(dir));
+        }
+        Err(StoreError::Unavailable {
+            message: format!(
+                "the directories of {:?} were removed under each of {DIR_TRIES} tries",
+                segs.join("/")
+            ),
+        })
+    }
+
+    /// Makes a removal in the directory of the key `segs` durable: fsyncs
+    /// that directory, or, where a delete of another key emptied and
+    /// removed it meanwhile (`remove_empty_dirs`), the nearest directory
+    /// above it that is still there: the removal that took the directory
+    /// came after ours, and a journaling filesystem keeps the two in order.
+    fn sync_dir_of(&self, segs: &[&str]) -> Result<(), StoreError> {
+        for depth in (0..segs.len()).rev() {
+            let mut dir = self.root.clone();
+            dir.extend(&segs[..depth]);
+            match File::open(&dir).and_then(|d| d.sync_all()) {
+                Ok(()) => return Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && depth > 0 => {}
+                Err(e) => return Err(io_err("fsync directory", e)),
             }
         }
-        Ok(Some(dir))
+        Ok(())
+    }
+
+    /// Removes the directories above the key `segs` that are empty, deepest
+    /// first, up to (never including) the root: an object store has no
+    /// directories, and a key scheme that spreads keys over directories
+    /// (the change feed's time buckets, `keys::HintForm::Bucketed`) would
+    /// otherwise leave one behind for every ten seconds of hints, each read
+    /// by every listing of the feed.
+    ///
+    /// Why this is safe beside writers: `rmdir` removes only an empty
+    /// directory, atomically. A writer holds a temporary file in the key's
+    /// directory from before its rename until after it, so a directory
+    /// with a write in flight is not empty; a writer that made or found
+    /// the directory and had not yet created its temporary file finds it
+    /// gone and makes it again (`parent_dir`, `write`). Only in this
+    /// build's lock scheme: an older build writing beside one in the
+    /// older scheme does not make a directory again (`lock_scheme`).
+    fn remove_empty_dirs(&self, segs: &[&str]) {
+        for depth in (1..segs.len()).rev() {
+            let mut dir = self.root.clone();
+            dir.extend(&segs[..depth]);
+            if fs::remove_dir(&dir).is_err() {
+                // Not empty (the usual case), or gone, or not ours to remove.
+                break;
+            }
+        }
     }
 
     /// Where this directory's lock files are, and whether a deleted key's
@@ -704,7 +789,7 @@ impl Inner {
         }
         let segs = local_segments(key)?;
         let lock = self.lock(key)?;
-        let dir = self
+        let mut dir = self
             .parent_dir(&segs, true)?
             .expect("created parent directories");
         // Under the lock, the current version cannot change (every writer
@@ -725,21 +810,38 @@ impl Inner {
                 generation_of(cur.version.etag.as_deref().unwrap_or("")) + 1
             }
         };
-        let tmp = dir.join(format!(".tmp-{}", self.entropy.hex_id()));
-        let target = dir.join(segs[segs.len() - 1]);
+        let mut tmp = dir.join(format!(".tmp-{}", self.entropy.hex_id()));
         let mut etag = String::new();
         let result = (|| {
-            let mut f = OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(if self.stamps {
-                    STAMPED_MODE
-                } else {
-                    PLAIN_MODE
-                })
-                .custom_flags(libc::O_NOFOLLOW)
-                .open(&tmp)
-                .map_err(|e| io_err("create temporary file", e))?;
+            // The temporary file keeps the directory from being removed
+            // (`remove_empty_dirs`) until after the rename; before it is
+            // made, a delete that emptied the directory may remove it: then
+            // it is made again.
+            let mut tries = 0;
+            let mut f = loop {
+                match OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(if self.stamps {
+                        STAMPED_MODE
+                    } else {
+                        PLAIN_MODE
+                    })
+                    .custom_flags(libc::O_NOFOLLOW)
+                    .open(&tmp)
+                {
+                    Ok(f) => break f,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound && tries < DIR_TRIES => {
+                        tries += 1;
+                        dir = self
+                            .parent_dir(&segs, true)?
+                            .expect("created parent directories");
+                        tmp = dir.join(format!(".tmp-{}", self.entropy.hex_id()));
+                    }
+                    Err(e) => return Err(io_err("create temporary file", e)),
+                }
+            };
+            let target = dir.join(segs[segs.len() - 1]);
             let stamp = if self.stamps {
                 // The kernel's clock, as the file's creation stamped it (the
                 // store reads no clock of its own), and random nanoseconds.
@@ -814,11 +916,14 @@ impl Inner {
             }
             Err(e) => return Err(io_err("remove", e)),
         }
-        let synced = File::open(&dir)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| io_err("fsync directory", e));
-        // The key is gone: so is its lock file (see `lock`).
+        let synced = self.sync_dir_of(&segs);
+        // The key is gone: so is its lock file (see `lock`), and any
+        // directory it leaves empty (this build's scheme only).
+        let tidy = lock.path.is_some();
         lock.unlink();
+        if tidy {
+            self.remove_empty_dirs(&segs);
+        }
         synced
     }
 
@@ -865,7 +970,19 @@ impl Inner {
         };
         let mut names = Names::default();
         let mut pending = Vec::new();
-        walk(dfd, &base, prefix, after, &mut pending, &mut names.dirs)?;
+        let mut walked = 0;
+        let r = walk(
+            dfd,
+            &base,
+            prefix,
+            after,
+            &mut pending,
+            &mut names.dirs,
+            &mut walked,
+        );
+        self.walked
+            .fetch_add(walked, std::sync::atomic::Ordering::Relaxed);
+        r?;
         pending.sort_unstable_by(|a, b| a.key().cmp(b.key()));
         names.pending = pending.into_iter();
         Ok(names)
@@ -982,6 +1099,7 @@ fn walk(
     after: Option<&str>,
     out: &mut Vec<Pending>,
     dirs: &mut Vec<OwnedFd>,
+    walked: &mut u64,
 ) -> Result<(), StoreError> {
     let mut key = String::new();
     let mut here: Vec<String> = Vec::new();
@@ -990,6 +1108,7 @@ fn walk(
     // two descriptors per level at most, besides the held ones.
     for ent in rustix::fs::Dir::read_from(&dir).map_err(|e| errno("list", e))? {
         let ent = ent.map_err(|e| errno("list", e))?;
+        *walked += 1;
         let cname = ent.file_name();
         let Ok(name) = cname.to_str() else { continue };
         if name.starts_with('.') {
@@ -1009,9 +1128,17 @@ fn walk(
             continue;
         }
         if ft == FileType::Directory {
-            // Descend only where keys under it can match the prefix.
+            // Descend only where keys under it can match the prefix, and
+            // can sort after the cursor: every key under `sub` sorts
+            // before a cursor that `sub` sorts before without being its
+            // prefix (they differ at a byte of `sub`). So a listing of the
+            // change feed from a cursor reads the time buckets from the
+            // cursor's on, not every hint within the retention
+            // (`keys::HintForm::Bucketed`, issue #14).
             let sub = format!("{key}/");
-            if sub.starts_with(prefix) || prefix.starts_with(&sub) {
+            if (sub.starts_with(prefix) || prefix.starts_with(&sub))
+                && !after.is_some_and(|a| sub.as_str() < a && !a.starts_with(&sub))
+            {
                 subdirs.push(name.to_string());
             }
             continue;
@@ -1053,7 +1180,7 @@ fn walk(
         };
         let sub = format!("{base}{name}/");
         match rustix::fs::openat(parent, name.as_str(), DIR_OPEN, Mode::empty()) {
-            Ok(sub_fd) => walk(sub_fd, &sub, prefix, after, out, dirs)?,
+            Ok(sub_fd) => walk(sub_fd, &sub, prefix, after, out, dirs, walked)?,
             Err(Errno::NOENT) => {}
             Err(Errno::LOOP | Errno::NOTDIR) => {
                 tracing::warn!(key = %sub, "local store: skipping symlink in listing");

@@ -42,6 +42,7 @@ pub async fn run_all(make: MakeStore<'_>) {
     store_conditional_get(make().await).await;
     store_list(make().await).await;
     store_list_after(make().await).await;
+    store_list_after_nested(make().await).await;
     store_delete_and_recreate(make().await).await;
     store_races_have_one_winner(make().await).await;
     store_refuses_bad_keys(make().await).await;
@@ -259,6 +260,97 @@ async fn store_list_after(s: Arc<dyn Store>) {
         after("a").await.len(),
         4,
         "{s}: a cursor before the prefix lists all of it"
+    );
+}
+
+/// `list_after` over keys nested under their time bucket (the change
+/// feed's bucketed hints beside flat ones, `keys::HintForm`): a key order
+/// across levels, where a store that walks directories (the local store)
+/// skips those wholly before the cursor. And a level emptied by deletes
+/// (which the local store removes) takes writes again at once.
+async fn store_list_after_nested(s: Arc<dyn Store>) {
+    let keys = [
+        "changes/000/0001-a",
+        "changes/000/0009-b",
+        "changes/0001-flat",
+        "changes/001/0010-c",
+        "changes/001/0012-d",
+        "changes/0011-flat",
+        "changes/002/0020-e",
+    ];
+    for k in keys {
+        s.put(k, Bytes::from_static(b"h"), Cond::Create)
+            .await
+            .unwrap();
+    }
+    let after = |cursor: &'static str| {
+        let s = s.clone();
+        async move {
+            s.list_after("changes/", cursor)
+                .map(|r| r.unwrap().key)
+                .collect::<Vec<_>>()
+                .await
+        }
+    };
+    assert_eq!(
+        after("changes/").await,
+        keys,
+        "{s}: key order across levels"
+    );
+    assert_eq!(
+        after("changes/001/0010").await,
+        [
+            "changes/001/0010-c",
+            "changes/001/0012-d",
+            "changes/0011-flat",
+            "changes/002/0020-e"
+        ],
+        "{s}: from inside a level"
+    );
+    assert_eq!(
+        after("changes/000/0009-b").await,
+        [
+            "changes/0001-flat",
+            "changes/001/0010-c",
+            "changes/001/0012-d",
+            "changes/0011-flat",
+            "changes/002/0020-e"
+        ],
+        "{s}: the cursor at a level's last key"
+    );
+    assert_eq!(
+        after("changes/0010").await,
+        ["changes/0011-flat", "changes/002/0020-e"],
+        "{s}: a level that sorts before the cursor is skipped whole"
+    );
+    for k in ["changes/001/0010-c", "changes/001/0012-d"] {
+        s.delete(k).await.unwrap();
+    }
+    assert_eq!(
+        after("changes/000/0009-b").await,
+        [
+            "changes/0001-flat",
+            "changes/0011-flat",
+            "changes/002/0020-e"
+        ],
+        "{s}: an emptied level lists nothing"
+    );
+    s.put("changes/001/0013-f", Bytes::from_static(b"h"), Cond::Create)
+        .await
+        .unwrap();
+    assert_eq!(
+        after("changes/0011-flat").await,
+        ["changes/002/0020-e"],
+        "{s}"
+    );
+    assert_eq!(
+        after("changes/001/").await,
+        [
+            "changes/001/0013-f",
+            "changes/0011-flat",
+            "changes/002/0020-e"
+        ],
+        "{s}: written again under the emptied level"
     );
 }
 
