@@ -676,6 +676,24 @@ fn apply_and_delete_manifests() {
     let o = run(&["apply", f.to_str().unwrap(), "--store", &s, "--json"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     assert_eq!(json(&o)["result"], "created");
+    // On a local directory where no node of an older build is live, the
+    // manifest's hint is under its ten-second bucket (keys::HintForm).
+    let hints: Vec<String> = std::fs::read_dir(d.path().join("changes"))
+        .unwrap()
+        .flat_map(|b| {
+            let b = b.unwrap();
+            assert!(
+                b.file_type().unwrap().is_dir(),
+                "{:?} is flat",
+                b.file_name()
+            );
+            std::fs::read_dir(b.path())
+                .unwrap()
+                .map(|h| h.unwrap().path().display().to_string())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(hints.iter().any(|h| h.ends_with("-m-web")), "{hints:?}");
     let o = run(&["apply", f.to_str().unwrap(), "--store", &s, "--json"]);
     assert_eq!(json(&o)["result"], "unchanged");
     std::fs::write(

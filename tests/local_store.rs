@@ -269,38 +269,63 @@ async fn a_listing_from_a_cursor_skips_the_directories_before_it() {
     );
 }
 
-/// A delete removes the directories it empties (up to, never including,
-/// the root), so a key scheme that spreads keys over directories (the
-/// feed's ten-second buckets) leaves none behind; a write under a removed
-/// directory makes it again.
+/// A delete removes the directories it empties below the top level, so a
+/// key scheme that spreads keys over directories (the feed's ten-second
+/// buckets) leaves none behind, in either lock scheme; a top-level one
+/// (which an older build may be writing in, and would not make again) is
+/// kept. A write under a removed directory makes it again, and a refused
+/// write makes none.
 #[tokio::test]
 async fn a_delete_removes_the_directories_it_empties() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = LocalDirStore::open(dir.path()).unwrap();
-    for k in [
-        "changes/001/a",
-        "changes/001/b",
-        "changes/002/c",
-        "sessions/s",
-    ] {
-        s.put(k, Bytes::new(), Cond::Create).await.unwrap();
+    for legacy in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        if legacy {
+            std::fs::create_dir_all(dir.path().join(".leasehold/locks")).unwrap();
+        }
+        let s = LocalDirStore::open(dir.path()).unwrap();
+        for k in [
+            "changes/001/a",
+            "changes/001/b",
+            "changes/002/x/c",
+            "sessions/s",
+        ] {
+            s.put(k, Bytes::new(), Cond::Create).await.unwrap();
+        }
+        s.delete("changes/001/a").await.unwrap();
+        assert!(dir.path().join("changes/001").is_dir(), "b is still in it");
+        s.delete("changes/001/b").await.unwrap();
+        assert!(!dir.path().join("changes/001").exists(), "legacy {legacy}");
+        assert!(dir.path().join("changes/002/x").is_dir());
+        s.delete("changes/002/x/c").await.unwrap();
+        assert!(
+            !dir.path().join("changes/002").exists(),
+            "emptied to the second level"
+        );
+        assert!(
+            dir.path().join("changes").is_dir(),
+            "a top-level directory is kept"
+        );
+        s.delete("sessions/s").await.unwrap();
+        assert!(dir.path().join("sessions").is_dir());
+        s.put("changes/001/a", Bytes::from_static(b"again"), Cond::Create)
+            .await
+            .unwrap();
+        assert_eq!(
+            &s.get("changes/001/a").await.unwrap().unwrap().bytes[..],
+            b"again"
+        );
+        // An If-Match on a key that is not there makes no directory.
+        let stale = leasehold::store::Version {
+            etag: Some("1.1".into()),
+            version: None,
+        };
+        assert!(matches!(
+            s.put("changes/003/gone", Bytes::new(), Cond::Match(stale))
+                .await,
+            Err(StoreError::Precondition)
+        ));
+        assert!(!dir.path().join("changes/003").exists());
     }
-    s.delete("changes/001/a").await.unwrap();
-    assert!(dir.path().join("changes/001").is_dir(), "b is still in it");
-    s.delete("changes/001/b").await.unwrap();
-    assert!(!dir.path().join("changes/001").exists());
-    assert!(dir.path().join("changes/002").is_dir());
-    s.delete("changes/002/c").await.unwrap();
-    assert!(!dir.path().join("changes").exists(), "emptied to the top");
-    assert!(dir.path().join("sessions/s").is_file());
-    assert!(dir.path().is_dir(), "never the root");
-    s.put("changes/001/a", Bytes::from_static(b"again"), Cond::Create)
-        .await
-        .unwrap();
-    assert_eq!(
-        &s.get("changes/001/a").await.unwrap().unwrap().bytes[..],
-        b"again"
-    );
 }
 
 /// Writers and deleters of different keys in the same directories, at

@@ -828,12 +828,24 @@ async fn open_creating_on(
 
 /// Every command that writes a manifest or a claim hints it in the change
 /// feed (`leasehold::fleet::feed`), so nodes find it without a full listing.
-/// The hints' key form is decided from the node records
-/// (`leasehold::fleet::feed::HintForms`): by a listing of `nodes/` before
-/// the first hint, or, in `node run`, by the node at each of its listings
-/// (`forms` shared with it).
+/// The hints' key form (`leasehold::fleet::feed::HintForms`): in `node
+/// run`, the node decides at each of its listings (`hinting_with`, the
+/// forms shared with it). A one-shot command on a local directory decides
+/// by listing `nodes/` before its first hint (free there, and the
+/// bucketed form is what keeps the directory's feed reads short); on any
+/// other store it spells hints flat, which every build reads and which
+/// costs a reader there the same, rather than pay a listing and a read of
+/// every node record per command.
 fn hinting(store: Arc<dyn Store>) -> Arc<dyn Store> {
-    hinting_with(store, leasehold::fleet::feed::HintForms::auto())
+    let forms = if store
+        .identity()
+        .starts_with(leasehold::store::LOCAL_IDENTITY_PREFIX)
+    {
+        leasehold::fleet::feed::HintForms::auto()
+    } else {
+        leasehold::fleet::feed::HintForms::fixed(leasehold::keys::HintForm::Flat)
+    };
+    hinting_with(store, forms)
 }
 
 fn hinting_with(

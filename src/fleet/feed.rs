@@ -83,10 +83,11 @@ pub struct HintingStore {
 /// `proto` ≥ [`crate::fleet::attrs::PROTO_BUCKETED_HINTS`]) list the feed
 /// from a flat cursor and ignore bucketed keys, so while one is live a
 /// bucketed hint would reach it only by its full listing. This build reads
-/// both forms, so flat is safe for everyone and bucketed is cheaper for
-/// the local store (and for any store that filters `list_after` on the
-/// client). Either way a wrong choice only delays a reader: hints only
-/// hasten.
+/// both forms, so flat is safe for everyone and bucketed is cheaper where
+/// a listing walks directories (the local store; a store that lists from
+/// the cursor on the server, or filters the whole prefix on the client,
+/// costs the same either way). Either way a wrong choice only delays a
+/// reader: hints only hasten.
 ///
 /// Who decides: a node after each `nodes/` listing ([`HintForms::set`]:
 /// bucketed unless a live peer publishes a lower level); a writer without
@@ -102,6 +103,9 @@ pub struct HintForms {
     at_ms: std::sync::atomic::AtomicU64,
     /// Never decided again ([`HintForms::fixed`]).
     fixed: bool,
+    /// One listing at a time: the hints of a burst wait for the first
+    /// one's decision instead of each listing `nodes/`.
+    deciding: tokio::sync::Mutex<()>,
 }
 
 /// How long a writer keeps a form it decided by listing `nodes/` before it
@@ -116,6 +120,7 @@ impl HintForms {
             form: 0.into(),
             at_ms: 0.into(),
             fixed: false,
+            deciding: Default::default(),
         })
     }
 
@@ -125,6 +130,7 @@ impl HintForms {
             form: Self::code(form).into(),
             at_ms: 0.into(),
             fixed: true,
+            deciding: Default::default(),
         })
     }
 
@@ -153,9 +159,13 @@ impl HintForms {
             2 => keys::HintForm::Bucketed,
             _ => return None,
         };
+        // A decision stamped ahead of this clock (a wall clock stepped
+        // back, or a node on another clock) is not taken as fresh for
+        // longer than the step: past a second ahead, it is decided again.
+        let at = self.at_ms.load(Relaxed);
         let fresh = self.fixed
-            || wall_ms.saturating_sub(self.at_ms.load(Relaxed))
-                < FORM_DECIDED_FOR.as_millis() as u64;
+            || (at <= wall_ms.saturating_add(1_000)
+                && wall_ms.saturating_sub(at) < FORM_DECIDED_FOR.as_millis() as u64);
         fresh.then_some(form)
     }
 
@@ -165,6 +175,10 @@ impl HintForms {
     pub async fn decide(&self, store: &Arc<dyn Store>, wall_ms: u64) -> keys::HintForm {
         if let Some(form) = self.current(wall_ms) {
             return form;
+        }
+        let _one = self.deciding.lock().await;
+        if let Some(form) = self.current(wall_ms) {
+            return form; // decided while we waited
         }
         let form = match older_reader_listed(store, wall_ms).await {
             Ok(true) => keys::HintForm::Flat,

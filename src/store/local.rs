@@ -75,6 +75,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 const MAGIC: &str = "leasehold-object/1";
+
+/// How a local directory's [`Store::identity`] begins (then its device and
+/// inode): how a caller that holds only a `dyn Store` knows it is one.
+pub const LOCAL_IDENTITY_PREFIX: &str = "file-inode:";
 /// Largest body accepted, matching the cloud adapter's read bound.
 const MAX_BODY: usize = super::objstore::MAX_READ_BYTES as usize;
 const META_DIR: &str = ".leasehold";
@@ -547,7 +551,17 @@ impl Inner {
                             return Ok(None);
                         }
                         match fs::DirBuilder::new().mode(0o700).create(&dir) {
-                            Ok(()) => {}
+                            // Durable before anything is written in it:
+                            // directories now come and go (the feed's
+                            // buckets), and an object acknowledged in one
+                            // must not be lost with it in a crash.
+                            Ok(()) => {
+                                if let Some(parent) = dir.parent() {
+                                    File::open(parent).and_then(|d| d.sync_all()).map_err(|e| {
+                                        io_err(&format!("fsync {}", parent.display()), e)
+                                    })?;
+                                }
+                            }
                             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
                             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue 'walk,
                             Err(e) => return Err(io_err(&format!("mkdir {}", dir.display()), e)),
@@ -580,7 +594,9 @@ impl Inner {
     /// that directory, or, where a delete of another key emptied and
     /// removed it meanwhile (`remove_empty_dirs`), the nearest directory
     /// above it that is still there: the removal that took the directory
-    /// came after ours, and a journaling filesystem keeps the two in order.
+    /// came after ours, and a journaling filesystem keeps the two in
+    /// order. (One made again since under the same name was made durable
+    /// in its parent by its maker, `parent_dir`, after that removal.)
     fn sync_dir_of(&self, segs: &[&str]) -> Result<(), StoreError> {
         for depth in (0..segs.len()).rev() {
             let mut dir = self.root.clone();
@@ -595,22 +611,28 @@ impl Inner {
     }
 
     /// Removes the directories above the key `segs` that are empty, deepest
-    /// first, up to (never including) the root: an object store has no
+    /// first, down to the second level: an object store has no
     /// directories, and a key scheme that spreads keys over directories
     /// (the change feed's time buckets, `keys::HintForm::Bucketed`) would
     /// otherwise leave one behind for every ten seconds of hints, each read
-    /// by every listing of the feed.
+    /// by every listing of the feed and every expiry.
     ///
     /// Why this is safe beside writers: `rmdir` removes only an empty
     /// directory, atomically. A writer holds a temporary file in the key's
     /// directory from before its rename until after it, so a directory
     /// with a write in flight is not empty; a writer that made or found
     /// the directory and had not yet created its temporary file finds it
-    /// gone and makes it again (`parent_dir`, `write`). Only in this
-    /// build's lock scheme: an older build writing beside one in the
-    /// older scheme does not make a directory again (`lock_scheme`).
+    /// gone and makes it again (`parent_dir`, `write`).
+    ///
+    /// Why never a top-level directory (`sessions/`, `changes/`): builds
+    /// before this one write only keys one level deep (besides the probe's
+    /// own `_probe/<run>/`, which only that probe empties) and do not make
+    /// a directory again, so removing one of theirs under them would fail
+    /// their write or their delete's fsync. A second-level directory is
+    /// never theirs, so this holds in either lock scheme, and a directory
+    /// an older build wrote is kept free of empty buckets too.
     fn remove_empty_dirs(&self, segs: &[&str]) {
-        for depth in (1..segs.len()).rev() {
+        for depth in (2..segs.len()).rev() {
             let mut dir = self.root.clone();
             dir.extend(&segs[..depth]);
             if fs::remove_dir(&dir).is_err() {
@@ -789,9 +811,6 @@ impl Inner {
         }
         let segs = local_segments(key)?;
         let lock = self.lock(key)?;
-        let mut dir = self
-            .parent_dir(&segs, true)?
-            .expect("created parent directories");
         // Under the lock, the current version cannot change (every writer
         // locks), so this check-then-rename is a compare-and-swap.
         let current = self.read(key)?;
@@ -810,6 +829,11 @@ impl Inner {
                 generation_of(cur.version.etag.as_deref().unwrap_or("")) + 1
             }
         };
+        // Made only for a write that will be tried: a refused condition
+        // leaves no directory behind.
+        let mut dir = self
+            .parent_dir(&segs, true)?
+            .expect("created parent directories");
         let mut tmp = dir.join(format!(".tmp-{}", self.entropy.hex_id()));
         let mut etag = String::new();
         let result = (|| {
@@ -889,9 +913,11 @@ impl Inner {
         if result.is_err() {
             let _ = fs::remove_file(&tmp);
             // A create that failed leaves no lock file for its key (an
-            // unlink under a held lock is safe whatever the key holds).
+            // unlink under a held lock is safe whatever the key holds),
+            // nor a directory it made.
             if current.is_none() {
                 lock.unlink();
+                self.remove_empty_dirs(&segs);
             }
         }
         result?;
@@ -912,18 +938,16 @@ impl Inner {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 lock.unlink();
+                self.remove_empty_dirs(&segs);
                 return Ok(());
             }
             Err(e) => return Err(io_err("remove", e)),
         }
         let synced = self.sync_dir_of(&segs);
         // The key is gone: so is its lock file (see `lock`), and any
-        // directory it leaves empty (this build's scheme only).
-        let tidy = lock.path.is_some();
+        // directory it leaves empty.
         lock.unlink();
-        if tidy {
-            self.remove_empty_dirs(&segs);
-        }
+        self.remove_empty_dirs(&segs);
         synced
     }
 
@@ -1505,7 +1529,10 @@ impl Store for LocalDirStore {
     /// The root's device and inode: one directory reached by two paths
     /// (symlinks, bind mounts, `/x/store` and `/x//store/`) is one store.
     fn identity(&self) -> String {
-        format!("file-inode:{}:{}", self.inner.dev, self.inner.ino)
+        format!(
+            "{LOCAL_IDENTITY_PREFIX}{}:{}",
+            self.inner.dev, self.inner.ino
+        )
     }
 }
 

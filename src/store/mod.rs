@@ -46,7 +46,7 @@ pub mod traced;
 pub use counting::{BySegment, CountingStore, RequestCounts};
 #[cfg(any(test, feature = "testkit"))]
 pub use fault::{Fault, FaultPlan, FaultStore};
-pub use local::LocalDirStore;
+pub use local::{LOCAL_IDENTITY_PREFIX, LocalDirStore};
 pub use mem::MemoryStore;
 pub use objstore::ObjectStoreBackend;
 pub use open::{OpenOptions, Raw, open_raw, open_store};
