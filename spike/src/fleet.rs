@@ -66,16 +66,9 @@ fn renew_thread(id: &str, inline: bool) -> Option<RenewThread> {
     (!inline).then(|| RenewThread::start(&format!("renew-{id}")).expect("renew thread"))
 }
 
-fn start(
-    id: &str,
-    store: &Arc<dyn Store>,
-    clock: &Arc<dyn Clock>,
-    ttl: Duration,
-    capacity: u32,
-    poll: Option<Duration>,
-    inline: bool,
-    forms: &Arc<HintForms>,
-) -> SpikeNode {
+/// A node's configuration at `poll` (grace twice it, `max_poll` four
+/// times), or the defaults.
+fn poll_cfg(id: &str, ttl: Duration, capacity: u32, poll: Option<Duration>) -> NodeConfig {
     let mut cfg = NodeConfig::new(Name::new(id).unwrap(), ttl);
     cfg.capacity = capacity;
     if let Some(p) = poll {
@@ -83,7 +76,7 @@ fn start(
         cfg.grace = p * 2;
         cfg.max_poll = p * 4;
     }
-    start_cfg(cfg, store, clock, inline, forms)
+    cfg
 }
 
 /// On the real clock; with a renew thread of its own unless `inline`.
@@ -381,13 +374,10 @@ pub async fn placement(
                 cfg.full_every_objects = leasehold::fleet::node::DEFAULT_FULL_EVERY_OBJECTS;
                 start_cfg(cfg, &node_store, &clock, renew_inline, &forms)
             } else {
-                start(
-                    &id,
+                start_cfg(
+                    poll_cfg(&id, ttl, capacity, Some(poll)),
                     &node_store,
                     &clock,
-                    ttl,
-                    capacity,
-                    Some(poll),
                     renew_inline,
                     &forms,
                 )
