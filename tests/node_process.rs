@@ -435,3 +435,129 @@ async fn a_twin_that_registers_and_leaves_proves_nothing_about_a_frozen_node_loc
     assert_eq!((c.owner.node.as_str(), c.epoch), ("n2", 2));
     drop((n1, n2));
 }
+
+/// Hints under `changes/` in the local store at `root`: (flat, bucketed)
+/// key tails, read from the directory (flat ones are files in `changes/`,
+/// bucketed ones files in its subdirectories).
+fn hints_on_disk(root: &std::path::Path) -> (Vec<String>, Vec<String>) {
+    let (mut flat, mut bucketed) = (Vec::new(), Vec::new());
+    let Ok(entries) = std::fs::read_dir(root.join("changes")) else {
+        return (flat, bucketed);
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') {
+            continue;
+        }
+        if e.path().is_dir() {
+            for h in std::fs::read_dir(e.path()).into_iter().flatten().flatten() {
+                let n = h.file_name().to_string_lossy().into_owned();
+                if !n.starts_with('.') {
+                    bucketed.push(n);
+                }
+            }
+        } else {
+            flat.push(name);
+        }
+    }
+    (flat, bucketed)
+}
+
+/// A node process beside a live node of an older build (a node record
+/// without `proto`, renewed by the test) spells its hints flat, the only
+/// form that build reads, and so does `apply`; once the older node has
+/// released its record, the node moves to the bucketed form by itself
+/// (`feed::HintForms`, decided at each of its passes from its peers).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_process_spells_hints_flat_while_an_older_node_lives() {
+    use leasehold::lease::{Acquire, AcquireOptions, LeaseClient};
+    let env = Env::local();
+    let s = store(&env).await;
+    let root = env.dir.path().join("bucket");
+    // The older node: its record carries attributes, no protocol level.
+    let client = LeaseClient::builder(s.clone(), leasehold::Name::new("old").unwrap())
+        .build()
+        .unwrap();
+    // A ttl well above its renewal pace: a loaded machine must not make
+    // it expire (and so stop counting as live) while it should be.
+    let mut opts = AcquireOptions::ttl(Duration::from_secs(5));
+    opts.attrs = serde_json::json!({"capacity": 0, "max_poll_ms": 1000, "load": 0, "labels": {}})
+        .as_object()
+        .unwrap()
+        .clone();
+    let Acquire::Acquired(mut old) = client
+        .acquire_kind(
+            leasehold::record::Kind::Node,
+            &leasehold::Name::new("old").unwrap(),
+            &opts,
+        )
+        .await
+        .unwrap()
+    else {
+        panic!("a fresh node id")
+    };
+    let renewing = tokio::spawn(async move {
+        loop {
+            pause(250).await;
+            if RELEASE_OLD.load(std::sync::atomic::Ordering::SeqCst) {
+                return old;
+            }
+            // A failed renewal is tried again at the next turn.
+            let _ = old.renew_once().await;
+        }
+    });
+    let n1 = env.node("n1");
+    env.apply_sleeper();
+    wait_until("epoch 1 running", 20, async || env.pid(1).is_some()).await;
+    // Two: `apply`'s (it writes the session's placeholder claim) and n1's claim,
+    // written (and hinted) before the session started.
+    wait_until("n1's claim hint", 10, async || {
+        hints_on_disk(&root)
+            .0
+            .iter()
+            .filter(|h| h.ends_with("-s-sleeper"))
+            .count()
+            >= 2
+    })
+    .await;
+    let (flat, bucketed) = hints_on_disk(&root);
+    assert!(
+        bucketed.is_empty(),
+        "bucketed hints beside a live older node: {bucketed:?} (flat: {flat:?})"
+    );
+    assert!(flat.iter().any(|h| h.ends_with("-m-sleeper")), "{flat:?}");
+    // The older node stops.
+    RELEASE_OLD.store(true, std::sync::atomic::Ordering::SeqCst);
+    let old = renewing.await.unwrap();
+    old.release().await.unwrap();
+    // Sessions applied from now on: n1's claims of them are hinted
+    // bucketed once n1 has seen the release (its next listing of `nodes/`:
+    // six ttls at most).
+    let mut i = 0;
+    wait_until("a bucketed claim hint from n1", 30, async || {
+        i += 1;
+        let name = format!("later{i}");
+        let m = serde_json::json!({
+            "name": name,
+            "spec": {"command": "sleep", "args": ["1000"]}
+        });
+        let f = env.path(&format!("{name}.json"));
+        std::fs::write(&f, m.to_string()).unwrap();
+        let o = env
+            .cmd()
+            .args(["apply", f.to_str().unwrap(), "--store", &env.url])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        pause(1000).await;
+        hints_on_disk(&root)
+            .1
+            .iter()
+            .any(|h| h.contains("-s-later"))
+    })
+    .await;
+    assert!(log_of(&n1).contains("claimed"), "{}", log_of(&n1));
+}
+
+/// Tells the test's older node to stop renewing.
+static RELEASE_OLD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
