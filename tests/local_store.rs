@@ -201,6 +201,14 @@ async fn a_key_that_is_gone_leaves_no_lock_file() {
     }
     s.delete("sessions/never").await.unwrap();
     s.delete("changes/never").await.unwrap(); // its directory exists
+    // A write refused before anything is written (a parent segment that
+    // is an object): no lock file left for it either.
+    s.put("plain", Bytes::new(), Cond::Create).await.unwrap();
+    assert!(matches!(
+        s.put("plain/under", Bytes::new(), Cond::Create).await,
+        Err(StoreError::Corrupt { .. })
+    ));
+    s.delete("plain").await.unwrap();
     let stale = leasehold::store::Version {
         etag: Some("1.1".into()),
         version: None,
@@ -343,7 +351,12 @@ async fn writes_and_deletes_in_one_directory_race_without_errors() {
         tasks.push(tokio::spawn(async move {
             let mut failures = Vec::new();
             for i in 0..400 {
-                let k = format!("changes/{:03}/w{w}-{i}", i % 2);
+                // Two levels, and three (whose middle level a delete
+                // removes too, under a writer that just made the last).
+                let k = match i % 4 {
+                    0 | 1 => format!("changes/{:03}/w{w}-{i}", i % 2),
+                    _ => format!("deep/{}/x/w{w}-{i}", i % 2),
+                };
                 if let Err(e) = s.put(&k, Bytes::new(), Cond::Create).await {
                     failures.push(format!("put {k}: {e}"));
                 }

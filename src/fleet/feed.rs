@@ -91,10 +91,11 @@ pub struct HintingStore {
 ///
 /// Who decides: a node after each `nodes/` listing ([`HintForms::set`]:
 /// bucketed unless a live peer publishes a lower level); a writer without
-/// a node beside it (the CLI, an embedder) by listing `nodes/` itself
-/// before its first hint and again every [`FORM_DECIDED_FOR`]
-/// ([`HintForms::decide`], the records judged by the wall clock as a
-/// one-shot reader judges them).
+/// a node beside it (an embedder; the CLI on a local directory, while on
+/// any other store it writes flat: [`HintForms::fixed`]) by listing
+/// `nodes/` itself before its first hint and again every
+/// [`FORM_DECIDED_FOR`] ([`HintForms::decide`], the records judged by the
+/// wall clock as a one-shot reader judges them).
 #[derive(Debug)]
 pub struct HintForms {
     /// 0: not decided; 1: flat; 2: bucketed.
@@ -881,6 +882,74 @@ mod tests {
         assert_eq!(
             HintForms::fixed(keys::HintForm::Bucketed).current(u64::MAX),
             Some(keys::HintForm::Bucketed)
+        );
+    }
+
+    /// Forwards to the inner store, yielding before each read: a burst of
+    /// hints then interleaves at the decision's reads.
+    #[derive(Debug)]
+    struct Yielding(Arc<dyn Store>);
+
+    impl fmt::Display for Yielding {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            write!(f, "{}", self.0)
+        }
+    }
+
+    #[async_trait]
+    impl crate::store::Forward for Yielding {
+        fn inner(&self) -> &dyn Store {
+            &*self.0
+        }
+
+        async fn get(&self, key: &str) -> Result<Option<crate::store::Object>, StoreError> {
+            tokio::task::yield_now().await;
+            self.0.get(key).await
+        }
+    }
+
+    /// The hints of a burst through a fresh writer wait for one listing of
+    /// `nodes/` (not one each), and a decision stamped more than a second
+    /// ahead of the reader's clock (a clock stepped back) is not fresh.
+    #[tokio::test]
+    async fn the_hint_form_is_decided_once_a_burst_and_not_ahead_of_the_clock() {
+        let inner = mem();
+        let counting = CountingStore::new(inner.clone());
+        let clock = Arc::new(MockClock::new());
+        let _node = node_record(&inner, &clock, "n1", Some(crate::fleet::attrs::PROTO_LEVEL)).await;
+        let w: Arc<dyn Store> = Arc::new(HintingStore::new(
+            Arc::new(Yielding(Arc::new(counting.clone()))),
+            clock.clone(),
+            Arc::new(SeededEntropy::new(5)),
+        ));
+        futures::future::join_all((0..8).map(|i| {
+            let w = w.clone();
+            async move {
+                w.put(&keys::session(format!("b{i}")), Bytes::new(), Cond::Create)
+                    .await
+                    .unwrap()
+            }
+        }))
+        .await;
+        assert_eq!(
+            counting.counts().list_pages,
+            1,
+            "one decision for the burst"
+        );
+        assert_eq!(keys_under(&inner, keys::CHANGES).await.len(), 8);
+        let f = HintForms::auto();
+        f.set(keys::HintForm::Flat, 100_000);
+        assert_eq!(
+            f.current(99_500),
+            Some(keys::HintForm::Flat),
+            "within a second"
+        );
+        assert_eq!(f.current(98_000), None, "stamped two seconds ahead");
+        assert_eq!(f.current(100_000 + 299_999), Some(keys::HintForm::Flat));
+        assert_eq!(
+            f.current(100_000 + 300_000),
+            None,
+            "FORM_DECIDED_FOR passed"
         );
     }
 }

@@ -557,9 +557,20 @@ impl Inner {
                             // must not be lost with it in a crash.
                             Ok(()) => {
                                 if let Some(parent) = dir.parent() {
-                                    File::open(parent).and_then(|d| d.sync_all()).map_err(|e| {
-                                        io_err(&format!("fsync {}", parent.display()), e)
-                                    })?;
+                                    match File::open(parent).and_then(|d| d.sync_all()) {
+                                        Ok(()) => {}
+                                        // Emptied and removed since the
+                                        // mkdir: ours went with it.
+                                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                                            continue 'walk;
+                                        }
+                                        Err(e) => {
+                                            return Err(io_err(
+                                                &format!("fsync {}", parent.display()),
+                                                e,
+                                            ));
+                                        }
+                                    }
                                 }
                             }
                             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
@@ -595,8 +606,10 @@ impl Inner {
     /// removed it meanwhile (`remove_empty_dirs`), the nearest directory
     /// above it that is still there: the removal that took the directory
     /// came after ours, and a journaling filesystem keeps the two in
-    /// order. (One made again since under the same name was made durable
-    /// in its parent by its maker, `parent_dir`, after that removal.)
+    /// order. (One made again since under the same name is fsynced into
+    /// its parent by its maker, `parent_dir`, but perhaps only after this
+    /// delete is acknowledged: there too the order rests on a journaling
+    /// filesystem, ext4 or XFS, committing metadata in order.)
     fn sync_dir_of(&self, segs: &[&str]) -> Result<(), StoreError> {
         for depth in (0..segs.len()).rev() {
             let mut dir = self.root.clone();
@@ -813,7 +826,15 @@ impl Inner {
         let lock = self.lock(key)?;
         // Under the lock, the current version cannot change (every writer
         // locks), so this check-then-rename is a compare-and-swap.
-        let current = self.read(key)?;
+        let current = match self.read(key) {
+            Ok(current) => current,
+            Err(e) => {
+                // Nothing written: no lock file left for the key (an
+                // unlink under a held lock is safe whatever it holds).
+                lock.unlink();
+                return Err(e);
+            }
+        };
         let generation = match (cond, &current) {
             (Cond::Create, None) => 1,
             (Cond::Create, Some(_)) => return Err(StoreError::AlreadyExists),
@@ -830,10 +851,18 @@ impl Inner {
             }
         };
         // Made only for a write that will be tried: a refused condition
-        // leaves no directory behind.
-        let mut dir = self
-            .parent_dir(&segs, true)?
-            .expect("created parent directories");
+        // leaves no directory behind, and a create that fails here leaves
+        // neither its lock file nor the directories it made.
+        let mut dir = match self.parent_dir(&segs, true) {
+            Ok(dir) => dir.expect("created parent directories"),
+            Err(e) => {
+                if current.is_none() {
+                    lock.unlink();
+                    self.remove_empty_dirs(&segs);
+                }
+                return Err(e);
+            }
+        };
         let mut tmp = dir.join(format!(".tmp-{}", self.entropy.hex_id()));
         let mut etag = String::new();
         let result = (|| {
