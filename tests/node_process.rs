@@ -113,6 +113,11 @@ impl Env {
     /// state directories): a second instance of one node id is not stopped
     /// by the first one's host lock.
     fn node_on_host(&self, id: &str, ttl: &str, host: &str) -> Node {
+        self.node_with_args(id, ttl, host, &[])
+    }
+
+    /// As `node_on_host`, with `extra` arguments to `node run`.
+    fn node_with_args(&self, id: &str, ttl: &str, host: &str, extra: &[&str]) -> Node {
         let log = self.path(&format!("{id}-{ttl}{host}.log"));
         let child = self
             .cmd()
@@ -128,6 +133,7 @@ impl Env {
                 "--stop-grace",
                 "500ms",
             ])
+            .args(extra)
             .env("LEASEHOLD_LOCK_DIR", self.path(&format!("locks{host}")))
             .env("LEASEHOLD_STATE_DIR", self.path(&format!("state{host}")))
             .stdout(Stdio::null())
@@ -506,9 +512,11 @@ async fn a_node_process_spells_hints_flat_while_an_older_node_lives() {
             let _ = old.renew_once().await;
         }
     });
-    let n1 = env.node("n1");
+    // Its `nodes/` listings at the slow pace set by hand (logged at start).
+    let n1 = env.node_with_args("n1", "1s", "", &["--nodes-every", "4s"]);
     env.apply_sleeper();
     wait_until("epoch 1 running", 20, async || env.pid(1).is_some()).await;
+    assert!(log_of(&n1).contains("nodes_every=4s"), "{}", log_of(&n1));
     // Two: `apply`'s (it writes the session's placeholder claim) and n1's claim,
     // written (and hinted) before the session started.
     wait_until("n1's claim hint", 10, async || {

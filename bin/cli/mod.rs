@@ -391,6 +391,15 @@ enum NodeOp {
         /// hand. 0: every --full-every whatever the fleet.
         #[arg(long, default_value_t = leasehold::fleet::node::DEFAULT_FULL_EVERY_OBJECTS)]
         full_every_objects: u64,
+        /// Longest between two listings of `nodes/` (default: 6 ttls, a
+        /// minute at the default ttl). A peer's death is seen by its ring
+        /// watchers, and its news by its hints, without this listing; what
+        /// waits for it (about twice this at most) is a dead peer that held
+        /// no sessions, a peer whose hint was lost, and a peer that came
+        /// back after being judged dead. Each listing is a LIST request per
+        /// 1,000 nodes (docs/evidence.md has the cost).
+        #[arg(long, value_parser = parse_duration, allow_hyphen_values = true)]
+        nodes_every: Option<Duration>,
         /// A launcher prefixed to every session command, split on spaces
         /// (e.g. 'nice -n 10'). Default: run the spec's command directly.
         #[arg(long)]
@@ -1848,6 +1857,7 @@ async fn node(op: NodeOp) -> Result<(), Failure> {
         max_poll,
         full_every,
         full_every_objects,
+        nodes_every,
         exec,
         stop_grace,
         listen,
@@ -1913,6 +1923,11 @@ async fn node(op: NodeOp) -> Result<(), Failure> {
     {
         return Err(Error::invalid("--full-every", "between the ttl and 24h").into());
     }
+    if let Some(n) = nodes_every
+        && !(ttl..=Duration::from_secs(24 * 3600)).contains(&n)
+    {
+        return Err(Error::invalid("--nodes-every", "between the ttl and 24h").into());
+    }
     // A handful of objects per interval would stretch it to the cap for
     // any fleet (a claim deleted by hand then waits two days).
     if full_every_objects != 0 && full_every_objects < 1000 {
@@ -1976,6 +1991,16 @@ async fn node(op: NodeOp) -> Result<(), Failure> {
     }
     cfg.full_every = full_every.unwrap_or(ttl.saturating_mul(DEFAULT_FULL_EVERY_TTLS));
     cfg.full_every_objects = full_every_objects;
+    if let Some(n) = nodes_every {
+        cfg.nodes_every = n;
+    }
+    tracing::info!(
+        ttl = %humantime::format_duration(cfg.ttl),
+        max_poll = %humantime::format_duration(cfg.max_poll),
+        full_every = %humantime::format_duration(cfg.full_every),
+        nodes_every = %humantime::format_duration(cfg.nodes_every),
+        "pacing"
+    );
     let journal = Arc::new(Journal::new(10_000, 4 << 20));
     let status: Arc<fleet_node::NodeStatus> = Default::default();
     let (claim_handle, claim_inbox) = fleet_node::claim_channel(&cfg.id);
