@@ -247,3 +247,80 @@ fn local_list_after_100k_none_left(b: divan::Bencher) {
     let rt = current_thread_rt();
     b.bench(|| rt.block_on(store.list_after("sessions/", "sessions/t").count()));
 }
+
+/// A local directory store holding the change feed a placement of 100,000
+/// sessions leaves: 200,000 hints over 30 seconds, spelt `form`, made once
+/// per bench process and removed at exit. Returns the store and the
+/// cursor a light pass a minute later lists from.
+fn local_with_hints(
+    form: leasehold::keys::HintForm,
+) -> &'static (
+    tempfile::TempDir,
+    std::sync::Arc<dyn leasehold::store::Store>,
+    String,
+) {
+    use leasehold::keys::{self, HintForm, Hinted};
+    use leasehold::store::{Cond, LocalDirStore, Store};
+    type Fixture = std::sync::OnceLock<(tempfile::TempDir, std::sync::Arc<dyn Store>, String)>;
+    static FLAT: Fixture = std::sync::OnceLock::new();
+    static BUCKETED: Fixture = std::sync::OnceLock::new();
+    let cell = match form {
+        HintForm::Flat => &FLAT,
+        HintForm::Bucketed => &BUCKETED,
+    };
+    cell.get_or_init(|| {
+        let shm = std::path::Path::new("/dev/shm");
+        let dir = if shm.is_dir() {
+            tempfile::tempdir_in(shm)
+        } else {
+            tempfile::tempdir()
+        }
+        .unwrap();
+        let store: std::sync::Arc<dyn Store> =
+            std::sync::Arc::new(LocalDirStore::open(dir.path()).unwrap());
+        let t0 = 1_764_700_000_000u64;
+        current_thread_rt().block_on(async {
+            for i in 0..200_000u64 {
+                // 30 seconds of hints, a manifest's and a claim's per session.
+                let kind = if i % 2 == 0 {
+                    Hinted::Manifest
+                } else {
+                    Hinted::Claim
+                };
+                let k = keys::hint(
+                    t0 + i * 30_000 / 200_000,
+                    "0badcafe",
+                    kind,
+                    format!("s{:06}", i / 2),
+                    form,
+                );
+                store
+                    .put(&k, bytes::Bytes::new(), Cond::Create)
+                    .await
+                    .unwrap();
+            }
+        });
+        (dir, store, keys::hint_cursor(t0 + 60_000))
+    })
+}
+
+/// A light pass's feed read a minute after placing 100,000 sessions, with
+/// nothing new: flat hints (every name in `changes/` read and compared
+/// with the cursor, as before the buckets).
+#[divan::bench(sample_count = 10)]
+fn local_feed_read_after_placement_flat(b: divan::Bencher) {
+    use futures::StreamExt;
+    let (_, store, cursor) = local_with_hints(leasehold::keys::HintForm::Flat);
+    let rt = current_thread_rt();
+    b.bench(|| rt.block_on(store.list_after(leasehold::keys::CHANGES, cursor).count()));
+}
+
+/// The same with bucketed hints: the buckets before the cursor are
+/// skipped without being opened.
+#[divan::bench(sample_count = 10)]
+fn local_feed_read_after_placement_bucketed(b: divan::Bencher) {
+    use futures::StreamExt;
+    let (_, store, cursor) = local_with_hints(leasehold::keys::HintForm::Bucketed);
+    let rt = current_thread_rt();
+    b.bench(|| rt.block_on(store.list_after(leasehold::keys::CHANGES, cursor).count()));
+}
