@@ -170,6 +170,18 @@ fn current_thread_rt() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
+/// A temporary directory on tmpfs where there is one (the local store's
+/// benches measure its system calls, not a disk).
+fn shm_tempdir() -> tempfile::TempDir {
+    let shm = std::path::Path::new("/dev/shm");
+    if shm.is_dir() {
+        tempfile::tempdir_in(shm)
+    } else {
+        tempfile::tempdir()
+    }
+    .unwrap()
+}
+
 /// A local directory store holding 100,000 small objects under `sessions/`,
 /// made once per bench process (about ten seconds) and removed at exit:
 /// stamped (each version in its file's modification time, as the store
@@ -187,13 +199,7 @@ fn local_with_objects(
     static PLAIN: Fixture = std::sync::OnceLock::new();
     let cell = if stamped { &STAMPED } else { &PLAIN };
     cell.get_or_init(|| {
-        let shm = std::path::Path::new("/dev/shm");
-        let dir = if shm.is_dir() {
-            tempfile::tempdir_in(shm)
-        } else {
-            tempfile::tempdir()
-        }
-        .unwrap();
+        let dir = shm_tempdir();
         let local = LocalDirStore::open(dir.path()).unwrap();
         assert!(local.stamps(), "the bench's filesystem keeps nanoseconds");
         let store: std::sync::Arc<dyn Store> = if stamped {
@@ -269,13 +275,7 @@ fn local_with_hints(
         HintForm::Bucketed => &BUCKETED,
     };
     cell.get_or_init(|| {
-        let shm = std::path::Path::new("/dev/shm");
-        let dir = if shm.is_dir() {
-            tempfile::tempdir_in(shm)
-        } else {
-            tempfile::tempdir()
-        }
-        .unwrap();
+        let dir = shm_tempdir();
         let store: std::sync::Arc<dyn Store> =
             std::sync::Arc::new(LocalDirStore::open(dir.path()).unwrap());
         let t0 = 1_764_700_000_000u64;

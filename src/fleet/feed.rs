@@ -690,6 +690,17 @@ mod tests {
         assert_eq!(back.listed, 3);
     }
 
+    /// Writes a hint of a claim of `n` stamped `ms`, spelt `form`.
+    async fn put_claim_hint(s: &Arc<dyn Store>, ms: u64, n: &str, form: keys::HintForm) {
+        s.put(
+            &keys::hint(ms, "00", Hinted::Claim, n, form),
+            Bytes::new(),
+            Cond::Create,
+        )
+        .await
+        .unwrap();
+    }
+
     /// Retention deletes old hints only, in either form.
     #[tokio::test]
     async fn expire_deletes_old_hints_only() {
@@ -697,13 +708,7 @@ mod tests {
         let now = 10_000_000u64;
         for form in [keys::HintForm::Flat, keys::HintForm::Bucketed] {
             for (ms, n) in [(now - 700_000, "old"), (now - 1_000, "young")] {
-                s.put(
-                    &keys::hint(ms, "00", Hinted::Claim, n, form),
-                    Bytes::new(),
-                    Cond::Create,
-                )
-                .await
-                .unwrap();
+                put_claim_hint(&s, ms, n, form).await;
             }
         }
         s.put("changes/0000000000001-foreign", Bytes::new(), Cond::Create)
@@ -732,13 +737,7 @@ mod tests {
             (t + 1, keys::HintForm::Bucketed, "after-bucketed"),
             (t + 20_000, keys::HintForm::Flat, "later-flat"),
         ] {
-            s.put(
-                &keys::hint(ms, "00", Hinted::Claim, n, form),
-                Bytes::new(),
-                Cond::Create,
-            )
-            .await
-            .unwrap();
+            put_claim_hint(&s, ms, n, form).await;
         }
         let r = c.read(&s, t + 30_000).await.unwrap();
         assert_eq!(

@@ -207,6 +207,14 @@ async fn store_list(s: Arc<dyn Store>) {
     assert!(none.is_empty());
 }
 
+/// The keys `s` lists under `changes/` after `cursor`.
+async fn changes_after(s: Arc<dyn Store>, cursor: &'static str) -> Vec<String> {
+    s.list_after("changes/", cursor)
+        .map(|r| r.unwrap().key)
+        .collect()
+        .await
+}
+
 /// `list_after` is the listing with everything up to the cursor cut off:
 /// the cursor itself is excluded, need not exist, and never lets a key from
 /// outside the prefix in (the change feed's cursors are full keys).
@@ -223,15 +231,7 @@ async fn store_list_after(s: Arc<dyn Store>) {
             .await
             .unwrap();
     }
-    let after = |cursor: &'static str| {
-        let s = s.clone();
-        async move {
-            s.list_after("changes/", cursor)
-                .map(|r| r.unwrap().key)
-                .collect::<Vec<_>>()
-                .await
-        }
-    };
+    let after = |cursor: &'static str| changes_after(s.clone(), cursor);
     assert_eq!(
         after("changes/0001-a").await,
         ["changes/0002-b", "changes/0003-c", "changes/00031-d"],
@@ -283,15 +283,7 @@ async fn store_list_after_nested(s: Arc<dyn Store>) {
             .await
             .unwrap();
     }
-    let after = |cursor: &'static str| {
-        let s = s.clone();
-        async move {
-            s.list_after("changes/", cursor)
-                .map(|r| r.unwrap().key)
-                .collect::<Vec<_>>()
-                .await
-        }
-    };
+    let after = |cursor: &'static str| changes_after(s.clone(), cursor);
     assert_eq!(
         after("changes/").await,
         keys,
