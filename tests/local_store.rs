@@ -104,14 +104,14 @@ async fn slot_child() {
     let (mut won, mut lost, mut broken) = (0u64, 0u64, 0u64);
     for i in 0..SLOT_ROUNDS {
         match s
-            .put("slot/x", Bytes::from(format!("{me}-{i}")), Cond::Create)
+            .put(SLOT_KEY, Bytes::from(format!("{me}-{i}")), Cond::Create)
             .await
         {
             Ok(v) => {
                 won += 1;
                 match s
                     .put(
-                        "slot/x",
+                        SLOT_KEY,
                         Bytes::from(format!("{me}-{i}-again")),
                         Cond::Match(v),
                     )
@@ -121,7 +121,7 @@ async fn slot_child() {
                     Err(StoreError::Precondition) => broken += 1,
                     Err(e) => panic!("{e}"),
                 }
-                s.delete("slot/x").await.unwrap();
+                s.delete(SLOT_KEY).await.unwrap();
             }
             Err(StoreError::AlreadyExists) => lost += 1,
             Err(e) => panic!("{e}"),
@@ -130,13 +130,19 @@ async fn slot_child() {
     println!("CHILD-SLOT {won} {lost} {broken}");
 }
 
+/// The key the slot children contend for: two levels deep, so each delete
+/// also removes its directory (`slot/d`, emptied) and each create makes it
+/// again, across processes.
+const SLOT_KEY: &str = "slot/d/x";
+
 /// A deleted key's lock file goes with it (before: every key ever written
 /// left one under `.leasehold/locks/`, so each change hint, written once
 /// and expired, left a file for ever), and unlinking it while others wait
 /// on it admits one writer at a time still: four processes create, rewrite
 /// and delete one key 400 times each, and no create ever lands over
 /// another's (a writer checks, once it holds the lock, that the path still
-/// names the file it locked).
+/// names the file it locked). The key's directory goes and comes with it
+/// (`remove_empty_dirs`), and no write or delete fails for that.
 #[tokio::test]
 async fn create_and_delete_across_processes_admits_one_creator() {
     let dir = tmpfs_dir();
@@ -185,6 +191,10 @@ async fn create_and_delete_across_processes_admits_one_creator() {
         .map(|e| e.unwrap().file_name())
         .collect();
     assert!(left.is_empty(), "lock files left: {left:?}");
+    assert!(
+        !dir.path().join("slot/d").exists(),
+        "the emptied directory is gone"
+    );
 }
 
 /// Every path that ends with no object leaves no lock file: a delete, a
