@@ -61,6 +61,20 @@ fn io_on(io: &RenewThread) -> OpenOptions {
     }
 }
 
+/// `store` writing hints as `node run`'s does: their form is the nodes'
+/// to decide (`NodeDeps::hint_forms`, the forms returned, shared by every
+/// node that writes through it).
+pub(crate) fn hinting(
+    store: Arc<dyn Store>,
+    clock: &Arc<dyn Clock>,
+) -> (Arc<dyn Store>, Arc<HintForms>) {
+    let forms = HintForms::auto();
+    let store =
+        leasehold::fleet::feed::HintingStore::new(store, clock.clone(), Arc::new(OsEntropy::new()))
+            .with_forms(forms.clone());
+    (Arc::new(store), forms)
+}
+
 /// A renew thread for a node on the real clock, unless `inline`.
 fn renew_thread(id: &str, inline: bool) -> Option<RenewThread> {
     (!inline).then(|| RenewThread::start(&format!("renew-{id}")).expect("renew thread"))
@@ -143,15 +157,7 @@ pub async fn admit(url: &str, n: usize, ttl: Duration, samples: usize, json: boo
     let io = RenewThread::start("spike-io")?;
     // As the CLI and the daemon write: through the hinting store (a hint
     // per manifest and claim write, a ring of the bell per manifest write).
-    let forms = HintForms::auto();
-    let store: Arc<dyn Store> = Arc::new(
-        leasehold::fleet::feed::HintingStore::new(
-            open_store(url, &io_on(&io)).await?,
-            clock.clone(),
-            Arc::new(OsEntropy::new()),
-        )
-        .with_forms(forms.clone()),
-    );
+    let (store, forms) = hinting(open_store(url, &io_on(&io)).await?, &clock);
     // The daemon's defaults: full listings every 60 ttls.
     let nodes: Vec<SpikeNode> = (0..n)
         .map(|i| {
@@ -318,18 +324,10 @@ pub async fn placement(
     // listings, so a manifest applied without a hint would wait for one.
     // The hints' form is the nodes' to decide, as in `node run` (one
     // decision shared by every node here: they are all of this build).
-    let forms = HintForms::auto();
-    let store: Arc<dyn Store> = if daemon_defaults {
-        Arc::new(
-            leasehold::fleet::feed::HintingStore::new(
-                store,
-                clock.clone(),
-                Arc::new(OsEntropy::new()),
-            )
-            .with_forms(forms.clone()),
-        )
+    let (store, forms) = if daemon_defaults {
+        hinting(store, &clock)
     } else {
-        store
+        (store, HintForms::auto())
     };
     // The nodes' latency (a FaultStore delays a GET or PUT on its way in
     // and again on its way out, each uniformly up to `latency`; listings
@@ -725,15 +723,7 @@ async fn virtual_hour(n: usize, s: usize, set: Settings, kills: usize) -> Result
     let counting = Arc::new(CountingStore::new(segments.clone()));
     // Every writer hints through the feed, as the CLI and the daemon do;
     // the hints' writes are counted with everything else.
-    let forms = HintForms::auto();
-    let store: Arc<dyn Store> = Arc::new(
-        leasehold::fleet::feed::HintingStore::new(
-            counting.clone(),
-            dyn_clock.clone(),
-            Arc::new(OsEntropy::new()),
-        )
-        .with_forms(forms.clone()),
-    );
+    let (store, forms) = hinting(counting.clone(), &dyn_clock);
     apply_sleepers(&store, s).await?;
     let nudges = leasehold::fleet::nudge::LocalNudge::new();
     let nodes: Vec<SpikeNode> = (0..n)

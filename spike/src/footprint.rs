@@ -121,15 +121,7 @@ pub async fn node_child(
     // request: nothing a node's CPU figure would show).
     let segments = Arc::new(leasehold::store::BySegment::new(raw));
     // The hints' form is the node's to decide, as in `node run`.
-    let hint_forms = leasehold::fleet::feed::HintForms::auto();
-    let store: Arc<dyn Store> = Arc::new(
-        leasehold::fleet::feed::HintingStore::new(
-            segments.clone(),
-            clock.clone(),
-            Arc::new(OsEntropy::new()),
-        )
-        .with_forms(hint_forms.clone()),
-    );
+    let (store, hint_forms) = crate::fleet::hinting(segments.clone(), &clock);
     let mut cfg = NodeConfig::new(Name::new(id).unwrap(), ttl);
     cfg.capacity = capacity;
     cfg.full_every = full_every.unwrap_or(ttl * crate::fleet::DEFAULT_FULL_EVERY_TTLS);

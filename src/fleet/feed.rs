@@ -197,7 +197,7 @@ impl HintForms {
 /// Does `record` (a node record) name a live node that reads flat hints
 /// only ([`HintForms`])? Judged as a one-shot reader judges, by the wall
 /// clock with the default skew.
-pub fn reads_flat_only(record: &crate::record::LeaseRecord, wall_ms: u64) -> bool {
+fn reads_flat_only(record: &crate::record::LeaseRecord, wall_ms: u64) -> bool {
     crate::fleet::attrs::NodeAttrs::of(record).proto < crate::fleet::attrs::PROTO_BUCKETED_HINTS
         && crate::liveness::judge(
             Some(record),

@@ -1219,7 +1219,9 @@ impl Node {
         }
         let grown =
             core::full_listing_pace(self.cfg.full_every, self.cfg.full_every_objects, objects);
-        self.full_every_wanted = if grown > self.cfg.full_every && self.older_peer_live() {
+        self.full_every_wanted = if grown > self.cfg.full_every
+            && self.older_peer_live(super::attrs::PROTO_READS_HOLDS)
+        {
             if !std::mem::replace(&mut self.growth_held, true) {
                 tracing::info!(
                     wanted_ms = grown.as_millis() as u64,
@@ -2969,7 +2971,9 @@ impl Node {
             // and takes the fixed interval back (`note_fleet_size`).
             // Shrinking here instead would end the beliefs of claims
             // confirmed up to the grown interval ago, and stop them.
-            if self.full_every > self.cfg.full_every && self.older_peer_live() {
+            if self.full_every > self.cfg.full_every
+                && self.older_peer_live(super::attrs::PROTO_READS_HOLDS)
+            {
                 self.full_forced = true;
             }
             let (manifest_keys, claim_keys): (Vec<String>, Vec<String>) = keys
@@ -3702,16 +3706,8 @@ impl Node {
     /// `nodes/` to decide.
     fn note_hint_form(&self) {
         let wall = self.deps.clock.wall_ms();
-        let older = self.nodes.iter().any(|(key, n)| {
-            *key != crate::keys::node(&self.me.node)
-                && NodeAttrs::of(&n.record).proto < super::attrs::PROTO_BUCKETED_HINTS
-                && {
-                    let (judged, evidence) = self.peer_evidence(key, n);
-                    crate::liveness::judge(Some(judged.as_ref()), None, evidence)
-                        == crate::liveness::Liveness::Live
-                }
-        });
-        let form = if older {
+        // Our own record publishes `PROTO_LEVEL`, never below the level.
+        let form = if self.older_peer_live(super::attrs::PROTO_BUCKETED_HINTS) {
             crate::keys::HintForm::Flat
         } else {
             crate::keys::HintForm::Bucketed
@@ -3720,14 +3716,16 @@ impl Node {
     }
 
     /// Is a peer of an older build live, as placement judges it: one whose
-    /// record does not say it reads every node record before it makes a
-    /// vanished claim again (`NodeAttrs::proto` below
-    /// `attrs::PROTO_READS_HOLDS`)? Such a peer waits out one of our
-    /// vanished claims by the interval it last read from our record, so
-    /// while it is live we do not grow ours (`note_fleet_size`).
-    fn older_peer_live(&self) -> bool {
+    /// record publishes a protocol level (`NodeAttrs::proto`) below
+    /// `level`? Below `attrs::PROTO_READS_HOLDS`, it does not read every
+    /// node record before it makes a vanished claim again: it waits out
+    /// one of our vanished claims by the interval it last read from our
+    /// record, so while it is live we do not grow ours
+    /// (`note_fleet_size`). Below `attrs::PROTO_BUCKETED_HINTS`, it reads
+    /// flat hints only (`note_hint_form`).
+    fn older_peer_live(&self, level: u32) -> bool {
         self.nodes.iter().any(|(key, n)| {
-            NodeAttrs::of(&n.record).proto < super::attrs::PROTO_READS_HOLDS && {
+            NodeAttrs::of(&n.record).proto < level && {
                 let (judged, evidence) = self.peer_evidence(key, n);
                 crate::liveness::judge(Some(judged.as_ref()), None, evidence)
                     == crate::liveness::Liveness::Live
