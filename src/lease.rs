@@ -437,6 +437,15 @@ impl LeaseClientBuilder {
         probe
             .validate()
             .map_err(|r| Error::invalid("holder identity", r))?;
+        // Every new record starts at the base + 1 (a floor read from the
+        // bucket's marker, so bounded on decode): one at the highest epoch
+        // leaves no token to issue.
+        if crate::record::next_epoch(self.epoch_base).is_none() {
+            return Err(Error::invalid(
+                "epoch base",
+                "at the highest epoch: no fencing token above it exists",
+            ));
+        }
         Ok(LeaseClient {
             inner: Arc::new(Inner {
                 store: self.store,
@@ -893,7 +902,7 @@ impl LeaseClient {
         // recognised by its nonce, never reaches here: it is committed.)
         // Above every epoch this client has seen here too: a record made
         // again after a deletion may carry less than the one deleted.
-        let Some(epoch) = rec.epoch.max(known.epoch).checked_add(1) else {
+        let Some(epoch) = crate::record::next_epoch(rec.epoch.max(known.epoch)) else {
             return Err(Error::corrupt(
                 &key,
                 "epoch at its maximum: no higher token exists".to_string(),

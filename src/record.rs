@@ -16,6 +16,24 @@ pub const SCHEMA: &str = "leasehold/v1";
 pub const MAX_RECORD_BYTES: usize = 64 * 1024;
 /// Longest TTL accepted in a record: one day.
 pub const MAX_TTL_MS: u64 = 24 * 3600 * 1000;
+/// Highest epoch (fencing token) a record may carry: 2^63 − 1.
+///
+/// Why a bound: epochs come from the bucket, and the bucket may hold
+/// foreign bytes. Every writer makes its next token as one more than the
+/// highest it saw, so a record at `u64::MAX` would have no successor (a
+/// panic, or a token that wraps to 1 and is no longer higher). Records
+/// above this bound are corrupt on decode, so `seen + 1` always fits, and
+/// [`next_epoch`] refuses to make a token above it. 2^63 − 1 also reads
+/// as itself in JSON parsers that hold integers as signed 64 bits. A
+/// generation's epochs start at `(g − 1) · 2^40` with g ≤ 2^22, so no
+/// honest fleet comes near it.
+pub const MAX_EPOCH: u64 = i64::MAX as u64;
+
+/// The token after `seen`, or `None` when none higher may exist
+/// ([`MAX_EPOCH`]): the key is then stuck, and reported, never wrapped.
+pub fn next_epoch(seen: u64) -> Option<u64> {
+    seen.checked_add(1).filter(|e| *e <= MAX_EPOCH)
+}
 
 /// What a lease object is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -186,6 +204,9 @@ impl LeaseRecord {
             }
         } else if self.epoch == 0 {
             return Err("epoch must be at least 1".into());
+        }
+        if self.epoch > MAX_EPOCH {
+            return Err(format!("epoch {} above {MAX_EPOCH}", self.epoch));
         }
         if self.ttl_ms == 0 || self.ttl_ms > MAX_TTL_MS {
             return Err(format!("ttl_ms {} outside 1..={MAX_TTL_MS}", self.ttl_ms));
@@ -433,6 +454,9 @@ mod tests {
         v["epoch"] = 0.into();
         cases.push((serde_json::to_vec(&v).unwrap(), "epoch"));
         let mut v: serde_json::Value = serde_json::from_slice(&good).unwrap();
+        v["epoch"] = (MAX_EPOCH + 1).into();
+        cases.push((serde_json::to_vec(&v).unwrap(), "above"));
+        let mut v: serde_json::Value = serde_json::from_slice(&good).unwrap();
         v["surprise"] = 1.into();
         cases.push((serde_json::to_vec(&v).unwrap(), "unknown field"));
         let mut v: serde_json::Value = serde_json::from_slice(&good).unwrap();
@@ -443,6 +467,17 @@ mod tests {
             assert_eq!(e.kind(), crate::ErrorKind::Data, "{e}");
             assert!(e.to_string().contains(why), "{why}: {e}");
         }
+    }
+
+    #[test]
+    fn the_highest_epoch_has_no_successor_and_decodes() {
+        assert_eq!(next_epoch(MAX_EPOCH - 1), Some(MAX_EPOCH));
+        assert_eq!(next_epoch(MAX_EPOCH), None);
+        assert_eq!(next_epoch(u64::MAX), None);
+        let mut r = LeaseRecord::declared(MAX_EPOCH, "n".into(), 0);
+        assert_eq!(r.validate(), Ok(()));
+        r.epoch = MAX_EPOCH + 1;
+        assert!(r.validate().is_err());
     }
 
     #[test]

@@ -427,3 +427,88 @@ async fn a_deleted_claim_reapplied_at_once_is_still_an_absence() {
     );
     drop((n1, n2));
 }
+
+/// Claims at the top of the epoch range, written by someone else: one at
+/// `MAX_EPOCH` (it decodes, and has no successor) and one above it (foreign
+/// bytes). A node once panicked on `epoch + 1` for the first (a release
+/// build would have wrapped to a token below the last one) and panicked
+/// again at every restart, so one object stopped every node ranked for
+/// it. Now neither is claimed, the node keeps its sessions and places the
+/// next one, and `ls` reports the one above the bound as corrupt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_at_the_highest_epoch_stop_no_node() {
+    use leasehold::record::MAX_EPOCH;
+    let env = Env::new();
+    let s = env.store().await;
+    let mut n1 = env.node("n1", &[]);
+    env.apply("before", &recorder(&env, "before"), "always");
+    wait_until("before on n1", Duration::from_secs(20), async || {
+        runs(&env, "before").len() == 1
+    })
+    .await;
+    for (name, epoch) in [("top", MAX_EPOCH), ("over", u64::MAX)] {
+        let c = serde_json::json!({
+            "schema": leasehold::record::SCHEMA, "kind": "session",
+            "owner": {"node": "queued", "instance": "queued"},
+            "epoch": epoch, "state": "released", "digest": "", "restarts": 0,
+            "updated_at_ms": 0, "nonce": "0000000000000001",
+        });
+        let key = format!("sessions/{name}");
+        s.put(&key, c.to_string().into(), Cond::Create)
+            .await
+            .unwrap();
+        env.apply(name, &recorder(&env, name), "always");
+    }
+    env.apply("after", &recorder(&env, "after"), "always");
+    wait_until("after on n1", Duration::from_secs(20), async || {
+        runs(&env, "after").len() == 1
+    })
+    .await;
+    wait_until("n1 says why", Duration::from_secs(10), async || {
+        log_of(&n1).contains("no fencing token above it")
+    })
+    .await;
+    pause(1500).await; // more passes, each looking at both
+    assert!(n1.child.try_wait().unwrap().is_none(), "{}", log_of(&n1));
+    assert!(!log_of(&n1).contains("panicked"), "{}", log_of(&n1));
+    assert_eq!(runs(&env, "before").len(), 1);
+    assert!(runs(&env, "top").is_empty() && runs(&env, "over").is_empty());
+    assert_eq!(claim(&s, "top").await.unwrap().epoch, MAX_EPOCH);
+    ls_shows_corrupt(&env);
+}
+
+/// gc's epoch floor in the fleet marker at or above the highest epoch
+/// (foreign bytes): a node once panicked on `floor + 1` at start. Now it
+/// stops with a typed error naming the cause (exit 2 for a floor with no
+/// token above it, 5 for one beyond the bound, which is corruption).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_marker_floor_at_the_highest_epoch_stops_a_node_with_an_error() {
+    use leasehold::fleet::marker;
+    for (floor, code, says) in [
+        (leasehold::record::MAX_EPOCH, 2, "no fencing token above it"),
+        (u64::MAX, 5, "epoch_floor above"),
+    ] {
+        let env = Env::new();
+        let s = env.store().await;
+        let (mut m, v) = marker::require(&s).await.unwrap();
+        m.epoch_floor = floor;
+        s.put(
+            marker::KEY,
+            serde_json::to_vec(&m).unwrap().into(),
+            Cond::Match(v),
+        )
+        .await
+        .unwrap();
+        let mut n = env.node("n1", &[]);
+        let mut status = None;
+        wait_until("the node stops", Duration::from_secs(10), async || {
+            status = n.child.try_wait().unwrap();
+            status.is_some()
+        })
+        .await;
+        let log = log_of(&n);
+        assert_eq!(status.unwrap().code(), Some(code), "{log}");
+        assert!(log.contains(says) && !log.contains("panicked"), "{log}");
+        assert!(s.get("nodes/n1").await.unwrap().is_none());
+    }
+}

@@ -125,6 +125,13 @@ impl ClaimRecord {
                 "epoch must be at least 1 (0 only for the queued placeholder)".into(),
             ));
         }
+        if r.epoch > crate::record::MAX_EPOCH {
+            return Err(corrupt(format!(
+                "epoch {} above {}",
+                r.epoch,
+                crate::record::MAX_EPOCH
+            )));
+        }
         crate::Name::new(r.owner.node.clone()).map_err(|e| corrupt(format!("owner.node: {e}")))?;
         Ok(r)
     }

@@ -74,6 +74,12 @@ impl FleetMarker {
         if m.generation == 0 || m.generation > MAX_GENERATION || m.fleet_id.is_empty() {
             return Err(Error::corrupt(KEY, "generation or fleet id out of range"));
         }
+        if m.epoch_floor > crate::record::MAX_EPOCH {
+            return Err(Error::corrupt(
+                KEY,
+                format!("epoch_floor above {}", crate::record::MAX_EPOCH),
+            ));
+        }
         Ok(m)
     }
 

@@ -3938,7 +3938,8 @@ impl Node {
 
     /// A claim this pass decided to make, not yet sent: its condition and
     /// the epoch it goes at (gc's floor still to apply), or `None` when our
-    /// validity has ended (nothing may be claimed then).
+    /// validity has ended (nothing may be claimed then) or no epoch above
+    /// the claim's exists.
     fn claim_try(
         &self,
         name: &str,
@@ -3950,21 +3951,24 @@ impl Node {
             return None;
         }
         let key = crate::keys::session(name);
-        let (cond, epoch) = match &existing {
-            // Above any epoch we saw for it, should it have vanished.
-            None => (
-                Cond::Create,
-                self.seen_claims
-                    .get(&key)
-                    .map_or(1, |e| e + 1)
-                    .max(self.epoch_base + 1),
-            ),
-            Some((v, c)) => (
-                Cond::Match(v.clone()),
-                (c.epoch + 1)
-                    .max(self.seen_claims.get(&key).map_or(0, |e| e + 1))
-                    .max(self.epoch_base + 1),
-            ),
+        // Above any epoch we saw for it (should it have vanished), above
+        // the claim we replace, and at least the generation's first.
+        let (cond, above) = match &existing {
+            None => (Cond::Create, 0),
+            Some((v, c)) => (Cond::Match(v.clone()), c.epoch),
+        };
+        let highest = above
+            .max(self.seen_claims.get(&key).copied().unwrap_or(0))
+            .max(self.epoch_base);
+        let Some(epoch) = crate::record::next_epoch(highest) else {
+            // Only foreign bytes put a claim there (decoding refuses one
+            // above the bound): the session is stuck, not this node.
+            tracing::warn!(
+                session = name,
+                epoch = highest,
+                "claim at the highest epoch: no fencing token above it exists; not claimed"
+            );
+            return None;
         };
         // A claim created where none is, or over a placeholder, may follow
         // a claim that `gc` deleted: it starts above gc's epoch floor (one
@@ -4847,14 +4851,24 @@ impl ClaimTry {
             } else {
                 Ok(0)
             };
+            // Above gc's floor (bounded on decode, so `f + 1` fits); none
+            // may exceed the highest epoch, and one that would is not sent.
+            let epoch = self.epoch.max(floor.as_ref().map_or(0, |f| f + 1));
+            let beyond = epoch > crate::record::MAX_EPOCH;
+            if beyond {
+                tracing::warn!(
+                    session = %self.name,
+                    "gc's epoch floor is at the highest epoch: no fencing token above it exists; not claimed"
+                );
+            }
             // Again right before the write: the floor's read takes a trip.
-            expired = expired || self.live.ended(deps.clock.now());
+            expired = expired || beyond || self.live.ended(deps.clock.now());
             let sent = deps.clock.now();
             let record = ClaimRecord {
                 schema: SCHEMA.into(),
                 kind: "session".into(),
                 owner: self.owner.clone(),
-                epoch: self.epoch.max(floor.as_ref().map_or(0, |f| f + 1)),
+                epoch,
                 state: ClaimState::Running,
                 digest: self.digest.clone(),
                 address: self.address.clone(),
