@@ -40,8 +40,11 @@ impl MonoTime {
 
 impl Add<Duration> for MonoTime {
     type Output = MonoTime;
+    /// Saturating, as `Sub` is: a deadline "never" (a grace or timeout of
+    /// `Duration::MAX` from a library caller) is the far end of time, not
+    /// a panic.
     fn add(self, d: Duration) -> MonoTime {
-        MonoTime(self.0 + d)
+        MonoTime(self.0.saturating_add(d))
     }
 }
 

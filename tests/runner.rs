@@ -42,3 +42,49 @@ async fn the_exec_runner_refuses_a_second_start_of_a_running_session() {
     runner.stop("web").await;
     assert!(runner.running().is_empty());
 }
+
+/// A grace as long as a library caller likes (`Duration::MAX`): the
+/// watchdog once overflowed turning it into nanoseconds and died on the
+/// stop, so the session was killed at once instead of being let finish.
+/// Now it is let finish, and the stop returns when it has.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_with_the_longest_grace_lets_the_session_finish() {
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+    let runner = ExecRunner::new(
+        env!("CARGO_BIN_EXE_leasehold").into(),
+        clock.clone(),
+        Duration::MAX,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let done = dir.path().join("done");
+    let script = format!(
+        "trap 'sleep 0.3; echo done > {}; exit 0' TERM; echo up > {}.up; while :; do sleep 0.05; done",
+        done.display(),
+        done.display()
+    );
+    runner
+        .start(SessionStart {
+            name: "web".into(),
+            node: "n1".into(),
+            epoch: 1,
+            spec: Spec::new("sh", &["-c", &script]),
+            deadline: clock.now() + Duration::from_secs(60),
+        })
+        .await
+        .unwrap();
+    let up = dir.path().join("done.up");
+    for _ in 0..500 {
+        if up.exists() {
+            break;
+        }
+        clock.sleep(Duration::from_millis(10)).await;
+    }
+    assert!(up.exists(), "the session never started");
+    runner.stop("web").await;
+    assert!(runner.running().is_empty());
+    assert_eq!(
+        std::fs::read_to_string(&done).ok().as_deref(),
+        Some("done\n"),
+        "the session was not let finish its stop"
+    );
+}

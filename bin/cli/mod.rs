@@ -404,7 +404,7 @@ enum NodeOp {
         /// (e.g. 'nice -n 10'). Default: run the spec's command directly.
         #[arg(long)]
         exec: Option<String>,
-        /// SIGTERM-to-SIGKILL grace when stopping a session.
+        /// SIGTERM-to-SIGKILL grace when stopping a session (at most 1h).
         #[arg(long, default_value = "5s", value_parser = parse_duration, allow_hyphen_values = true)]
         stop_grace: Duration,
         /// Serve the node's HTTP API (events, sessions, health, metrics) on
@@ -1927,6 +1927,11 @@ async fn node(op: NodeOp) -> Result<(), Failure> {
         && !(ttl..=Duration::from_secs(24 * 3600)).contains(&n)
     {
         return Err(Error::invalid("--nodes-every", "between the ttl and 24h").into());
+    }
+    // A stop waits up to one grace per session (and a node's shutdown, one
+    // for all): beyond an hour it is a typo, not a plan.
+    if stop_grace > Duration::from_secs(3600) {
+        return Err(Error::invalid("--stop-grace", "at most 1h").into());
     }
     // A handful of objects per interval would stretch it to the cap for
     // any fleet (a claim deleted by hand then waits two days).

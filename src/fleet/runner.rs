@@ -554,7 +554,7 @@ impl Runner for ExecRunner {
             None => None,
         };
         let args = super::watchdog::Args {
-            grace_ms: self.grace.as_millis() as u64,
+            grace_ms: u64::try_from(self.grace.as_millis()).unwrap_or(u64::MAX),
             deadline_ns: self.absolute(s.deadline),
             cgroup: cgroup.as_ref().map(|c| c.path().to_path_buf()),
             log: self.log_path(&s.name),

@@ -360,7 +360,9 @@ pub fn main(argv: &[String]) -> ExitCode {
             Ok(Msg::Deadline(d)) => deadline = d,
             Ok(Msg::Stop) => {
                 s.terminate();
-                let until = monotonic_ns() + a.grace_ms * 1_000_000;
+                // Saturating: a library caller's grace may be any length (the
+                // CLI caps it), and the lease deadline bounds the wait anyway.
+                let until = monotonic_ns().saturating_add(a.grace_ms.saturating_mul(1_000_000));
                 loop {
                     s.reap();
                     // The lease deadline still binds during a graceful stop.
@@ -401,5 +403,12 @@ mod tests {
         assert!(Args::parse(&["--grace-ms".into(), "x".into()]).is_err());
         assert!(Args::parse(&["--grace-ms".into(), "1".into()]).is_err());
         assert!(Args::parse(&["--bogus".into()]).is_err());
+        // A grace too long for nanoseconds in a u64 parses (the stop's
+        // deadline saturates: see `run`), rather than failing the session.
+        let long = Args {
+            grace_ms: u64::MAX,
+            ..a.clone()
+        };
+        assert_eq!(Args::parse(&long.to_argv()).unwrap(), long);
     }
 }
