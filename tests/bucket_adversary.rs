@@ -89,6 +89,11 @@ fn ls_shows_corrupt(env: &Env) {
         .output()
         .unwrap();
     let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     assert!(out.to_lowercase().contains("corrupt"), "{out}");
 }
 
@@ -224,6 +229,11 @@ async fn stray_and_oversized_objects_do_not_stop_failover() {
     for prefix in ["sessions", "manifests", "nodes"] {
         std::fs::write(root.join(prefix).join("notes.txt"), "hello\n").unwrap();
         std::fs::write(root.join(prefix).join("big"), vec![b'x'; 2 << 20]).unwrap();
+        // Names the store cannot address: listed, each stopped `ls`,
+        // `describe`, `watch` and `gc` (exit 2, "invalid request").
+        for name in ["a:b", "bad name", "UPPER~tilde"] {
+            std::fs::write(root.join(prefix).join(name), "hello\n").unwrap();
+        }
     }
     n1.child.kill().unwrap();
     n1.child.wait().unwrap();

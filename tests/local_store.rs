@@ -238,6 +238,36 @@ async fn a_key_that_is_gone_leaves_no_lock_file() {
     assert_eq!(left, vec!["manifests%kept.lock".to_string()]);
 }
 
+/// Names written behind the store's back that its `get` refuses (another
+/// tool's `a:b`, a space, a directory named so, a key over 1,024 bytes) are
+/// not listed: each stopped every CLI command that reads what it lists
+/// (exit 2, "invalid request"). What is listed can be read.
+#[tokio::test]
+async fn a_listing_holds_only_keys_the_store_can_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = LocalDirStore::open(dir.path()).unwrap();
+    s.put("manifests/good", Bytes::from_static(b"{}"), Cond::Create)
+        .await
+        .unwrap();
+    let m = dir.path().join("manifests");
+    for name in ["a:b", "bad name", "UPPER~tilde", "pct%2Fx"] {
+        std::fs::write(m.join(name), "x").unwrap();
+    }
+    std::fs::create_dir(m.join("d:ir")).unwrap();
+    std::fs::write(m.join("d:ir").join("inner"), "x").unwrap();
+    let mut deep = m.clone();
+    for _ in 0..6 {
+        deep = deep.join("x".repeat(200));
+    }
+    std::fs::create_dir_all(&deep).unwrap();
+    std::fs::write(deep.join("leaf"), "x").unwrap();
+    let listed: Vec<String> = s.list("manifests/").map(|e| e.unwrap().key).collect().await;
+    assert_eq!(listed, vec!["manifests/good".to_string()]);
+    for k in &listed {
+        s.get(k).await.unwrap().unwrap();
+    }
+}
+
 /// A listing from a cursor reads the directories at and after it, never
 /// one wholly before it: the change feed's bucketed hints
 /// (`keys::HintForm::Bucketed`) cost a pass the buckets from its cursor

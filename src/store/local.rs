@@ -481,10 +481,7 @@ fn local_segments(key: &str) -> Result<Vec<&str>, StoreError> {
     check_key(key)?;
     let segs: Vec<&str> = key.split('/').collect();
     for s in &segs {
-        let ok = !s.starts_with('.')
-            && s.chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
-        if !ok {
+        if !segment_ok(s) {
             return Err(StoreError::Invalid {
                 reason: format!(
                     "key {key:?}: the local store accepts segments of [A-Za-z0-9._-] not starting with '.'"
@@ -493,6 +490,15 @@ fn local_segments(key: &str) -> Result<Vec<&str>, StoreError> {
         }
     }
     Ok(segs)
+}
+
+/// A segment the local store can address: [A-Za-z0-9._-], not starting
+/// with '.' (which names our own hidden files), so never `.` or `..`.
+fn segment_ok(s: &str) -> bool {
+    !s.is_empty()
+        && !s.starts_with('.')
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
 }
 
 /// Opens for reading without following a symlink, and without waiting: a
@@ -1168,6 +1174,16 @@ fn walk(
             continue; // our metadata and temporary files, `.` and `..`
         }
         let key = crate::keys::key_in(&mut key, base, name);
+        // A name `get` would refuse (another tool's file, a key too long):
+        // listed, it would stop every caller that reads what it lists.
+        // (Our hidden names are skipped above, silently.)
+        if !segment_ok(name) || key.len() > 1024 {
+            tracing::warn!(
+                key,
+                "local store: skipping a name it cannot address in listing"
+            );
+            continue;
+        }
         let ft = match ent.file_type() {
             FileType::Unknown => match rustix::fs::statat(&dir, cname, AtFlags::SYMLINK_NOFOLLOW) {
                 Ok(st) => FileType::from_raw_mode(st.st_mode),

@@ -22,7 +22,11 @@
 //! - `get_if_changed` answers `NotModified` when the version still matches.
 //! - `list` returns every key under the prefix with its current version, in
 //!   lexicographic order, paginating internally. `list_after` returns the
-//!   part of that listing after a given key.
+//!   part of that listing after a given key. A listing holds only keys
+//!   this store's `get` accepts: an object under a name it cannot address
+//!   (one that [`check_key`] or the store's own charset refuses, written
+//!   behind its back) is skipped with a warning, since a key nobody can
+//!   read would stop every caller that reads what it lists.
 //! - Keys are relative, `/`-separated, non-empty segments without `.` or `..`.
 //!
 //! These properties are exactly what the store probe (`crate::probe`) checks on

@@ -429,6 +429,15 @@ impl ObjectStoreBackend {
                     Ok(meta) => {
                         let loc = meta.location.to_string();
                         match loc.strip_prefix(&strip) {
+                            // A key `get` refuses (written by another
+                            // tool): see the listing contract.
+                            Some(k) if k.starts_with(&prefix) && check_key(k).is_err() => {
+                                tracing::warn!(
+                                    key = k,
+                                    "skipping a key this store cannot address in listing"
+                                );
+                                None
+                            }
                             Some(k) if k.starts_with(&prefix) => Some(Ok(Entry {
                                 key: k.to_string(),
                                 version: version(meta.e_tag, meta.version),
@@ -452,6 +461,24 @@ impl ObjectStoreBackend {
 #[cfg(test)]
 mod tests {
     use super::redact;
+
+    /// A key another tool wrote that `get` refuses (longer than 1,024
+    /// bytes: object_store escapes what else it could not name) is not
+    /// listed: see the listing contract in `store`.
+    #[tokio::test]
+    async fn a_listing_holds_only_keys_get_accepts() {
+        use crate::store::Store;
+        use futures::StreamExt;
+        use object_store::{ObjectStoreExt, memory::InMemory, path::Path};
+        let inner = std::sync::Arc::new(InMemory::new());
+        let long = format!("root/manifests/{}", "x".repeat(1100));
+        for k in ["root/manifests/good", &long] {
+            inner.put(&Path::from(k), "x".into()).await.unwrap();
+        }
+        let s = super::ObjectStoreBackend::new(inner, "root", "mem");
+        let listed: Vec<String> = s.list("manifests/").map(|e| e.unwrap().key).collect().await;
+        assert_eq!(listed, vec!["manifests/good".to_string()]);
+    }
 
     #[test]
     fn redact_strips_query_and_userinfo() {
