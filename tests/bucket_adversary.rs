@@ -522,3 +522,53 @@ async fn a_marker_floor_at_the_highest_epoch_stops_a_node_with_an_error() {
         assert!(s.get("nodes/n1").await.unwrap().is_none());
     }
 }
+
+/// An owner whose node record is there but corrupt is not absent: nodes
+/// leave its sessions alone (corruption is never read as absence), so `ls`
+/// and `describe` must not promise a takeover. They once listed only the
+/// records that decoded, and said "owner ghost has no node record; taken
+/// over once that is observed" and "absent".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_with_a_corrupt_record_is_not_called_absent() {
+    let env = Env::new();
+    let s = env.store().await;
+    env.apply("web", &recorder(&env, "web"), "always");
+    let digest = leasehold::fleet::manifest::get(&s, &leasehold::Name::new("web").unwrap())
+        .await
+        .unwrap()
+        .unwrap()
+        .0
+        .digest;
+    let c = serde_json::json!({
+        "schema": leasehold::record::SCHEMA, "kind": "session",
+        "owner": {"node": "ghost", "instance": "g1"},
+        "epoch": 5, "state": "running", "digest": digest, "restarts": 0,
+        "updated_at_ms": 1000, "nonce": "0000000000000002",
+    });
+    let current = s.get("sessions/web").await.unwrap().unwrap().version;
+    s.put("sessions/web", c.to_string().into(), Cond::Match(current))
+        .await
+        .unwrap();
+    s.put("nodes/ghost", "garbage".into(), Cond::Create)
+        .await
+        .unwrap();
+    let cli = |args: &[&str]| {
+        let o = bin()
+            .args(args)
+            .args(["--store", &env.url])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    for out in [cli(&["ls"]), cli(&["describe", "web"])] {
+        assert!(out.contains("ghost's node record is unreadable"), "{out}");
+        assert!(
+            !out.contains("taken over once") && !out.contains("absent"),
+            "{out}"
+        );
+    }
+    let j: serde_json::Value = serde_json::from_str(&cli(&["describe", "web", "--json"])).unwrap();
+    assert_eq!(j["owner_liveness"], "unreadable", "{j}");
+    assert_eq!(j["status"], "interrupted", "{j}");
+}

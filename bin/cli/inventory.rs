@@ -18,7 +18,7 @@ use leasehold::fleet::manifest::ManifestRecord;
 use leasehold::record::{Kind, LeaseRecord};
 use leasehold::store::{Entry, Store};
 use leasehold::wake::{Owned, OwnerLease, Resolver, WakeOutcome};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -137,6 +137,39 @@ pub async fn resolve(
 /// A corrupt object becomes a row of its own (`Err(reason)`); anything else
 /// that fails aborts the listing.
 pub(crate) type Read = Result<Option<bytes::Bytes>, String>;
+
+/// Every node record, judged by wall clock, keyed by node id; and the ids
+/// whose record is there but unreadable (corrupt or foreign). Those are
+/// not absent: no node takes their sessions over (corruption is never read
+/// as absence), so `ls` and `describe` must not say one will.
+async fn node_facts(
+    store: &Arc<dyn Store>,
+    now: u64,
+    max_skew: Duration,
+) -> Result<(BTreeMap<String, NodeFacts>, BTreeSet<String>), Error> {
+    let mut facts = BTreeMap::new();
+    let mut unreadable = BTreeSet::new();
+    for (e, b) in read_all(store, leasehold::keys::NODES).await? {
+        let Ok(Some(b)) = b else {
+            if b.is_err() {
+                unreadable.insert(leasehold::keys::tail(leasehold::keys::NODES, &e.key).into());
+            }
+            continue;
+        };
+        match LeaseRecord::decode(&e.key, &b, Kind::Node) {
+            Ok(r) => {
+                facts.insert(
+                    r.holder.node.clone(),
+                    NodeFacts::from_record(r, now, max_skew),
+                );
+            }
+            Err(_) => {
+                unreadable.insert(leasehold::keys::tail(leasehold::keys::NODES, &e.key).into());
+            }
+        }
+    }
+    Ok((facts, unreadable))
+}
 
 pub(crate) async fn read_all(
     store: &Arc<dyn Store>,
@@ -378,18 +411,7 @@ pub async fn ls(
             // and its reason need the node records (`fleet::explain`).
             let manifests = read_all(&store, &leasehold::keys::manifest(prefix)).await?;
             let claims = read_all(&store, &leasehold::keys::session(prefix)).await?;
-            let nodes = read_all(&store, leasehold::keys::NODES).await?;
-            let mut facts: BTreeMap<String, NodeFacts> = BTreeMap::new();
-            for (e, b) in &nodes {
-                if let Ok(Some(b)) = b
-                    && let Ok(r) = LeaseRecord::decode(&e.key, b, Kind::Node)
-                {
-                    facts.insert(
-                        r.holder.node.clone(),
-                        NodeFacts::from_record(r, now, max_skew),
-                    );
-                }
-            }
+            let (facts, unreadable) = node_facts(&store, now, max_skew).await?;
             let mut rows: BTreeMap<String, SessionLine> = BTreeMap::new();
             let mut decoded_manifests: BTreeMap<String, ManifestRecord> = BTreeMap::new();
             let mut decoded_claims: BTreeMap<String, ClaimRecord> = BTreeMap::new();
@@ -444,7 +466,7 @@ pub async fn ls(
                 if !view.selector.is_empty() && !m.is_some_and(|m| view.matches(&m.spec.selector)) {
                     continue;
                 }
-                let Some(x) = explain(m, c, &facts, now, max_skew) else {
+                let Some(x) = explain(m, c, &facts, &unreadable, now, max_skew) else {
                     continue; // a tombstone of a deleted session: gc's
                 };
                 let claim = c.filter(|c| !c.is_placeholder()).map(|c| ClaimCols {
@@ -749,23 +771,13 @@ pub async fn describe(
     let now = SystemClock::new().wall_ms();
     let manifest = leasehold::fleet::manifest::get(&store, &name).await?;
     let claim = leasehold::fleet::claim::get(&store, name.as_str()).await?;
-    let mut facts: BTreeMap<String, NodeFacts> = BTreeMap::new();
-    for (e, b) in read_all(&store, leasehold::keys::NODES).await? {
-        if let Ok(Some(b)) = b
-            && let Ok(r) = LeaseRecord::decode(&e.key, &b, Kind::Node)
-        {
-            facts.insert(
-                r.holder.node.clone(),
-                NodeFacts::from_record(r, now, max_skew),
-            );
-        }
-    }
+    let (facts, unreadable) = node_facts(&store, now, max_skew).await?;
     let m = manifest.as_ref().map(|(m, _)| m);
     let c = claim
         .as_ref()
         .map(|(c, _)| c)
         .filter(|c| !c.is_placeholder());
-    let Some(x) = explain(m, c, &facts, now, max_skew) else {
+    let Some(x) = explain(m, c, &facts, &unreadable, now, max_skew) else {
         return Err(Error::NotFound {
             key: format!("session {name} (no manifest; its claim, if any, is a tombstone)"),
         }
@@ -806,7 +818,13 @@ pub async fn describe(
         print_json(&serde_json::json!({
             "name": name.as_str(), "status": x.status, "reason": x.reason,
             "manifest": m, "claim": claim.as_ref().map(|(c, _)| c),
-            "owner_liveness": owner.as_ref().map(|(_, l)| *l),
+            // "unreadable" where the owner's record is corrupt: not one of
+            // the judge's answers, which would call it absent.
+            "owner_liveness": owner.as_ref().map(|(c, l)| if unreadable.contains(&c.owner.node) {
+                serde_json::json!("unreadable")
+            } else {
+                serde_json::json!(l)
+            }),
             "events": events, "events_note": (!events_note.is_empty()).then_some(&events_note),
         }));
         return Ok(());
@@ -851,13 +869,20 @@ pub async fn describe(
                 c.state.as_str(),
                 ago(now.saturating_sub(c.updated_at_ms))
             );
-            println!(
-                "Owner:      {} instance {} ({}, by wall clock within {:?})",
-                c.owner.node,
-                c.owner.instance,
-                l.as_str(),
-                max_skew
-            );
+            if unreadable.contains(&c.owner.node) {
+                println!(
+                    "Owner:      {} instance {} (its node record is unreadable: `leasehold inspect nodes/{}`)",
+                    c.owner.node, c.owner.instance, c.owner.node
+                );
+            } else {
+                println!(
+                    "Owner:      {} instance {} ({}, by wall clock within {:?})",
+                    c.owner.node,
+                    c.owner.instance,
+                    l.as_str(),
+                    max_skew
+                );
+            }
             println!(
                 "Restarts:   {}{}",
                 c.restarts,

@@ -11,7 +11,7 @@ use super::claim::{ClaimRecord, ClaimState, Status};
 use super::manifest::ManifestRecord;
 use crate::liveness::{Evidence, Liveness, judge};
 use crate::record::LeaseRecord;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 /// What `ls` knows of a node.
@@ -54,11 +54,15 @@ pub struct Explained {
 }
 
 /// Explains one session. `nodes` is every node record listed, keyed by node
-/// id. None for a session with neither manifest nor claim (nothing to say).
+/// id, and `unreadable` the ids whose record is there but corrupt: an owner
+/// among them is not absent (nobody takes its sessions over while its
+/// record cannot be read), and the reason says so. None for a session with
+/// neither manifest nor claim (nothing to say).
 pub fn explain(
     manifest: Option<&ManifestRecord>,
     claim: Option<&ClaimRecord>,
     nodes: &BTreeMap<String, NodeFacts>,
+    unreadable: &BTreeSet<String>,
     now_ms: u64,
     max_skew: Duration,
 ) -> Option<Explained> {
@@ -67,6 +71,12 @@ pub fn explain(
         // No manifest: the session was deleted. Its claim is a tombstone
         // (gc removes it), or its owner is stopping it.
         let c = owned?;
+        if unreadable.contains(&c.owner.node) {
+            return Some(Explained {
+                status: Status::Interrupted,
+                reason: format!("manifest deleted; {}", unreadable_owner(c)),
+            });
+        }
         let (owner, live) = owner_of(c, nodes, now_ms, max_skew);
         return Some(Explained {
             status: if live {
@@ -142,6 +152,12 @@ pub fn explain(
             status: Status::Running,
             reason: join(&restarts, &overdue(c, nodes, now_ms)),
         },
+        ClaimState::Running | ClaimState::Released if unreadable.contains(&c.owner.node) => {
+            Explained {
+                status: Status::Interrupted,
+                reason: unreadable_owner(c),
+            }
+        }
         ClaimState::Running | ClaimState::Released => Explained {
             status: Status::Interrupted,
             reason: interrupted_reason(c, owner, nodes, now_ms),
@@ -171,6 +187,16 @@ fn owner_of(
         Evidence::WallClock { now_ms, max_skew },
     );
     (l, l == Liveness::Live)
+}
+
+/// The owner's record is there and corrupt: its own renewals fail (their
+/// If-Match no longer holds), and peers leave its sessions alone.
+fn unreadable_owner(c: &ClaimRecord) -> String {
+    let who = &c.owner.node;
+    format!(
+        "owner {who}'s node record is unreadable; nobody takes its sessions over until it is \
+         repaired or deleted (`leasehold inspect nodes/{who}`)"
+    )
 }
 
 fn interrupted_reason(
@@ -354,7 +380,7 @@ mod tests {
         .collect();
         let m = manifest(&[], false);
         let x = |m: Option<&ManifestRecord>, c: Option<&ClaimRecord>, n: &BTreeMap<_, _>| {
-            explain(m, c, n, NOW, skew)
+            explain(m, c, n, &BTreeSet::new(), NOW, skew)
         };
         says(
             x(Some(&m), None, &BTreeMap::new()),
@@ -421,6 +447,17 @@ mod tests {
             Status::Interrupted,
             "no node record",
         );
+        // A record there but corrupt is not absent: nobody takes over.
+        let corrupt: BTreeSet<String> = ["n9".to_string()].into();
+        for manifest in [Some(&m), None] {
+            let e = explain(manifest, Some(&gone), &fleet, &corrupt, NOW, skew);
+            says(
+                e.clone(),
+                Status::Interrupted,
+                "n9's node record is unreadable",
+            );
+            assert!(!e.unwrap().reason.contains("taken over once"));
+        }
         says(
             x(
                 Some(&m),
