@@ -91,11 +91,14 @@ pub struct Resolution {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
 pub enum WakeOutcome {
-    /// The owner answered at its address.
+    /// The owner answered at its address. `status` is the claim's: a
+    /// succeeded, failed or paused session has a reachable owner and
+    /// nothing running.
     Reachable {
         node: String,
         address: String,
         epoch: u64,
+        status: ClaimState,
     },
     /// The owner did not answer, but its node lease still names the claim's
     /// instance: a network problem or a slow node, not a dead one.
@@ -314,7 +317,7 @@ impl Resolver {
                 instance,
                 address,
                 epoch,
-                ..
+                status,
             } => {
                 let dialled = match &address {
                     Some(a) => dial(a, timeout).await,
@@ -325,6 +328,7 @@ impl Resolver {
                         node,
                         address: address.unwrap_or_default(),
                         epoch,
+                        status,
                     },
                     Err(reason) => {
                         round_trips += 1;

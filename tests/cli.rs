@@ -826,6 +826,35 @@ fn inventory_scenario(s: &str, dir: &std::path::Path) {
         "reachable",
         "the node serves HTTP at its address"
     );
+    assert_eq!(json(&w)["outcome"]["status"], "running");
+    // A session that ran and succeeded: its owner is reachable, and runs
+    // nothing of it: 1, with or without --wake.
+    std::fs::write(
+        &f,
+        r#"{"name": "done", "spec": {"command": "true", "restart": "never"}}"#,
+    )
+    .unwrap();
+    assert_eq!(code(&run(&["apply", f.to_str().unwrap(), "--store", s])), 0);
+    let mut ended = false;
+    for _ in 0..200 {
+        let r = json(&run(&["resolve", "done", "--store", s, "--json"]));
+        if r["owner"]["status"] == "succeeded" {
+            ended = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(ended, "done never succeeded");
+    assert_eq!(code(&run(&["resolve", "done", "--store", s])), 1);
+    let w = run(&["resolve", "done", "--store", s, "--wake", "--json"]);
+    assert_eq!(code(&w), 1, "{}", stdout(&w));
+    assert_eq!(
+        (
+            &json(&w)["outcome"]["outcome"],
+            &json(&w)["outcome"]["status"]
+        ),
+        (&"reachable".into(), &"succeeded".into())
+    );
     assert_eq!(
         code(&run(&["resolve", "later", "--store", s])),
         1,
@@ -866,7 +895,7 @@ fn inventory_scenario(s: &str, dir: &std::path::Path) {
             .starts_with("http://127.0.0.1:")
     );
     let m = json(&run(&["ls", "manifests", "--store", s, "--json"]));
-    assert_eq!(m.as_array().unwrap().len(), 2);
+    assert_eq!(m.as_array().unwrap().len(), 3, "web, later and done");
 
     let i = run(&["inspect", "sessions/web", "--store", s, "--json"]);
     assert_eq!(code(&i), 0);
@@ -1433,6 +1462,11 @@ fn one_shot_readers_call_a_silent_owner_expired_within_the_skew_bound() {
     assert_eq!(code(&o), 1, "{}", stdout(&o));
     assert_eq!(json(&o)["outcome"]["outcome"], "owner_gone");
     assert_eq!(json(&o)["outcome"]["lease"], "expired");
+    // wake: the owner is live by its lease but cannot be reached (it
+    // publishes no address): exit 1, where plain resolve says 0 above.
+    let o = run(&["resolve", "on-ahead", "--store", &s, "--wake", "--json"]);
+    assert_eq!(code(&o), 1, "{}", stdout(&o));
+    assert_eq!(json(&o)["outcome"]["outcome"], "unreachable");
 }
 
 /// URLs are never echoed with what they should not hold: a refused URL's

@@ -45,8 +45,12 @@ pub async fn resolve(
                     node,
                     address,
                     epoch,
+                    status,
                 } => {
-                    println!("{name}: on {node} at {address}, epoch {epoch} (reachable)")
+                    println!(
+                        "{name}: on {node} at {address}, epoch {epoch} {} (reachable)",
+                        status.as_str()
+                    )
                 }
                 WakeOutcome::Unreachable { node, reason, .. } => {
                     println!(
@@ -74,10 +78,17 @@ pub async fn resolve(
                 }
             }
         }
+        // Exit 0 as without --wake, "a live owner runs it", and here
+        // also that it answered: an owner that did not is exit 1 (its lease
+        // says live, but the caller could not reach it), as is a reachable
+        // owner of a succeeded, failed or paused session.
         return match w.outcome {
-            WakeOutcome::Reachable { .. }
-            | WakeOutcome::Unreachable { .. }
-            | WakeOutcome::ClaimedHere { .. } => Ok(()),
+            WakeOutcome::Reachable { status, .. }
+                if status == leasehold::fleet::claim::ClaimState::Running =>
+            {
+                Ok(())
+            }
+            WakeOutcome::ClaimedHere { .. } => Ok(()),
             _ => Err(Failure::Held),
         };
     }
