@@ -2394,6 +2394,27 @@ fn drain_cordon_uncordon(d: &tempfile::TempDir, s: &str) {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
     assert!(cleared, "n1 uncordoned");
+    // A token the node refuses: the write still lands (exit 0), and the
+    // operator is told the nudge was refused, not "pass --token-file".
+    let wrong = d.path().join("wrong");
+    std::fs::write(&wrong, "wrong-token-0123456789abcdef\n").unwrap();
+    let o = bin()
+        .args(["node", "cordon", "n1", "--store", &s, "--token-file"])
+        .arg(&wrong)
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("node n1 refused the token") && stderr(&o).contains("HTTP 401"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!stderr(&o).contains("wrong-token"), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("did not answer the nudge"),
+        "{}",
+        stdout(&o)
+    );
 }
 
 /// `gc` shows its plan with --dry-run and removes nothing then; it removes

@@ -1712,6 +1712,8 @@ async fn node_control(op: NodeOp) -> Result<(), Failure> {
     let nudged = nudge_nodes(&store, token_file.as_deref(), &[id.to_string()]).await;
     let when = if nudged > 0 {
         "now (nudged)"
+    } else if token_file.is_some() {
+        "within a few of its passes (it did not answer the nudge)"
     } else {
         "within a few of its passes (pass --token-file to nudge it)"
     };
@@ -1793,10 +1795,19 @@ pub(crate) async fn nudge_nodes(
         let Ok(r) = leasehold::record::LeaseRecord::decode(&key, &o.bytes, Kind::Node) else {
             continue;
         };
-        if !r.released
-            && leasehold::fleet::nudge::Nudge::nudge(&nudge, id, r.address.as_deref()).await
-        {
-            n += 1;
+        if r.released {
+            continue;
+        }
+        use leasehold::fleet::nudge::NudgeAnswer;
+        match nudge.send(id, r.address.as_deref()).await {
+            NudgeAnswer::Answered => n += 1,
+            // The write landed; only the nudge failed, and for a reason the
+            // operator can fix (the wrong token file): say so, never the token.
+            NudgeAnswer::Refused(status @ (401 | 403)) => eprintln!(
+                "warning: node {id} refused the token from {} (HTTP {status}): not nudged",
+                tf.display()
+            ),
+            _ => {}
         }
     }
     n

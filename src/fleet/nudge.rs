@@ -71,27 +71,49 @@ impl HttpNudge {
     }
 }
 
-#[async_trait]
-impl Nudge for HttpNudge {
-    async fn nudge(&self, node: &str, address: Option<&str>) -> bool {
+/// What one [`HttpNudge::send`] came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NudgeAnswer {
+    /// The node answered 2xx: it runs a pass soon.
+    Answered,
+    /// It answered with this HTTP status: 401 or 403 is our token refused,
+    /// which an operator wants to hear of (the node itself never does).
+    Refused(u16),
+    /// No answer: not reachable, or too slow.
+    Unreachable,
+    /// Its record publishes no plain-HTTP address.
+    NoAddress,
+}
+
+impl HttpNudge {
+    /// Nudges node `node` at `address` and says how it went (the trait's
+    /// `nudge` keeps only whether it answered).
+    pub async fn send(&self, node: &str, address: Option<&str>) -> NudgeAnswer {
         // Only plain-HTTP addresses (the node API's); anything else a
         // record may hold is not ours to call.
         let Some(a) = address.filter(|a| a.starts_with("http://")) else {
-            return false;
+            return NudgeAnswer::NoAddress;
         };
         let url = format!("{}/v1/nudge", a.trim_end_matches('/'));
         match self.client.post(url).bearer_auth(&self.token).send().await {
-            Ok(r) if r.status().is_success() => true,
+            Ok(r) if r.status().is_success() => NudgeAnswer::Answered,
             Ok(r) => {
                 tracing::debug!(peer = node, status = %r.status(), "nudge refused");
-                false
+                NudgeAnswer::Refused(r.status().as_u16())
             }
             Err(e) => {
                 // reqwest's error names the URL, never the header.
                 tracing::debug!(peer = node, error = %e, "nudge failed");
-                false
+                NudgeAnswer::Unreachable
             }
         }
+    }
+}
+
+#[async_trait]
+impl Nudge for HttpNudge {
+    async fn nudge(&self, node: &str, address: Option<&str>) -> bool {
+        self.send(node, address).await == NudgeAnswer::Answered
     }
 }
 
