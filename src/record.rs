@@ -103,11 +103,11 @@ pub const VANISHED_NODE: &str = "vanished";
 /// The node named by a declared lease's placeholder (`leasehold lease create`).
 pub const DECLARED_NODE: &str = "declared";
 
-fn printable(s: &str, max: usize) -> bool {
+pub(crate) fn printable(s: &str, max: usize) -> bool {
     !s.is_empty() && s.len() <= max && !s.chars().any(|c| c.is_control())
 }
 
-fn id_like(s: &str) -> bool {
+pub(crate) fn id_like(s: &str) -> bool {
     !s.is_empty() && s.len() <= 64 && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
 }
 

@@ -690,6 +690,37 @@ fn node_run_refuses_bad_http_flags_before_starting() {
     assert!(!d.path().join("nodes").exists(), "nothing registered");
 }
 
+/// A manifest's command and arguments may hold newlines and escapes (a
+/// script is legitimate): `ls manifests` and `describe` print them escaped,
+/// so they can neither forge a table row nor drive the terminal; JSON keeps
+/// them as they are.
+#[test]
+fn control_characters_in_a_spec_are_printed_escaped() {
+    let (d, s) = store();
+    assert_eq!(code(&run(&["init", "--store", &s])), 0);
+    let f = d.path().join("m.json");
+    let m = serde_json::json!({"name": "nl1", "spec": {"command": "sh\u{1b}]0;title\u{7}",
+        "args": ["1\nfake-session  e5912172b200  on-failure  false  rm -rf /", "\u{1b}[2J"]}});
+    std::fs::write(&f, m.to_string()).unwrap();
+    assert_eq!(
+        code(&run(&["apply", f.to_str().unwrap(), "--store", &s])),
+        0
+    );
+    for args in [vec!["ls", "manifests"], vec!["describe", "nl1"]] {
+        let o = run(&[&args[..], &["--store", &s]].concat());
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+        let out = stdout(&o);
+        assert!(!out.chars().any(|c| c.is_control() && c != '\n'), "{out:?}");
+        assert!(!out.lines().any(|l| l.starts_with("fake-session")), "{out}");
+        assert!(
+            out.contains("1\\nfake-session") && out.contains("\\u{1b}[2J"),
+            "{out}"
+        );
+    }
+    let j = json(&run(&["ls", "manifests", "--store", &s, "--json"]));
+    assert_eq!(j[0]["args"][1], "\u{1b}[2J", "{j}");
+}
+
 #[test]
 fn apply_and_delete_manifests() {
     let (d, s) = store();

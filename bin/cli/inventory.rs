@@ -149,6 +149,26 @@ pub async fn resolve(
 /// that fails aborts the listing.
 pub(crate) type Read = Result<Option<bytes::Bytes>, String>;
 
+/// `s` for a terminal: its control characters escaped (`\n`, `\u{1b}`).
+/// A manifest's command and arguments may hold any of them (a script with
+/// newlines is legitimate), and printed raw they would forge table rows or
+/// drive the reader's terminal. JSON output carries them as they are.
+fn shown(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.chars().any(char::is_control) {
+        return s.into();
+    }
+    s.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect::<String>()
+        .into()
+}
+
 /// Every node record, judged by wall clock, keyed by node id; and the ids
 /// whose record is there but unreadable (corrupt or foreign). Those are
 /// not absent: no node takes their sessions over (corruption is never read
@@ -411,8 +431,8 @@ pub async fn ls(
                         r.digest.get(..12).unwrap_or(&r.digest),
                         word(&r.restart),
                         r.paused,
-                        r.command,
-                        r.args.join(" "),
+                        shown(&r.command),
+                        shown(&r.args.join(" ")),
                     );
                 }
             }
@@ -861,7 +881,7 @@ pub async fn describe(
             );
             let mut cmd = vec![m.spec.command.clone()];
             cmd.extend(m.spec.args.iter().cloned());
-            println!("  Command:  {}", cmd.join(" "));
+            println!("  Command:  {}", shown(&cmd.join(" ")));
             println!("  Restart:  {:?}", m.spec.restart);
             if !m.spec.selector.is_empty() {
                 println!("  Selector: {}", m.spec.selector_text());

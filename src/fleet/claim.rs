@@ -133,6 +133,20 @@ impl ClaimRecord {
             )));
         }
         crate::Name::new(r.owner.node.clone()).map_err(|e| corrupt(format!("owner.node: {e}")))?;
+        // As a node record's holder and address: what `ls`, `describe` and
+        // `resolve` print must not carry a terminal's control sequences.
+        if !crate::record::id_like(&r.owner.instance) {
+            return Err(corrupt(
+                "owner.instance must be 1-64 of [A-Za-z0-9-]".into(),
+            ));
+        }
+        if let Some(a) = &r.address
+            && !crate::record::printable(a, 1024)
+        {
+            return Err(corrupt(
+                "address must be 1-1024 printable characters".into(),
+            ));
+        }
         Ok(r)
     }
 
@@ -255,6 +269,29 @@ pub(crate) mod tests {
         assert_eq!(status(Some(&c(Paused)), false), Status::Paused);
         assert_eq!(status(Some(&c(Succeeded)), false), Status::Succeeded);
         assert_eq!(status(Some(&c(Failed)), true), Status::Failed);
+    }
+
+    /// Fields `ls`, `describe` and `resolve` print are checked as a node
+    /// record's are: a forged instance or address with a terminal's
+    /// control sequences (or a line break that forges a table row) is
+    /// corruption, not text to print.
+    #[test]
+    fn printed_fields_refuse_control_characters() {
+        let key = "sessions/web";
+        let good = sample_claim();
+        ClaimRecord::decode(key, &good.encode()).unwrap();
+        let mut bad = Vec::new();
+        let mut c = good.clone();
+        c.owner.instance = "g1\u{1b}[31m".into();
+        bad.push((c, "owner.instance"));
+        let mut c = good.clone();
+        c.address = Some("http://h:1\r\nfake row".into());
+        bad.push((c, "address"));
+        for (c, why) in bad {
+            let e = ClaimRecord::decode(key, &c.encode()).unwrap_err();
+            assert_eq!(e.kind(), crate::ErrorKind::Data, "{e}");
+            assert!(e.to_string().contains(why), "{why}: {e}");
+        }
     }
 
     #[test]
