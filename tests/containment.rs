@@ -642,3 +642,55 @@ async fn a_session_that_stops_its_watchdog_is_killed() {
     .await;
     assert!(log_of(&n1).contains("watchdog"), "{}", log_of(&n1));
 }
+
+/// Only stdin, stdout and stderr reach a session, and every signal starts
+/// at its default action: a node whose launcher left a descriptor open
+/// without close-on-exec (here fd 200, a file of "secrets") and ignored
+/// SIGQUIT (as `&` in a script does) passed both on to its sessions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_inherit_no_stray_descriptor_or_ignored_signal() {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    let env = Env::new();
+    let d = env.dir();
+    std::fs::write(env.path("secrets"), "sekrit").unwrap();
+    let secrets = std::fs::File::open(env.path("secrets")).unwrap();
+    let raw = secrets.as_raw_fd();
+    let _n1 = env.node_in("n1", &env.url.clone(), "locks", &[], |c| {
+        // SAFETY: dup2 and signal only, between fork and exec.
+        unsafe {
+            c.pre_exec(move || {
+                if libc::dup2(raw, 200) != 200 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                libc::signal(libc::SIGQUIT, libc::SIG_IGN);
+                Ok(())
+            });
+        }
+    });
+    env.apply(
+        "fds",
+        &format!(
+            "ls -l /proc/$$/fd > {d}/fds.tmp; grep SigIgn /proc/$$/status >> {d}/fds.tmp; \
+             mv {d}/fds.tmp {d}/fds; exec sleep 1000"
+        ),
+        "always",
+    );
+    wait_until("fds written", Duration::from_secs(20), async || {
+        env.path("fds").exists()
+    })
+    .await;
+    drop(secrets);
+    let seen = std::fs::read_to_string(env.path("fds")).unwrap();
+    // (The shell keeps a descriptor or two of its own, e.g. dash's 10.)
+    assert!(
+        !seen.contains("secrets") && !seen.contains(" 200 ->"),
+        "{seen}"
+    );
+    let ign = seen
+        .lines()
+        .find_map(|l| l.strip_prefix("SigIgn:"))
+        .map(|m| u64::from_str_radix(m.trim(), 16).unwrap())
+        .unwrap();
+    assert_eq!(ign & (1 << (libc::SIGQUIT - 1)), 0, "{seen}");
+}

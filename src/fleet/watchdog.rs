@@ -229,6 +229,28 @@ impl Session {
 }
 
 /// The watchdog's main: `__watchdog` followed by [`Args::to_argv`].
+/// Sets close-on-exec on every descriptor above stderr this process holds
+/// (read from /proc/self/fd; best effort: a descriptor that closes meanwhile
+/// is skipped). Runs before any thread of ours starts.
+fn mark_inherited_cloexec() {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return;
+    };
+    for e in dir.flatten() {
+        if let Some(fd) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok())
+            && fd > 2
+        {
+            // SAFETY: fcntl on a descriptor number; at worst EBADF.
+            unsafe {
+                let flags = libc::fcntl(fd, libc::F_GETFD);
+                if flags >= 0 {
+                    libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
+                }
+            }
+        }
+    }
+}
+
 pub fn main(argv: &[String]) -> ExitCode {
     let a = match Args::parse(argv) {
         Ok(a) => a,
@@ -252,6 +274,11 @@ pub fn main(argv: &[String]) -> ExitCode {
         let _ = writeln!(std::io::stderr(), "error: {what}: {e}");
         ExitCode::from(127)
     };
+    // Only stdin, stdout and stderr cross into the session. Everything we
+    // open is close-on-exec, but what the node's launcher left open
+    // without it (a script's `exec 9<secrets`, a supervisor's pipe) passed
+    // through the node and here, and would reach the session: mark it so.
+    mark_inherited_cloexec();
     let (out_r, out_w) = match std::io::pipe() {
         Ok(p) => p,
         Err(e) => return fail("session output pipe", &e),
@@ -282,6 +309,17 @@ pub fn main(argv: &[String]) -> ExitCode {
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
                 if libc::getppid() != me {
                     libc::_exit(137);
+                }
+                // Every signal at its default action: an ignored one
+                // survives exec, so a node started by `nohup` or `&` in a
+                // script would pass on SIGHUP, SIGINT or SIGQUIT ignored
+                // (std resets SIGPIPE alone). signal(2) is async-signal-
+                // safe; the numbers it refuses (KILL, STOP, the C
+                // library's own) are left as they are.
+                for sig in 1..=64 {
+                    if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+                        libc::signal(sig, libc::SIG_DFL);
+                    }
                 }
                 Ok(())
             });
