@@ -721,6 +721,60 @@ fn control_characters_in_a_spec_are_printed_escaped() {
     assert_eq!(j[0]["args"][1], "\u{1b}[2J", "{j}");
 }
 
+/// `inspect` reads every object leasehold writes, the fleet marker, the
+/// bell, a node's control object and a change hint among them (it refused
+/// `fleet` and `bell` as "not under leases/, ..."), and a key too long for
+/// the filesystem is the caller's error (2), not the store unavailable (4).
+#[test]
+fn inspect_reads_every_kind_of_object() {
+    let (d, s) = store();
+    assert_eq!(code(&run(&["init", "--store", &s])), 0);
+    let f = d.path().join("m.json");
+    std::fs::write(&f, r#"{"name": "web", "spec": {"command": "true"}}"#).unwrap();
+    assert_eq!(
+        code(&run(&["apply", f.to_str().unwrap(), "--store", &s])),
+        0
+    );
+    let o = run(&["inspect", "fleet", "--store", &s, "--json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(json(&o)["decoded"]["generation"], 1);
+    let o = run(&["inspect", "bell", "--store", &s, "--json"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(json(&o)["decoded"]["bell"].is_string());
+    let hint = walk_files(&d.path().join("changes"))
+        .into_iter()
+        .next()
+        .expect("apply wrote a hint");
+    let key = hint
+        .strip_prefix(d.path())
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_string();
+    let o = run(&["inspect", &key, "--store", &s, "--json"]);
+    assert_eq!(code(&o), 0, "{key}: {}", stderr(&o));
+    assert_eq!(json(&o)["decoded"]["hint"]["names"], "manifests/web");
+    let long = "a".repeat(300);
+    let o = run(&["inspect", &long, "--store", &s]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    let o = run(&["inspect", "elsewhere/x", "--store", &s]);
+    assert_eq!(code(&o), 7, "{}", stderr(&o));
+}
+
+/// Every regular file under `dir`, at any depth.
+fn walk_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk_files(&p));
+        } else if !p.file_name().unwrap().to_string_lossy().starts_with('.') {
+            out.push(p);
+        }
+    }
+    out
+}
+
 #[test]
 fn apply_and_delete_manifests() {
     let (d, s) = store();

@@ -755,9 +755,30 @@ pub async fn inspect(key: &str, store: &StoreArgs, json: bool) -> Result<(), Fai
         Some("manifests") => {
             ManifestRecord::decode(key, &o.bytes).map(|r| serde_json::to_value(r).expect("json"))
         }
+        _ if key == leasehold::keys::MARKER => {
+            leasehold::fleet::marker::FleetMarker::decode(&o.bytes)
+                .map(|m| serde_json::to_value(m).expect("json"))
+        }
+        // The bell's body is a random token: a new one is a ring.
+        _ if key == leasehold::keys::BELL => {
+            Ok(serde_json::json!({"bell": String::from_utf8_lossy(&o.bytes)}))
+        }
+        Some("control") => leasehold::fleet::control::ControlRecord::decode(key, &o.bytes)
+            .map(|r| serde_json::to_value(r).expect("json")),
+        Some("changes") => match leasehold::keys::parse_hint(key) {
+            Some((at_ms, kind, name)) => {
+                Ok(serde_json::json!({"hint": {"at_ms": at_ms, "names": kind.key(name)}}))
+            }
+            None => Err(Error::corrupt(key, "not a change hint of this version")),
+        },
         _ => Err(Error::invalid(
             "key",
-            format!("{key:?} is not under leases/, nodes/, sessions/ or manifests/"),
+            format!(
+                "{key:?} is not under leases/, nodes/, sessions/, manifests/, control/ or changes/, \
+                 nor the fleet marker ({}) or the bell ({})",
+                leasehold::keys::MARKER,
+                leasehold::keys::BELL
+            ),
         )),
     };
     let raw = String::from_utf8_lossy(&o.bytes[..o.bytes.len().min(64 * 1024)]).into_owned();

@@ -230,6 +230,13 @@ impl fmt::Display for LocalDirStore {
 }
 
 fn io_err(context: &str, e: std::io::Error) -> StoreError {
+    // A name the filesystem cannot hold (a key's segment over 255 bytes) is
+    // the caller's request, not the store being down: retrying cannot help.
+    if e.raw_os_error() == Some(libc::ENAMETOOLONG) {
+        return StoreError::Invalid {
+            reason: format!("{context}: {e}"),
+        };
+    }
     StoreError::Unavailable {
         message: format!("{context}: {e}"),
     }
