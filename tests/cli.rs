@@ -761,6 +761,22 @@ fn inspect_reads_every_kind_of_object() {
     assert_eq!(code(&o), 7, "{}", stderr(&o));
 }
 
+/// A refused `init --generation` makes nothing: the directory it names
+/// (perhaps a typo) was created before the flag was checked, and `ls` on
+/// it then answered as an empty fleet.
+#[test]
+fn a_refused_init_creates_no_directory() {
+    let d = tempfile::tempdir().unwrap();
+    let typo = d.path().join("typo");
+    let url = format!("file://{}", typo.display());
+    for g in ["0", "4194305"] {
+        let o = run(&["init", "--store", &url, "--generation", g]);
+        assert_eq!(code(&o), 2, "{}", stderr(&o));
+        assert!(stderr(&o).contains("--generation"), "{}", stderr(&o));
+    }
+    assert!(!typo.exists());
+}
+
 /// Every regular file under `dir`, at any depth.
 fn walk_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();

@@ -189,7 +189,10 @@ enum Command {
         #[command(flatten)]
         store: StoreArgs,
         /// The generation (1 for a new fleet; the last + 1 after a wipe).
-        #[arg(long, default_value_t = 1)]
+        /// Checked before anything is made: a typo'd path is never
+        /// created by a refused init.
+        #[arg(long, default_value_t = 1,
+              value_parser = clap::value_parser!(u64).range(1..=leasehold::fleet::marker::MAX_GENERATION))]
         generation: u64,
         #[arg(long)]
         json: bool,
