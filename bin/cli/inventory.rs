@@ -83,11 +83,10 @@ pub async fn resolve(
         // says live, but the caller could not reach it), as is a reachable
         // owner of a succeeded, failed or paused session.
         return match w.outcome {
-            WakeOutcome::Reachable { status, .. }
-                if status == leasehold::fleet::claim::ClaimState::Running =>
-            {
-                Ok(())
-            }
+            WakeOutcome::Reachable {
+                status: leasehold::fleet::claim::ClaimState::Running,
+                ..
+            } => Ok(()),
             WakeOutcome::ClaimedHere { .. } => Ok(()),
             _ => Err(Failure::Held),
         };
