@@ -123,6 +123,21 @@ pub fn read_token(path: &std::path::Path) -> crate::Result<Vec<u8>> {
             format!("{}: the token must be at least 16 bytes", path.display()),
         ));
     }
+    // As ssh does with a key, though not refused: a token others on the
+    // host can read lets them read every session's output and steer the
+    // fleet. Said, with the fix; the token itself never is.
+    {
+        use std::os::unix::fs::PermissionsExt;
+        if let Ok(m) = std::fs::metadata(path)
+            && m.permissions().mode() & 0o077 != 0
+        {
+            tracing::warn!(
+                file = %path.display(),
+                mode = format!("{:o}", m.permissions().mode() & 0o777),
+                "the token file is readable by others on this host; `chmod 600` it"
+            );
+        }
+    }
     Ok(t)
 }
 

@@ -778,6 +778,36 @@ fn a_refused_init_creates_no_directory() {
     assert!(!typo.exists());
 }
 
+/// A token file others on the host can read is said to be so, as ssh says
+/// of a key (not refused), with the fix; the token never appears.
+#[test]
+fn a_token_file_readable_by_others_is_warned_of() {
+    use std::os::unix::fs::PermissionsExt;
+    let (d, s) = store();
+    assert_eq!(code(&run(&["init", "--store", &s])), 0);
+    let tok = d.path().join("tok");
+    std::fs::write(&tok, "open-token-0123456789abcdef\n").unwrap();
+    for (mode, warned) in [(0o644, true), (0o600, false)] {
+        std::fs::set_permissions(&tok, std::fs::Permissions::from_mode(mode)).unwrap();
+        let o = run(&[
+            "logs",
+            "x",
+            "--store",
+            &s,
+            "--token-file",
+            tok.to_str().unwrap(),
+        ]);
+        assert_eq!(code(&o), 7, "{}", stderr(&o));
+        assert_eq!(
+            stderr(&o).contains("chmod 600"),
+            warned,
+            "{mode:o}: {}",
+            stderr(&o)
+        );
+        assert!(!stderr(&o).contains("open-token"), "{}", stderr(&o));
+    }
+}
+
 /// Every regular file under `dir`, at any depth.
 fn walk_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();

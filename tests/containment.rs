@@ -435,6 +435,13 @@ async fn two_instances_of_one_id_never_serve_at_once() {
         "the session was taken over: {pids}"
     );
     assert!(log_of(&second).contains("waiting"), "{}", log_of(&second));
+    // Said once for the one holder, not at every retry (a few a second).
+    assert_eq!(
+        log_of(&second).matches("held by another instance").count(),
+        1,
+        "{}",
+        log_of(&second)
+    );
     let c = claim(&s, "solo").await.unwrap();
     assert_eq!(
         (c.epoch, c.owner.instance.as_str()),

@@ -764,12 +764,20 @@ async fn register(
     // Unproven until the first renewal says otherwise: the registration
     // may create the record where an operator deleted a live instance's.
     opts.attrs = node_attrs(cfg, cfg.full_every, 0, deps.status.cordoned(), true);
+    // The holder last warned of: a wait is said once per holder (at every
+    // retry, a few a second, it drowned the log), then at debug level.
+    let mut warned: Option<crate::record::Holder> = None;
     loop {
         let answer = client.acquire_kind(Kind::Node, &cfg.id, &opts).await;
         let seen = match &answer {
             Ok(Acquire::Acquired(_)) => core::Registration::Acquired,
             Ok(Acquire::Held { holder, .. }) => {
-                tracing::warn!(node = %cfg.id, holder = ?holder, "node id held by another instance; waiting");
+                if warned.as_ref() != Some(holder) {
+                    tracing::warn!(node = %cfg.id, holder = ?holder, "node id held by another instance; waiting");
+                    warned = Some(holder.clone());
+                } else {
+                    tracing::debug!(node = %cfg.id, "node id still held; waiting");
+                }
                 core::Registration::Held
             }
             // Node leases are created where none is (acquire_kind's node
