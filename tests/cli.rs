@@ -852,8 +852,13 @@ fn apply_and_delete_manifests() {
         })
         .collect();
     assert!(hints.iter().any(|h| h.ends_with("-m-web")), "{hints:?}");
+    let bell = std::fs::read(d.path().join("bell")).ok();
     let o = run(&["apply", f.to_str().unwrap(), "--store", &s, "--json"]);
     assert_eq!(json(&o)["result"], "unchanged");
+    // Nothing written: no hint (a refused create would have been hinted)
+    // and no ring, so an apply loop wakes no node.
+    assert_eq!(walk_files(&d.path().join("changes")).len(), hints.len());
+    assert_eq!(std::fs::read(d.path().join("bell")).ok(), bell);
     std::fs::write(
         &f,
         r#"{"name": "web", "spec": {"command": "sleep", "args": ["2"]}}"#,

@@ -256,11 +256,23 @@ pub async fn apply(
         Some(v) => Cond::Match(v.clone()),
         None => Cond::Create,
     };
-    let exists = store
+    let current = store
         .get(&key)
         .await
-        .map_err(|e| Error::from_store("get", &key, e))?
-        .is_some();
+        .map_err(|e| Error::from_store("get", &key, e))?;
+    // The same spec is already there: nothing to write. Answered from the
+    // read, not from a refused create: a refused write is still hinted in
+    // the change feed and rings the bell (a retried write may have landed;
+    // see `feed::HintingStore`), so an apply loop of unchanged manifests (a
+    // GitOps controller) woke every node each round.
+    if replace.is_none()
+        && let Some(o) = &current
+        && let Ok(m) = ManifestRecord::decode(&key, &o.bytes)
+        && m.digest == rec.digest
+    {
+        return Ok(Applied::Unchanged(o.version.clone()));
+    }
+    let exists = current.is_some();
     if replace.is_none() && !exists {
         // The claim object first (create-if-absent; an existing claim or
         // tombstone stays as it is), then the manifest: a session never
