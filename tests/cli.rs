@@ -597,7 +597,7 @@ fn node_run_refuses_bad_http_flags_before_starting() {
         ),
         (
             vec!["node", "run", "--store", &s, "--id", "n1", "--ttl", "1ms"],
-            "at least 100ms",
+            "between 100ms and 24h",
         ),
         (
             vec![
@@ -663,6 +663,14 @@ fn node_run_refuses_bad_http_flags_before_starting() {
                 "99999999999d",
             ],
             "invalid --stop-grace: at most 1h",
+        ),
+        (
+            vec!["node", "run", "--store", &s, "--id", "n1", "--ttl", "0s"],
+            "invalid --ttl: between 100ms and 24h for a node",
+        ),
+        (
+            vec!["node", "run", "--store", &s, "--id", "n1", "--ttl", "25h"],
+            "invalid --ttl: between 100ms and 24h for a node",
         ),
         (
             vec![

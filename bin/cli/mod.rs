@@ -1914,8 +1914,9 @@ async fn node(op: NodeOp) -> Result<(), Failure> {
         }
     };
     let address = address.or_else(|| http.as_ref().map(|(_, _, a)| format!("http://{a}")));
-    if ttl < Duration::from_millis(100) {
-        return Err(Error::invalid("ttl", "at least 100ms for a node").into());
+    // One message for both ends, before anything is logged or started.
+    if !(Duration::from_millis(100)..=Duration::from_secs(24 * 3600)).contains(&ttl) {
+        return Err(Error::invalid("--ttl", "between 100ms and 24h for a node").into());
     }
     // Up to an hour, or the ttl if that is longer (the default is the ttl).
     let longest = ttl.max(Duration::from_secs(3600));

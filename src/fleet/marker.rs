@@ -103,9 +103,9 @@ pub async fn read(store: &Arc<dyn Store>) -> Result<Option<(FleetMarker, Version
 pub async fn require(store: &Arc<dyn Store>) -> Result<(FleetMarker, Version)> {
     read(store).await?.ok_or_else(|| Error::NotFound {
         key: format!(
-            "{KEY} (the fleet marker of {store}): run `leasehold init` once for a new fleet; \
-             if this bucket held a fleet, it was wiped or replaced: \
-             `leasehold init --generation <its last generation + 1>`"
+            "the fleet marker `{KEY}` of {store} (for a new fleet, run `leasehold init` once; \
+             if this bucket held a fleet, it was wiped or replaced: run \
+             `leasehold init --generation <its last generation + 1>`) was"
         ),
     })
 }
