@@ -816,6 +816,28 @@ fn a_token_file_readable_by_others_is_warned_of() {
     }
 }
 
+/// `ls` on a directory that exists but holds no fleet answers (an empty
+/// table) and warns that it is no fleet: a typo'd path or another bucket
+/// looked like an idle fleet. Once `init` made it one, no warning.
+#[test]
+fn ls_on_a_store_that_is_no_fleet_says_so() {
+    let (_d, s) = store();
+    let o = run(&["ls", "--store", &s]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("holds no fleet marker"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(code(&run(&["init", "--store", &s])), 0);
+    let o = run(&["ls", "--store", &s]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(!stderr(&o).contains("fleet marker"), "{}", stderr(&o));
+    let o = run(&["ls", "--store", &s, "--prefix", ".."]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("invalid --prefix"), "{}", stderr(&o));
+}
+
 /// Every regular file under `dir`, at any depth.
 fn walk_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();

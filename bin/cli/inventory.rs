@@ -289,13 +289,27 @@ pub async fn ls(
     let json = view.json();
     let wide = view.wide();
     if !prefix.is_empty()
-        && !prefix
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+        && (prefix.starts_with('.')
+            || !prefix
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
     {
-        return Err(Error::invalid("--prefix", "names are [A-Za-z0-9._-]").into());
+        return Err(Error::invalid(
+            "--prefix",
+            "names are [A-Za-z0-9._-], not starting with '.'",
+        )
+        .into());
     }
     let store = open(store).await?;
+    // An empty answer from a store that is no fleet is most often the wrong
+    // --store (a typo'd path that exists, another bucket): say so, as the
+    // answer alone would look like an idle fleet.
+    // (A marker that cannot be read is the nodes' concern, not the listing's.)
+    if let Ok(None) = leasehold::fleet::marker::read(&store).await {
+        eprintln!(
+            "warning: {store} holds no fleet marker: not a fleet (`leasehold init` makes one), or the wrong --store"
+        );
+    }
     let now = SystemClock::new().wall_ms();
     match what {
         LsWhat::Nodes => {
