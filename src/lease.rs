@@ -76,7 +76,9 @@ impl AcquireOptions {
     }
 
     fn validate(&self) -> Result<Duration> {
-        if self.ttl < MIN_TTL || self.ttl.as_millis() as u64 > crate::record::MAX_TTL_MS {
+        // Durations compared, not milliseconds cast: a cast of a huge ttl
+        // wraps (18446744073709552s passed as 384 ms).
+        if self.ttl < MIN_TTL || self.ttl > Duration::from_millis(crate::record::MAX_TTL_MS) {
             return Err(Error::invalid(
                 "ttl",
                 format!("{:?} outside {:?}..=24h", self.ttl, MIN_TTL),

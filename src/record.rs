@@ -178,7 +178,7 @@ impl LeaseRecord {
                 > self
                     .renewed_at_ms
                     .saturating_add(self.ttl_ms)
-                    .saturating_add(max_skew.as_millis() as u64)
+                    .saturating_add(u64::try_from(max_skew.as_millis()).unwrap_or(u64::MAX))
     }
 
     /// Checks the invariants every record must satisfy.

@@ -484,7 +484,39 @@ async fn claims_at_the_highest_epoch_stop_no_node() {
     assert_eq!(runs(&env, "before").len(), 1);
     assert!(runs(&env, "top").is_empty() && runs(&env, "over").is_empty());
     assert_eq!(claim(&s, "top").await.unwrap().epoch, MAX_EPOCH);
+    // Said once, not at every pass (nor is its owner read every pass).
+    assert_eq!(
+        log_of(&n1)
+            .matches("no fencing token above it exists; not claimed")
+            .count(),
+        1,
+        "{}",
+        log_of(&n1)
+    );
     ls_shows_corrupt(&env);
+    // The operator's clean-up: delete it, then gc. gc once raised the
+    // floor past what a marker may hold, and every node stopped on a
+    // marker it could not read. It leaves the stuck claim; the fleet serves.
+    for args in [vec!["delete", "top"], vec!["gc", "--older-than", "0s"]] {
+        let o = bin()
+            .args(&args)
+            .args(["--store", &env.url])
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    leasehold::fleet::marker::require(&s).await.unwrap();
+    assert_eq!(claim(&s, "top").await.unwrap().epoch, MAX_EPOCH);
+    env.apply("again", &recorder(&env, "again"), "always");
+    wait_until("again on n1", Duration::from_secs(20), async || {
+        runs(&env, "again").len() == 1
+    })
+    .await;
+    assert!(n1.child.try_wait().unwrap().is_none(), "{}", log_of(&n1));
 }
 
 /// gc's epoch floor in the fleet marker at or above the highest epoch

@@ -838,6 +838,20 @@ fn ls_on_a_store_that_is_no_fleet_says_so() {
     assert!(stderr(&o).contains("invalid --prefix"), "{}", stderr(&o));
 }
 
+/// A ttl too long for milliseconds in a u64 is refused, not wrapped: it
+/// passed as 384 ms and a lease "held for 584542046 years" was open to
+/// takeover within a second.
+#[test]
+fn a_lease_ttl_beyond_a_day_is_refused_not_wrapped() {
+    let (_d, s) = store();
+    assert_eq!(code(&run(&["init", "--store", &s])), 0);
+    for ttl in ["18446744073709552s", "25h"] {
+        let o = run(&["lease", "acquire", "x", "--ttl", ttl, "--store", &s]);
+        assert_eq!(code(&o), 2, "{ttl}: {}{}", stdout(&o), stderr(&o));
+        assert!(stderr(&o).contains("24h"), "{}", stderr(&o));
+    }
+}
+
 /// Every regular file under `dir`, at any depth.
 fn walk_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();

@@ -34,7 +34,7 @@ use super::claim::{ClaimRecord, ClaimState};
 use crate::clock::Entropy;
 use crate::error::{Error, Result};
 use crate::liveness::{Evidence, Liveness, judge};
-use crate::record::{Kind, LeaseRecord};
+use crate::record::{Kind, LeaseRecord, MAX_EPOCH};
 use crate::store::{Cond, Store, StoreError};
 use bytes::Bytes;
 use futures::StreamExt;
@@ -51,9 +51,24 @@ pub async fn floor(store: &Arc<dyn Store>) -> Result<u64> {
         .map_or(0, |(m, _)| m.epoch_floor))
 }
 
+/// The highest epoch gc removes: the floor goes one above it, and a record
+/// made after must start above the floor, within [`MAX_EPOCH`]. A record
+/// above this (only foreign bytes put one there) is left where it is: its
+/// key is stuck either way, and removing it would raise the floor to where
+/// no token is left for any new record, or past what a marker may hold
+/// (every node would then stop on a marker it cannot read).
+pub const MAX_REMOVABLE_EPOCH: u64 = MAX_EPOCH - 2;
+
 /// Raises the floor to at least `epoch`: an If-Match on the marker, retried
 /// on a race. Nodes accept the changed marker (same fleet, same generation).
+/// A floor that would leave no token above it is refused, never written.
 pub async fn raise_floor(store: &Arc<dyn Store>, entropy: &dyn Entropy, epoch: u64) -> Result<()> {
+    if epoch > MAX_REMOVABLE_EPOCH + 1 {
+        return Err(Error::invalid(
+            "epoch floor",
+            format!("{epoch} would leave no fencing token above it"),
+        ));
+    }
     for _ in 0..10 {
         let (mut m, version) = super::marker::require(store).await?;
         if m.epoch_floor >= epoch {
@@ -97,10 +112,12 @@ pub fn plan(
     now_ms: u64,
     retention: Duration,
 ) -> Vec<Removal> {
-    let old = |at_ms: u64| now_ms.saturating_sub(at_ms) >= retention.as_millis() as u64;
+    // Saturating: a retention too long for u64 ms keeps everything.
+    let retention_ms = u64::try_from(retention.as_millis()).unwrap_or(u64::MAX);
+    let old = |at_ms: u64| now_ms.saturating_sub(at_ms) >= retention_ms;
     let mut out = Vec::new();
     for (name, c) in claims {
-        if manifests.contains(name) || !old(c.updated_at_ms) {
+        if manifests.contains(name) || !old(c.updated_at_ms) || c.epoch > MAX_REMOVABLE_EPOCH {
             continue;
         }
         let reason = if c.state == ClaimState::Released {
@@ -128,7 +145,7 @@ pub fn plan(
         });
     }
     for (id, r) in nodes {
-        if r.released && old(r.renewed_at_ms) {
+        if r.released && old(r.renewed_at_ms) && r.epoch <= MAX_REMOVABLE_EPOCH {
             out.push(Removal {
                 key: crate::keys::node(id),
                 reason: if r.attrs.contains_key(super::attrs::RELEASED_BY) {

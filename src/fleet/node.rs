@@ -948,6 +948,9 @@ struct Node {
     /// only. A corrupt manifest leaves its session as last known; a corrupt
     /// claim is never taken over; our own claim turning corrupt is lost.
     corrupt: Tracked<Version>,
+    /// Sessions whose claim sits at the highest epoch (foreign bytes: no
+    /// token above it exists, so nothing may take it over), each said once.
+    stuck: std::collections::HashSet<String>,
     manifests: Cached<KnownManifest>,
     claims: Cached<ClaimView>,
     /// `claim_loads` as of the claims' generation it was counted at.
@@ -1135,6 +1138,7 @@ impl Node {
             nodes: HashMap::new(),
             corrupt_nodes: Default::default(),
             corrupt: Tracked::default(),
+            stuck: Default::default(),
             manifests: Cached::default(),
             claims: Cached::default(),
             loads: None,
@@ -3269,6 +3273,20 @@ impl Node {
                 core::Gate::Claim => {
                     self.first_claimable.entry(name.clone()).or_insert(now);
                 }
+            }
+            // A claim no token can follow is left before the fence: its
+            // owner's record read at every pass would buy nothing.
+            if let Some((_, c)) = &claim
+                && crate::record::next_epoch(c.epoch).is_none()
+            {
+                if self.stuck.insert(name.clone()) {
+                    tracing::warn!(
+                        session = %name,
+                        epoch = c.epoch,
+                        "claim at the highest epoch: no fencing token above it exists; not claimed"
+                    );
+                }
+                continue;
             }
             if let Some((_, c)) = &claim {
                 match self.fence_owner(c).await {
