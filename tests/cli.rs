@@ -1585,6 +1585,14 @@ fn one_shot_readers_call_a_silent_owner_expired_within_the_skew_bound() {
             nonce: format!("c-{node}"),
         };
         put(&format!("sessions/on-{node}"), c.encode());
+        if node == "dead" {
+            // A forged record under another key, naming dead's instance and
+            // renewed now: it once replaced dead's own record in `ls`
+            // (keyed by the holder it names), making on-dead look running.
+            let mut forged = r.clone();
+            forged.renewed_at_ms = now;
+            put("nodes/zz-forged", forged.encode().unwrap());
+        }
     }
     let nodes = json(&run(&["nodes", "--store", &s, "--json"]));
     let state = |n: &str| {
@@ -1598,6 +1606,16 @@ fn one_shot_readers_call_a_silent_owner_expired_within_the_skew_bound() {
     assert_eq!(state("dead"), Some("expired".into()), "{nodes}");
     assert_eq!(state("ahead"), Some("live".into()), "{nodes}");
     assert_eq!(state("gone"), Some("fenced".into()), "{nodes}");
+    let forged = nodes
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["node"] == "zz-forged")
+        .expect("the forged record's row");
+    assert!(
+        forged["corrupt"].as_str().unwrap().contains("names node"),
+        "{nodes}"
+    );
     let gone = run(&["nodes", "--store", &s]);
     assert!(
         stdout(&gone)

@@ -180,21 +180,24 @@ async fn node_facts(
     let mut facts = BTreeMap::new();
     let mut unreadable = BTreeSet::new();
     for (e, b) in read_all(store, leasehold::keys::NODES).await? {
-        let Ok(Some(b)) = b else {
-            if b.is_err() {
-                unreadable.insert(leasehold::keys::tail(leasehold::keys::NODES, &e.key).into());
-            }
-            continue;
-        };
-        match LeaseRecord::decode(&e.key, &b, Kind::Node) {
-            Ok(r) => {
-                facts.insert(
-                    r.holder.node.clone(),
-                    NodeFacts::from_record(r, now, max_skew),
-                );
-            }
+        let b = match b {
+            Ok(Some(b)) => b,
+            Ok(None) => continue, // gone since the listing
             Err(_) => {
                 unreadable.insert(leasehold::keys::tail(leasehold::keys::NODES, &e.key).into());
+                continue;
+            }
+        };
+        // Keyed by the key, as the nodes read it: a record under
+        // `nodes/ghost` that names `n1` says nothing of n1 (it would have
+        // shadowed n1's own record here), and is unreadable as ghost's.
+        let id = leasehold::keys::tail(leasehold::keys::NODES, &e.key).to_string();
+        match LeaseRecord::decode(&e.key, &b, Kind::Node) {
+            Ok(r) if r.holder.node == id => {
+                facts.insert(id, NodeFacts::from_record(r, now, max_skew));
+            }
+            _ => {
+                unreadable.insert(id);
             }
         }
     }
@@ -315,9 +318,19 @@ pub async fn ls(
         LsWhat::Nodes => {
             let mut rows = Vec::new();
             for (e, bytes) in read_all(&store, &leasehold::keys::node(prefix)).await? {
-                let Some(decoded) =
-                    decode_row(&e.key, &bytes, |k, b| LeaseRecord::decode(k, b, Kind::Node))
-                else {
+                // A record naming another node than its key's is not that
+                // node's (nodes read records by key): a CORRUPT row.
+                let Some(decoded) = decode_row(&e.key, &bytes, |k, b| {
+                    let r = LeaseRecord::decode(k, b, Kind::Node)?;
+                    let id = leasehold::keys::tail(leasehold::keys::NODES, k);
+                    if r.holder.node != id {
+                        return Err(Error::corrupt(
+                            k,
+                            format!("it names node {:?}, not {id:?}", r.holder.node),
+                        ));
+                    }
+                    Ok(r)
+                }) else {
                     continue;
                 };
                 rows.push(match decoded {
@@ -973,11 +986,12 @@ pub async fn describe(
         println!(
             "  #{:<5} {:<10} {}{}",
             e["seq"],
-            e["kind"].as_str().unwrap_or(""),
+            // A remote node's words: escaped like a spec's.
+            shown(e["kind"].as_str().unwrap_or("")),
             e.get("epoch")
                 .map(|x| format!("epoch {x} "))
                 .unwrap_or_default(),
-            e["detail"].as_str().unwrap_or("")
+            shown(e["detail"].as_str().unwrap_or(""))
         );
     }
     Ok(())
