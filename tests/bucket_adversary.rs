@@ -450,7 +450,11 @@ async fn claims_at_the_highest_epoch_stop_no_node() {
     use leasehold::record::MAX_EPOCH;
     let env = Env::new();
     let s = env.store().await;
-    let mut n1 = env.node("n1", &[]);
+    let token = env.path("token");
+    let mut n1 = env.node(
+        "n1",
+        &["--listen", "0", "--token-file", token.to_str().unwrap()],
+    );
     env.apply("before", &recorder(&env, "before"), "always");
     wait_until("before on n1", Duration::from_secs(20), async || {
         runs(&env, "before").len() == 1
@@ -484,6 +488,13 @@ async fn claims_at_the_highest_epoch_stop_no_node() {
     assert_eq!(runs(&env, "before").len(), 1);
     assert!(runs(&env, "top").is_empty() && runs(&env, "over").is_empty());
     assert_eq!(claim(&s, "top").await.unwrap().epoch, MAX_EPOCH);
+    // The claim endpoint declines it, and says why.
+    let port = api_port(&n1).unwrap();
+    let (code, body) = tokio::task::spawn_blocking(move || post_claim(port, "top"))
+        .await
+        .unwrap();
+    assert_eq!(code, 409, "{body}");
+    assert!(body.contains("highest epoch"), "{body}");
     // Said once, not at every pass (nor is its owner read every pass).
     assert_eq!(
         log_of(&n1)

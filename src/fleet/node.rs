@@ -2144,6 +2144,14 @@ impl Node {
                 return Ok(declined("not claimable now"));
             }
         }
+        // As in a pass: no token can follow it, so nothing is read or sent.
+        if let Some((_, c)) = &claim
+            && crate::record::next_epoch(c.epoch).is_none()
+        {
+            return Ok(declined(
+                "its claim is at the highest epoch: no fencing token above it exists",
+            ));
+        }
         if let Some((_, c)) = &claim {
             if !self.fence_owner(c).await? {
                 return Ok(declined(
