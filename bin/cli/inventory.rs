@@ -180,28 +180,35 @@ async fn node_facts(
     let mut facts = BTreeMap::new();
     let mut unreadable = BTreeSet::new();
     for (e, b) in read_all(store, leasehold::keys::NODES).await? {
-        let b = match b {
-            Ok(Some(b)) => b,
-            Ok(None) => continue, // gone since the listing
-            Err(_) => {
-                unreadable.insert(leasehold::keys::tail(leasehold::keys::NODES, &e.key).into());
-                continue;
-            }
-        };
-        // Keyed by the key, as the nodes read it: a record under
-        // `nodes/ghost` that names `n1` says nothing of n1 (it would have
-        // shadowed n1's own record here), and is unreadable as ghost's.
+        // Keyed by the key, as the nodes read it (`decode_node`): a record
+        // under `nodes/ghost` that names `n1` says nothing of n1 (it would
+        // have shadowed n1's own record here), and is unreadable as ghost's.
         let id = leasehold::keys::tail(leasehold::keys::NODES, &e.key).to_string();
-        match LeaseRecord::decode(&e.key, &b, Kind::Node) {
-            Ok(r) if r.holder.node == id => {
+        match b.map(|b| b.map(|b| decode_node(&e.key, &b))) {
+            Ok(None) => {} // gone since the listing
+            Ok(Some(Ok(r))) => {
                 facts.insert(id, NodeFacts::from_record(r, now, max_skew));
             }
-            _ => {
+            Ok(Some(Err(_))) | Err(_) => {
                 unreadable.insert(id);
             }
         }
     }
     Ok((facts, unreadable))
+}
+
+/// A node record as `nodes/<id>`'s: one naming another node than its key's
+/// is not that node's (nodes read records by key), so it is corrupt here.
+fn decode_node(key: &str, bytes: &[u8]) -> Result<LeaseRecord, Error> {
+    let r = LeaseRecord::decode(key, bytes, Kind::Node)?;
+    let id = leasehold::keys::tail(leasehold::keys::NODES, key);
+    if r.holder.node != id {
+        return Err(Error::corrupt(
+            key,
+            format!("it names node {:?}, not {id:?}", r.holder.node),
+        ));
+    }
+    Ok(r)
 }
 
 pub(crate) async fn read_all(
@@ -318,19 +325,7 @@ pub async fn ls(
         LsWhat::Nodes => {
             let mut rows = Vec::new();
             for (e, bytes) in read_all(&store, &leasehold::keys::node(prefix)).await? {
-                // A record naming another node than its key's is not that
-                // node's (nodes read records by key): a CORRUPT row.
-                let Some(decoded) = decode_row(&e.key, &bytes, |k, b| {
-                    let r = LeaseRecord::decode(k, b, Kind::Node)?;
-                    let id = leasehold::keys::tail(leasehold::keys::NODES, k);
-                    if r.holder.node != id {
-                        return Err(Error::corrupt(
-                            k,
-                            format!("it names node {:?}, not {id:?}", r.holder.node),
-                        ));
-                    }
-                    Ok(r)
-                }) else {
+                let Some(decoded) = decode_row(&e.key, &bytes, decode_node) else {
                     continue;
                 };
                 rows.push(match decoded {

@@ -1915,7 +1915,10 @@ async fn node(op: NodeOp) -> Result<(), Failure> {
     };
     let address = address.or_else(|| http.as_ref().map(|(_, _, a)| format!("http://{a}")));
     // One message for both ends, before anything is logged or started.
-    if !(Duration::from_millis(100)..=Duration::from_secs(24 * 3600)).contains(&ttl) {
+    // (The upper end is a record's, `record::MAX_TTL_MS`.)
+    if !(Duration::from_millis(100)..=Duration::from_millis(leasehold::record::MAX_TTL_MS))
+        .contains(&ttl)
+    {
         return Err(Error::invalid("--ttl", "between 100ms and 24h for a node").into());
     }
     // Up to an hour, or the ttl if that is longer (the default is the ttl).
