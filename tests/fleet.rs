@@ -3808,13 +3808,14 @@ impl leasehold::fleet::runner::Runner for SlowStops {
     fn announce(&self, deadline: leasehold::clock::MonoTime) {
         self.inner.announce(deadline)
     }
-    async fn stop(&self, name: &str) {
+    async fn stop(&self, name: &str) -> Option<leasehold::fleet::runner::Exit> {
         use std::sync::atomic::Ordering;
         let n = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
         self.most.fetch_max(n, Ordering::SeqCst);
         self.clock.sleep(Duration::from_millis(20)).await;
-        self.inner.stop(name).await;
+        let exit = self.inner.stop(name).await;
         self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        exit
     }
     fn take_exits(&self) -> Vec<leasehold::fleet::runner::Exit> {
         self.inner.take_exits()

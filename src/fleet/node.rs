@@ -20,7 +20,7 @@ use super::core::{self, OwnClaim, OwnManifest, OwnedAction};
 use super::journal::{EventKind, Journal};
 use super::manifest::{ManifestRecord, RestartPolicy, Spec};
 use super::plan::{self, ClaimView, ManifestView, NodeView};
-use super::runner::{Runner, SessionStart};
+use super::runner::{Exit, Runner, SessionStart};
 use super::{Put, audit, json_nonce, put_checked};
 use crate::clock::{Clock, Entropy, MonoTime};
 use crate::error::{Error, Result};
@@ -1474,6 +1474,7 @@ impl Node {
             tokio::pin!(sleep);
             let status = self.deps.status.clone();
             let nudge = &status.nudge;
+            let runner = self.deps.runner.clone();
             let mut shortened = false;
             // Between passes, the ring successors' records are read on the
             // watch's schedule (`core::watch_wait`: the first as each of its
@@ -1515,6 +1516,17 @@ impl Node {
                         self.idle_ticks = 0;
                     }
                     _ = &mut sleep => break,
+                    // A session ended: its end is recorded now (one fenced
+                    // write of its claim; a restart starts at once or is
+                    // scheduled), not at the next pass, which may be
+                    // seconds away on an idle node.
+                    _ = runner.exited() => {
+                        if self.handle_exits().await {
+                            self.idle_ticks = 0;
+                            let _ = load_tx.send(self.load());
+                            self.publish_status(self.deps.clock.now() < valid_rx.borrow().until);
+                        }
+                    }
                     _ = &mut watch, if watching => {
                         // The reads race what the pause waits for: a lost
                         // lease or a shutdown is not held up by a slow store,
@@ -1576,7 +1588,8 @@ impl Node {
             .await
             .map_err(|e| Error::Internal(format!("renew task: {e}")))?;
         if let Ended::Shutdown = ended {
-            self.stop_all("shutting down").await;
+            let ended = self.stop_all("shutting down").await;
+            self.finish_exits(ended).await;
             let held = !self.owned.is_empty();
             self.release_claims(true).await;
             let mut released = false;
@@ -2242,8 +2255,12 @@ impl Node {
     }
 
     /// Stops every running session (`why` goes into the journal); the claims
-    /// stay owned until released or forgotten by the caller.
-    async fn stop_all(&mut self, why: &str) {
+    /// stay owned until released or forgotten by the caller. Returns the
+    /// runs that had ended by themselves before their stop reached them
+    /// (see the runner's contract): a caller that goes on to release claims
+    /// records them first (`finish_exits`), so a job that finished is not
+    /// released to run again.
+    async fn stop_all(&mut self, why: &str) -> Vec<Exit> {
         // In name order, as every loop over `owned` that acts: a HashMap's
         // order is random per process, and a seeded simulation must replay
         // the same requests in the same order in any process.
@@ -2261,19 +2278,24 @@ impl Node {
         // graces. Each is stopped before anything is written of it (its
         // claim is released after this returns), as before.
         let runner = self.deps.runner.clone();
-        futures::stream::iter(names.clone())
+        let mut ended: Vec<Exit> = futures::stream::iter(names.clone())
             .map(move |name| {
                 let runner = runner.clone();
                 async move { runner.stop(&name).await }
             })
             .buffer_unordered(STOP_CONCURRENCY)
-            .collect::<Vec<()>>()
+            .filter_map(|x| async move { x })
+            .collect()
             .await;
+        ended.sort_by(|a, b| a.name.cmp(&b.name)); // buffer_unordered's order is the runner's
         for name in &names {
             let Some(o) = self.owned.get_mut(name) else {
                 continue;
             };
             o.running = false;
+            if ended.iter().any(|x| x.name == *name) {
+                continue; // journalled as its exit by `finish_exits`
+            }
             self.deps.journal.record(
                 self.deps.clock.wall_ms(),
                 EventKind::Stopped,
@@ -2281,6 +2303,22 @@ impl Node {
                 Some(o.record.epoch),
                 why.to_string(),
             );
+        }
+        ended
+    }
+
+    /// Records the runs that ended by themselves, `ended` (from `stop_all`)
+    /// and whatever the runner reported since the last pass, before their
+    /// claims are released: a run its policy finishes gets its terminal
+    /// state, and nothing is restarted (the node is handing its sessions
+    /// over). A finished run-to-completion job is then never released to run
+    /// again, however its end and the node's stop were ordered.
+    async fn finish_exits(&mut self, ended: Vec<Exit>) {
+        let mut exits = self.deps.runner.take_exits();
+        exits.extend(ended);
+        exits.sort_by(|a, b| a.name.cmp(&b.name)); // see `stop_all`
+        for x in exits {
+            self.on_exit(x, false).await;
         }
     }
 
@@ -2329,7 +2367,8 @@ impl Node {
                 None,
                 format!("handing {} sessions over", self.owned.len()),
             );
-            self.stop_all("node drained").await;
+            let ended = self.stop_all("node drained").await;
+            self.finish_exits(ended).await;
             self.release_claims(false).await;
             changed = true;
         }
@@ -2341,7 +2380,19 @@ impl Node {
     /// claim whose release did not commit stays owned, stopped, and is
     /// released again at the next pass (`apply_control`), so it is never
     /// left looking owned by a live node that will not run it.
+    ///
+    /// A finished run-to-completion session (succeeded, failed) is not
+    /// released: its terminal claim stays as it is, and it is only
+    /// forgotten here. A released claim is claimable by anyone, so releasing
+    /// it ran a finished job again on the next node (DESIGN.md, "Session
+    /// lifecycle": a terminal state survives every release). Its claim
+    /// then names an owner that no longer holds it, which is harmless:
+    /// `plan::claimable` never takes a finished claim of the manifest's
+    /// digest, and one of a changed manifest is taken over at epoch + 1
+    /// once that owner is judged gone, as any orphan.
     async fn release_claims(&mut self, forget_the_rest: bool) {
+        self.owned
+            .retain(|_, o| o.running || !o.record.state.is_terminal());
         let mut names: Vec<String> = self.owned.keys().cloned().collect();
         names.sort_unstable(); // see `stop_all`
         // Written CLAIM_CONCURRENCY at a time (one round trip each, and its
@@ -4409,80 +4460,89 @@ impl Node {
         exits.sort_by(|a, b| a.name.cmp(&b.name)); // see `stop_all`
         let changed = !exits.is_empty();
         for x in exits {
-            let Some(o) = self.owned.get_mut(&x.name) else {
-                continue;
-            };
-            if o.record.epoch != x.epoch {
-                continue;
-            }
-            o.running = false;
-            self.event(
-                EventKind::Exited,
-                Some(&x.name),
-                Some(x.epoch),
-                format!(
-                    "code {}{}",
-                    x.code,
-                    if x.deadline {
-                        " (deadline)"
-                    } else if x.watchdog_lost {
-                        " (its watchdog was killed; every process of it was killed)"
-                    } else {
-                        ""
-                    }
-                ),
-            );
-            let Some(restart) = self
-                .manifests
-                .get(&crate::keys::manifest(&x.name))
-                .map(|(_, m)| m.restart)
-            else {
-                continue;
-            };
-            let now = self.deps.clock.now();
-            let (ran_for, quick) = match self.owned.get(&x.name) {
-                Some(o) => (now.saturating_since(o.started_at), o.quick_exits),
-                None => continue,
-            };
-            match core::after_exit(restart, x.code, x.deadline, ran_for, quick) {
-                core::AfterExit::LeaseLapsed => {} // the loop notices and stops all
-                core::AfterExit::Finish(state) => {
-                    let _ = self.set_state(&x.name, state, Some(x.code)).await;
+            self.on_exit(x, true).await;
+        }
+        changed
+    }
+
+    /// One run's end: journalled, then its restart policy applied. With
+    /// `restart` false (the node is handing its sessions over) a run the
+    /// policy would start again is left for the release, and only a
+    /// finished one is recorded.
+    async fn on_exit(&mut self, x: Exit, restart: bool) {
+        let Some(o) = self.owned.get_mut(&x.name) else {
+            return;
+        };
+        if o.record.epoch != x.epoch {
+            return;
+        }
+        o.running = false;
+        self.event(
+            EventKind::Exited,
+            Some(&x.name),
+            Some(x.epoch),
+            format!(
+                "code {}{}",
+                x.code,
+                if x.deadline {
+                    " (deadline)"
+                } else if x.watchdog_lost {
+                    " (its watchdog was killed; every process of it was killed)"
+                } else {
+                    ""
                 }
-                core::AfterExit::Restart { quick_exits, delay } => {
-                    // Persisted before the restart (one fenced write per
-                    // restart), so `ls` shows the count and the last exit code.
-                    if let Some(o) = self.owned.get(&x.name).cloned() {
-                        let mut next = o.record.clone();
-                        next.restarts += 1;
-                        next.exit_code = Some(x.code);
-                        if self.write_claim(&x.name, &o, next).await.is_err() {
-                            continue; // taken over, or the store is unreachable
-                        }
+            ),
+        );
+        let Some(policy) = self
+            .manifests
+            .get(&crate::keys::manifest(&x.name))
+            .map(|(_, m)| m.restart)
+        else {
+            return;
+        };
+        let now = self.deps.clock.now();
+        let (ran_for, quick) = match self.owned.get(&x.name) {
+            Some(o) => (now.saturating_since(o.started_at), o.quick_exits),
+            None => return,
+        };
+        match core::after_exit(policy, x.code, x.deadline, ran_for, quick) {
+            core::AfterExit::LeaseLapsed => {} // the loop notices and stops all
+            core::AfterExit::Finish(state) => {
+                let _ = self.set_state(&x.name, state, Some(x.code)).await;
+            }
+            core::AfterExit::Restart { .. } if !restart => {}
+            core::AfterExit::Restart { quick_exits, delay } => {
+                // Persisted before the restart (one fenced write per
+                // restart), so `ls` shows the count and the last exit code.
+                if let Some(o) = self.owned.get(&x.name).cloned() {
+                    let mut next = o.record.clone();
+                    next.restarts += 1;
+                    next.exit_code = Some(x.code);
+                    if self.write_claim(&x.name, &o, next).await.is_err() {
+                        return; // taken over, or the store is unreachable
                     }
-                    // The back-off runs from after the write (a slow store
-                    // must not shorten it).
-                    let after_write = self.deps.clock.now();
-                    if let Some(o) = self.owned.get_mut(&x.name) {
-                        o.quick_exits = quick_exits;
-                        o.restart_at = (!delay.is_zero()).then_some(after_write + delay);
-                    }
-                    if delay.is_zero() {
-                        self.start(&x.name).await;
-                    } else {
-                        // The pass that finds the wait over starts it
-                        // (`reconcile_owned`).
-                        self.event(
-                            EventKind::Backoff,
-                            Some(&x.name),
-                            Some(x.epoch),
-                            format!("crash loop: restarting in {delay:?}"),
-                        );
-                    }
+                }
+                // The back-off runs from after the write (a slow store
+                // must not shorten it).
+                let after_write = self.deps.clock.now();
+                if let Some(o) = self.owned.get_mut(&x.name) {
+                    o.quick_exits = quick_exits;
+                    o.restart_at = (!delay.is_zero()).then_some(after_write + delay);
+                }
+                if delay.is_zero() {
+                    self.start(&x.name).await;
+                } else {
+                    // The pass that finds the wait over starts it
+                    // (`reconcile_owned`).
+                    self.event(
+                        EventKind::Backoff,
+                        Some(&x.name),
+                        Some(x.epoch),
+                        format!("crash loop: restarting in {delay:?}"),
+                    );
                 }
             }
         }
-        changed
     }
 
     /// Our own claim as the cache shows it, in the order the rules apply

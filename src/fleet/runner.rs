@@ -9,8 +9,16 @@
 //! - `announce` extends every running session's deadline; the node calls it
 //!   after each successful renew.
 //! - `stop` ends a session (gracefully where the runner can), idempotently.
+//!   A session that had already ended by itself when the stop reached it
+//!   (its exit not yet taken) is returned as that [`Exit`], never lost: a
+//!   run-to-completion job that finished just before its node stopped is
+//!   finished, and must be recorded so, not released to run again.
 //! - `take_exits` reports sessions that ended by themselves (or by their
 //!   deadline) since the last call.
+//! - `exited` resolves when `take_exits` may have something new, so the node
+//!   records an end as it happens rather than at its next pass (a pass may
+//!   be seconds away on an idle node). A runner that has no way to tell
+//!   never resolves it; the node's passes still take every exit.
 
 use super::manifest::Spec;
 use crate::clock::{Clock, MonoTime};
@@ -66,8 +74,14 @@ pub struct Exit {
 pub trait Runner: Send + Sync + Debug {
     async fn start(&self, s: SessionStart) -> Result<()>;
     fn announce(&self, deadline: MonoTime);
-    async fn stop(&self, name: &str);
+    /// Ends `name`; its own exit if it had already ended by itself.
+    async fn stop(&self, name: &str) -> Option<Exit>;
     fn take_exits(&self) -> Vec<Exit>;
+    /// Resolves once an exit may be waiting in `take_exits` (see the
+    /// module docs). Never, by default.
+    async fn exited(&self) {
+        std::future::pending::<()>().await
+    }
     /// (name, epoch) of every running session.
     fn running(&self) -> Vec<(String, u64)>;
 }
@@ -188,13 +202,22 @@ impl Runner for RecordingRunner {
         st.earliest = (!st.running.is_empty()).then_some(deadline);
     }
 
-    async fn stop(&self, name: &str) {
+    async fn stop(&self, name: &str) -> Option<Exit> {
         let now = self.clock.now();
         let mut st = self.state.lock().unwrap();
         Self::expire(&mut st, now);
-        if let Some((e, start, _)) = st.running.remove(name) {
-            st.history.push((name.to_string(), e, start, now));
-        }
+        // An exit set with `exit` and not yet taken: the session ended by
+        // itself before the stop reached it.
+        let own = st.pending_exit.remove(name);
+        let (e, start, _) = st.running.remove(name)?;
+        st.history.push((name.to_string(), e, start, now));
+        own.map(|code| Exit {
+            name: name.to_string(),
+            epoch: e,
+            code,
+            deadline: false,
+            watchdog_lost: false,
+        })
     }
 
     fn take_exits(&self) -> Vec<Exit> {
@@ -308,6 +331,9 @@ pub struct ExecRunner {
 struct Shared {
     children: Mutex<HashMap<String, Proc>>,
     exits: Mutex<Vec<Exit>>,
+    /// Notified after each push to `exits`: a permit is kept when nobody
+    /// waits, so no exit's wake-up is lost between two waits.
+    exited: tokio::sync::Notify,
     closed: AtomicBool,
 }
 
@@ -524,6 +550,7 @@ fn monitor(shared: std::sync::Weak<Shared>) {
                 deadline: reason == "deadline",
                 watchdog_lost: lost,
             });
+            shared.exited.notify_one();
         }
         sweep_orphans();
     }
@@ -693,9 +720,9 @@ impl Runner for ExecRunner {
         }
     }
 
-    async fn stop(&self, name: &str) {
+    async fn stop(&self, name: &str) -> Option<Exit> {
         let proc = self.shared.children.lock().unwrap().remove(name);
-        let Some(mut p) = proc else { return };
+        let mut p = proc?;
         if let Some(stdin) = p.stdin.as_mut()
             && writeln!(stdin, "stop").and_then(|_| stdin.flush()).is_err()
         {
@@ -717,10 +744,27 @@ impl Runner for ExecRunner {
         }
         watchdogs().lock().unwrap().remove(&(p.child.id() as i32));
         p.contain();
+        // `exited`: the session's first process ended before the watchdog
+        // read our `stop` (anything else is our stop, a deadline or a lost
+        // watchdog, none of which is the session's own end).
+        match p.report() {
+            Some((reason, code)) if reason == "exited" => Some(Exit {
+                name: name.to_string(),
+                epoch: p.epoch,
+                code,
+                deadline: false,
+                watchdog_lost: false,
+            }),
+            _ => None,
+        }
     }
 
     fn take_exits(&self) -> Vec<Exit> {
         std::mem::take(&mut self.shared.exits.lock().unwrap())
+    }
+
+    async fn exited(&self) {
+        self.shared.exited.notified().await
     }
 
     fn running(&self) -> Vec<(String, u64)> {

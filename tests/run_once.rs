@@ -1,0 +1,248 @@
+//! A finished run-to-completion session runs exactly once, with real node
+//! and session processes on a local directory store (DESIGN.md, "Session
+//! lifecycle": a terminal state survives every release).
+//!
+//! Each job appends a line to `ran.<name>`; a test finishes it on n1, then
+//! hands n1's sessions over (a graceful stop, a drain, kill -9 and a
+//! restart, a stop that meets the job's own end) with n2 ready to take them,
+//! and checks that the job's side effect happened once and its claim kept
+//! its terminal state at epoch 1.
+
+mod common;
+
+use common::procs::*;
+use leasehold::fleet::claim::ClaimState;
+use std::time::Duration;
+
+/// A job that records its run, then exits with `code`.
+fn job(env: &Env, name: &str, code: i32) -> String {
+    format!(
+        "echo $LEASEHOLD_EPOCH >> {}/ran.{name}; exit {code}",
+        env.dir()
+    )
+}
+
+fn runs(env: &Env, name: &str) -> Vec<String> {
+    std::fs::read_to_string(env.path(&format!("ran.{name}")))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// The jobs of every case: (name, restart policy, exit code, the terminal
+/// state it must keep).
+const JOBS: &[(&str, &str, i32, ClaimState)] = &[
+    ("once-ok", "never", 0, ClaimState::Succeeded),
+    ("once-bad", "never", 3, ClaimState::Failed),
+    ("retry-ok", "on-failure", 0, ClaimState::Succeeded),
+];
+
+fn api(env: &Env) -> Vec<String> {
+    [
+        "--listen",
+        "127.0.0.1:0",
+        "--token-file",
+        &env.path("token").display().to_string(),
+    ]
+    .map(str::to_string)
+    .to_vec()
+}
+
+fn node(env: &Env, id: &str) -> Node {
+    let extra = api(env);
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    env.node(id, &extra)
+}
+
+/// Applies every job with n1 alone in the fleet and waits until each has
+/// finished there.
+async fn finished_on_n1(env: &Env) -> Node {
+    let n1 = node(env, "n1");
+    for (name, restart, code, _) in JOBS {
+        env.apply(name, &job(env, name, *code), restart);
+    }
+    let store = env.store().await;
+    wait_until(
+        "every job finished on n1",
+        Duration::from_secs(20),
+        async || {
+            let mut done = true;
+            for (name, _, _, state) in JOBS {
+                done &= claim(&store, name)
+                    .await
+                    .is_some_and(|c| c.state == *state && c.owner.node == "n1");
+            }
+            done
+        },
+    )
+    .await;
+    n1
+}
+
+/// After the handover: n2 (and whatever else runs) has had time to take
+/// anything it may take, and nothing ran twice.
+async fn ran_once(env: &Env, n1_log: &str, n2: &Node) {
+    let store = env.store().await;
+    // n2 is live and has listed the fleet; several of its passes and a full
+    // listing (every 2 s here) go by with n1 gone or draining.
+    wait_until("n2 registered", Duration::from_secs(10), async || {
+        node_record(&store, "n2").await.is_some()
+    })
+    .await;
+    pause(4000).await;
+    for (name, _, _, state) in JOBS {
+        assert_eq!(
+            runs(env, name),
+            vec!["1".to_string()],
+            "{name} ran more than once\nn1:\n{n1_log}\nn2:\n{}",
+            log_of(n2)
+        );
+        let c = claim(&store, name).await.expect("a claim");
+        assert_eq!(
+            (c.state, c.epoch),
+            (*state, 1),
+            "{name} kept its terminal state\nn1:\n{n1_log}\nn2:\n{}",
+            log_of(n2)
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_job_survives_a_graceful_stop() {
+    let env = Env::new();
+    let mut n1 = finished_on_n1(&env).await;
+    let n2 = node(&env, "n2");
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(n1.child.id() as i32, libc::SIGTERM) };
+    assert!(n1.child.wait().unwrap().success(), "{}", log_of(&n1));
+    ran_once(&env, &log_of(&n1), &n2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_job_survives_a_drain() {
+    let env = Env::new();
+    let n1 = finished_on_n1(&env).await;
+    let n2 = node(&env, "n2");
+    let o = bin()
+        .args([
+            "node",
+            "drain",
+            "n1",
+            "--store",
+            &env.url,
+            "--timeout",
+            "30s",
+        ])
+        .arg("--token-file")
+        .arg(env.path("token"))
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    ran_once(&env, &log_of(&n1), &n2).await;
+    // And once n1 takes sessions again, it does not run them either.
+    let o = bin()
+        .args(["node", "uncordon", "n1", "--store", &env.url])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    ran_once(&env, &log_of(&n1), &n2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_job_survives_kill_9_and_a_restart_of_its_node() {
+    let env = Env::new();
+    let mut n1 = finished_on_n1(&env).await;
+    let n2 = node(&env, "n2");
+    n1.child.kill().unwrap();
+    n1.child.wait().unwrap();
+    let first = log_of(&n1);
+    // The restarted n1 proves its predecessor gone with the host lock and
+    // takes its sessions back at once: never a finished one.
+    let again = node(&env, "n1");
+    ran_once(
+        &env,
+        &format!("{first}\n--- restarted:\n{}", log_of(&again)),
+        &n2,
+    )
+    .await;
+}
+
+/// Jobs end by themselves just as their node is told to stop: each end
+/// must be recorded before the claims are handed over, whichever came first
+/// (the runner's report of the exit, the stop meeting a session that had
+/// already ended, or the stop itself). The jobs end 0 to 100 ms after `go`
+/// appears and the node is stopped 30 ms after it, so some end before the
+/// stop reaches them and some are stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_that_end_as_their_node_stops_are_not_run_again() {
+    let env = Env::new();
+    let mut n1 = node(&env, "n1");
+    let go = env.path("go");
+    let names: Vec<String> = (0..6).map(|i| format!("race{i}")).collect();
+    for (i, name) in names.iter().enumerate() {
+        let script = format!(
+            "while [ ! -e {go} ]; do sleep 0.005; done; sleep 0.0{i}; \
+             echo $LEASEHOLD_EPOCH >> {}/ran.{name}; exit 0",
+            env.dir(),
+            i = 2 * i,
+            go = go.display()
+        );
+        env.apply(name, &script, "never");
+    }
+    let store = env.store().await;
+    wait_until(
+        "every job running on n1",
+        Duration::from_secs(20),
+        async || {
+            let mut all = true;
+            for name in &names {
+                all &= claim(&store, name)
+                    .await
+                    .is_some_and(|c| c.state == ClaimState::Running && c.owner.node == "n1");
+            }
+            all
+        },
+    )
+    .await;
+    let n2 = node(&env, "n2");
+    wait_until("n2 registered", Duration::from_secs(10), async || {
+        node_record(&store, "n2").await.is_some()
+    })
+    .await;
+    std::fs::write(&go, "").unwrap();
+    pause(30).await;
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(n1.child.id() as i32, libc::SIGTERM) };
+    assert!(n1.child.wait().unwrap().success(), "{}", log_of(&n1));
+    wait_until("every job finished", Duration::from_secs(20), async || {
+        let mut all = true;
+        for name in &names {
+            all &= claim(&store, name)
+                .await
+                .is_some_and(|c| c.state == ClaimState::Succeeded);
+        }
+        all
+    })
+    .await;
+    pause(3000).await;
+    for name in &names {
+        let ran = runs(&env, name);
+        // Stopped before it ended, a job is released and n2 runs it (one
+        // line, at epoch 2); it must never run after a run that finished.
+        assert_eq!(
+            ran.len(),
+            1,
+            "{name}: {ran:?}\nn1:\n{}\nn2:\n{}",
+            log_of(&n1),
+            log_of(&n2)
+        );
+        let c = claim(&store, name).await.expect("a claim");
+        assert_eq!(c.epoch.to_string(), ran[0], "{name}");
+    }
+}
