@@ -1,7 +1,7 @@
 //! The node's rules, as pure functions of what the node has observed.
 //!
 //! No async, no `Store`, no clock reads, no randomness: every input is a
-//! value the shell (`node.rs`) gathered (a listing, a read, a runner exit,
+//! value the shell (`node/`) gathered (a listing, a read, a runner exit,
 //! the time it read once), and every output is a decision the shell carries
 //! out. That is what lets each rule be a table test here, and what keeps the
 //! shell's job to I/O and bookkeeping. The module imports nothing from the

@@ -5,10 +5,22 @@
 //!
 //! - [`manifest`]: desired sessions and idempotent admission;
 //! - [`claim`]: session claims, attached to the owner's node lease;
-//! - [`plan`]: the pure decision core (placement, claimability);
+//! - [`marker`]: the fleet marker (the bucket's identity, its generation);
+//! - [`attrs`]: what a node publishes in its node record;
+//! - [`plan`]: placement, pure (rendezvous ranking, claimability);
+//! - [`core`]: every other rule the node applies, pure (no async, I/O,
+//!   clock or randomness), each table-tested;
+//! - [`node`]: the pull loop's shell, `run(..., shutdown)`: it gathers the
+//!   facts `plan` and `core` decide on and carries out their verdicts;
+//! - [`feed`]: the change feed (hints, the bell); [`nudge`]: peers asking
+//!   peers to look now;
 //! - [`runner`]: what runs a session (a trait, an in-process recorder for
-//!   tests, and the exec runner under a dead-man switch);
-//! - [`node`]: the pull loop, `run(..., shutdown)`.
+//!   tests, and the exec runner under a dead-man switch), with
+//!   [`watchdog`] and [`contain`];
+//! - [`journal`]: the node's event journal; [`explain`]: the reason shown
+//!   beside a status;
+//! - [`control`]: cordon and drain; [`gc`]: garbage collection under the
+//!   epoch floor; [`renew_thread`]: renewals on a thread of their own.
 
 pub mod attrs;
 pub mod claim;

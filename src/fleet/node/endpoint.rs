@@ -1,0 +1,104 @@
+//! The claim channel between a node's pull loop and its callers: the HTTP
+//! claim endpoint and the wake path hold a [`NodeHandle`]; the loop holds
+//! the [`ClaimInbox`] and answers between passes.
+
+use super::*;
+
+/// What a node answered when asked to claim a session now.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "claim", rename_all = "snake_case")]
+pub enum ClaimAnswer {
+    /// This node now holds the claim at `epoch` and has started the session.
+    Claimed {
+        node: String,
+        epoch: u64,
+        /// Bucket requests the claim cost (fresh reads + the write).
+        round_trips: u32,
+    },
+    /// This node already held it.
+    AlreadyOwned { node: String, epoch: u64 },
+    /// Not claimed, and why: no free capacity, labels do not match, paused,
+    /// completed, no manifest, owner still live, or another node won.
+    Declined { node: String, reason: String },
+}
+
+pub(super) struct ClaimRequest {
+    pub(super) name: Name,
+    pub(super) reply: tokio::sync::oneshot::Sender<Result<ClaimAnswer>>,
+}
+
+/// The sending side: cheap to clone, usable from any task (the HTTP API, an
+/// embedding service's wake path via [`crate::wake::Resolver::with_claimer`]).
+#[derive(Debug, Clone)]
+pub struct NodeHandle {
+    pub(super) node: String,
+    pub(super) tx: tokio::sync::mpsc::Sender<ClaimRequest>,
+}
+
+/// The node's side, put in [`NodeDeps::claims`]. One receiver that outlives
+/// re-registrations: each new instance serves it in turn.
+#[derive(Clone)]
+pub struct ClaimInbox(
+    pub(super) Arc<tokio::sync::Mutex<tokio::sync::mpsc::Receiver<ClaimRequest>>>,
+);
+
+impl std::fmt::Debug for ClaimInbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ClaimInbox")
+    }
+}
+
+/// A handle to ask node `id` to claim sessions now, and the inbox it serves.
+/// Requests queue (at most 64) while the node is between passes; each is
+/// answered after fresh reads of the manifest, the claim and the owner's node
+/// record, under the same takeover rules as the pull loop, but without the
+/// placement grace delay: the caller chose this node.
+pub fn claim_channel(id: &Name) -> (NodeHandle, ClaimInbox) {
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    (
+        NodeHandle {
+            node: id.to_string(),
+            tx,
+        },
+        ClaimInbox(Arc::new(tokio::sync::Mutex::new(rx))),
+    )
+}
+
+impl NodeHandle {
+    /// The node this handle asks.
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    /// Asks the node to claim `name` now. A node that is not running (shut
+    /// down, or its `run` returned) declines.
+    pub async fn claim_now(&self, name: &Name) -> Result<ClaimAnswer> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let declined = || ClaimAnswer::Declined {
+            node: self.node.clone(),
+            reason: "the node is not running".into(),
+        };
+        if self
+            .tx
+            .send(ClaimRequest {
+                name: name.clone(),
+                reply,
+            })
+            .await
+            .is_err()
+        {
+            return Ok(declined());
+        }
+        answer.await.unwrap_or_else(|_| Ok(declined()))
+    }
+}
+
+/// The next claim request, or never when this node has no inbox.
+pub(super) async fn recv(
+    inbox: &mut Option<tokio::sync::OwnedMutexGuard<tokio::sync::mpsc::Receiver<ClaimRequest>>>,
+) -> Option<ClaimRequest> {
+    match inbox {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}

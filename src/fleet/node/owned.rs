@@ -1,0 +1,446 @@
+//! The sessions this node holds: starting them, their exits and restart
+//! policy, and keeping each in line with its claim and manifest
+//! (`core::reconcile_owned` decides; this file reads and acts).
+
+use super::*;
+
+/// An owned session's manifest (paused, digest) as the rules see it: one
+/// mapping for `owned_due`'s scan and the close look, which must agree.
+fn own_manifest(m: Option<(bool, &plan::Digest)>) -> OwnManifest<'_> {
+    match m {
+        None => OwnManifest::Deleted,
+        Some((true, _)) => OwnManifest::Paused,
+        Some((false, digest)) => OwnManifest::Spec { digest },
+    }
+}
+
+/// The placement view of a manifest (also for the CLI's nudge targets).
+pub fn manifest_view(m: &ManifestRecord) -> ManifestView {
+    ManifestView {
+        name: m.name.clone(),
+        digest: plan::Digest::new(&m.digest),
+        selector: m.spec.selector.clone(),
+        preferred: m.spec.preferred_nodes.clone(),
+        paused: m.spec.paused,
+    }
+}
+
+impl Node {
+    /// A manifest read for the claim of `name` (with the claim, or by
+    /// `spec_for`): what we know of it is updated, and its spec kept beside
+    /// the claim if its digest is the claim's.
+    pub(super) fn take_manifest(&mut self, name: &str, read: ManifestRead) {
+        let mkey = crate::keys::manifest(name);
+        match read {
+            Ok(Some((m, v))) => {
+                let known = KnownManifest::of(&m);
+                self.manifests.insert(mkey, (v, known));
+                if let Some(o) = self.owned.get_mut(name)
+                    && o.record.digest == m.digest
+                {
+                    o.spec = Some((plan::Digest::new(&m.digest), Arc::new(m.spec)));
+                }
+            }
+            Ok(None) => {
+                self.manifests.remove(&mkey);
+            }
+            // Read again when it is started (`spec_for`).
+            Err(e) => {
+                tracing::warn!(session = name, error = %e, "reading the manifest to start it")
+            }
+        }
+    }
+
+    /// The spec to start `name` with: the one kept beside its claim if its
+    /// digest is the manifest's we know, else read now. A read that finds
+    /// another digest (the manifest changed since our last listing) or no
+    /// manifest updates what we know and starts nothing: the next pass
+    /// reconciles the claim with it, as for any change. An unreadable one is
+    /// tried again by the next pass (the session is owned and not running).
+    pub(super) async fn spec_for(&mut self, name: &str) -> Option<Arc<Spec>> {
+        let mkey = crate::keys::manifest(name);
+        let digest = self.manifests.get(&mkey)?.1.view.digest.clone();
+        // Only under the claim made for it: a manifest changed since is
+        // the next reconcile's (stop, adopt the digest, start), which
+        // would otherwise start the session twice.
+        if digest != self.owned.get(name)?.record.digest {
+            return None;
+        }
+        if let Some((d, spec)) = self.owned.get(name).and_then(|o| o.spec.as_ref())
+            && *d == digest
+        {
+            return Some(spec.clone());
+        }
+        // Unreadable now (the listing found it corrupt): nothing to start
+        // but a spec kept above. (The claim loop does not take a session
+        // whose manifest is corrupt: `Candidate::manifest_corrupt`.)
+        if self.corrupt.contains_key(&mkey) {
+            return None;
+        }
+        let n = Name::new(name).ok()?;
+        let read = crate::fleet::manifest::get(&self.deps.store, &n).await;
+        self.take_manifest(name, read);
+        // Kept only if the manifest read has the claim's digest.
+        let (d, spec) = self.owned.get(name)?.spec.as_ref()?;
+        (*d == digest).then(|| spec.clone())
+    }
+
+    pub(super) async fn start(&mut self, name: &str) {
+        // None for a session not owned, too.
+        let Some(spec) = self.spec_for(name).await else {
+            return;
+        };
+        let Some(o) = self.owned.get(name) else {
+            return;
+        };
+        let epoch = o.record.epoch;
+        let valid_until = self.valid_until();
+        if self.deps.clock.now() >= valid_until {
+            // Our validity ended: not the session's failure. It stays
+            // unstarted; the lease-loss path stops everything and the next
+            // instance reclaims it.
+            return;
+        }
+        let start = SessionStart {
+            name: name.to_string(),
+            node: self.me.node.clone(),
+            epoch,
+            spec: (*spec).clone(),
+            deadline: valid_until,
+        };
+        match self.deps.runner.start(start).await {
+            Ok(()) => {
+                let now = self.deps.clock.now();
+                if let Some(o) = self.owned.get_mut(name) {
+                    o.running = true;
+                    o.started_at = now;
+                    o.restart_at = None;
+                }
+                self.event(EventKind::Started, Some(name), Some(epoch), "");
+            }
+            Err(e) if e.kind() == crate::ErrorKind::Fenced => {
+                tracing::warn!(session = name, error = %e, "not started: the node's deadline passed");
+            }
+            Err(e) => {
+                self.event(
+                    EventKind::Failed,
+                    Some(name),
+                    Some(epoch),
+                    format!("could not start: {e}"),
+                );
+                let _ = self.set_state(name, ClaimState::Failed, Some(127)).await;
+            }
+        }
+    }
+
+    pub(super) async fn lose(&mut self, name: &str, why: &str) {
+        if let Some(o) = self.owned.remove(name) {
+            if o.running {
+                self.deps.runner.stop(name).await;
+            }
+            self.event(
+                EventKind::Lost,
+                Some(name),
+                Some(o.record.epoch),
+                why.to_string(),
+            );
+        }
+    }
+
+    /// Applies the restart policy to sessions that ended by themselves.
+    pub(super) async fn handle_exits(&mut self) -> bool {
+        let mut exits = self.deps.runner.take_exits();
+        exits.sort_by(|a, b| a.name.cmp(&b.name)); // see `stop_all`
+        let changed = !exits.is_empty();
+        for x in exits {
+            self.on_exit(x, true).await;
+        }
+        changed
+    }
+
+    /// One run's end: journalled, then its restart policy applied. With
+    /// `restart` false (the node is handing its sessions over) a run the
+    /// policy would start again is left for the release, and only a
+    /// finished one is recorded.
+    pub(super) async fn on_exit(&mut self, x: Exit, restart: bool) {
+        let Some(o) = self.owned.get_mut(&x.name) else {
+            return;
+        };
+        if o.record.epoch != x.epoch {
+            return;
+        }
+        o.running = false;
+        self.event(
+            EventKind::Exited,
+            Some(&x.name),
+            Some(x.epoch),
+            format!(
+                "code {}{}",
+                x.code,
+                if x.deadline {
+                    " (deadline)"
+                } else if x.watchdog_lost {
+                    " (its watchdog was killed; every process of it was killed)"
+                } else {
+                    ""
+                }
+            ),
+        );
+        let Some(policy) = self
+            .manifests
+            .get(&crate::keys::manifest(&x.name))
+            .map(|(_, m)| m.restart)
+        else {
+            return;
+        };
+        let now = self.deps.clock.now();
+        let (ran_for, quick) = match self.owned.get(&x.name) {
+            Some(o) => (now.saturating_since(o.started_at), o.quick_exits),
+            None => return,
+        };
+        match core::after_exit(policy, x.code, x.deadline, ran_for, quick) {
+            core::AfterExit::LeaseLapsed => {} // the loop notices and stops all
+            core::AfterExit::Finish(state) => {
+                let _ = self.set_state(&x.name, state, Some(x.code)).await;
+            }
+            core::AfterExit::Restart { .. } if !restart => {}
+            core::AfterExit::Restart { quick_exits, delay } => {
+                // Persisted before the restart (one fenced write per
+                // restart), so `ls` shows the count and the last exit code.
+                if let Some(o) = self.owned.get(&x.name).cloned() {
+                    let mut next = o.record.clone();
+                    next.restarts += 1;
+                    next.exit_code = Some(x.code);
+                    if self.write_claim(&x.name, &o, next).await.is_err() {
+                        return; // taken over, or the store is unreachable
+                    }
+                }
+                // The back-off runs from after the write (a slow store
+                // must not shorten it).
+                let after_write = self.deps.clock.now();
+                if let Some(o) = self.owned.get_mut(&x.name) {
+                    o.quick_exits = quick_exits;
+                    o.restart_at = (!delay.is_zero()).then_some(after_write + delay);
+                }
+                if delay.is_zero() {
+                    self.start(&x.name).await;
+                } else {
+                    // The pass that finds the wait over starts it
+                    // (`reconcile_owned`).
+                    self.event(
+                        EventKind::Backoff,
+                        Some(&x.name),
+                        Some(x.epoch),
+                        format!("crash loop: restarting in {delay:?}"),
+                    );
+                }
+            }
+        }
+    }
+
+    /// Our own claim as the cache shows it, in the order the rules apply
+    /// (a corrupt key keeps its last good record in `claims`: bytes we
+    /// cannot read where our claim was mean we cannot show we hold it).
+    /// None: not cached, so not in the last listing; it must be read.
+    pub(super) fn cached_own_claim(&self, key: &str, o: &Owned) -> Option<OwnClaim> {
+        Some(match self.claims.get(key) {
+            Some((v, c)) if *v != o.version && c.is_vanished() => OwnClaim::Vanished {
+                below_ours: c.epoch < o.record.epoch,
+            },
+            Some((v, _)) if *v != o.version => OwnClaim::Changed,
+            _ if self.corrupt.contains_key(key) => OwnClaim::Corrupt,
+            Some(_) => OwnClaim::Ours,
+            None => return None,
+        })
+    }
+
+    /// The owned sessions this pass must look at closely, in name order:
+    /// those whose claim is not cached (to be read), and those for which
+    /// `core::reconcile_owned` asks anything.
+    ///
+    /// Why a scan first: at steady state nothing is asked of nearly every
+    /// owned session, and the close look (a clone of the session, its keys
+    /// formatted, its manifest's digest copied) cost allocations per owned
+    /// session per pass, the largest share of an idle node's CPU at 10,000
+    /// sessions (issue #14). This scan allocates nothing per session.
+    ///
+    /// Skipping a session here changes nothing: whether the rules ask
+    /// anything does not depend on `full` (it picks only between actions),
+    /// a back-off that is not pending now is not pending later in the pass,
+    /// and what the close look does to one session changes no other
+    /// session's facts but `full`.
+    ///
+    /// And no scan at all when the last one found nothing due and nothing
+    /// it looks at has changed since (`owned_inputs`): at steady state this
+    /// scan over every owned session was a tenth of an idle node's CPU at
+    /// 10,000 sessions.
+    pub(super) fn owned_due(&mut self, full: bool) -> Vec<String> {
+        let now = self.deps.clock.now();
+        let inputs = self.owned_inputs();
+        if self.owned_idle == Some(inputs) {
+            return Vec::new();
+        }
+        let (mut ckey, mut mkey) = (String::new(), String::new());
+        let mut due: Vec<String> = self
+            .owned
+            .iter()
+            .filter(|(name, o)| {
+                let ckey = crate::keys::key_in(&mut ckey, crate::keys::SESSIONS, name);
+                let Some(claim) = self.cached_own_claim(ckey, o) else {
+                    return true;
+                };
+                let mkey = crate::keys::key_in(&mut mkey, crate::keys::MANIFESTS, name);
+                !core::reconcile_owned(&core::Owned {
+                    claim,
+                    manifest: own_manifest(
+                        self.manifests
+                            .get(mkey)
+                            .map(|(_, m)| (m.view.paused, &m.view.digest)),
+                    ),
+                    state: o.record.state,
+                    digest: &o.record.digest,
+                    running: o.running,
+                    backoff_pending: o.restart_at.is_some_and(|t| now < t),
+                    full,
+                })
+                .is_empty()
+            })
+            .map(|(name, _)| name.clone())
+            .collect();
+        // Time alone never makes an idle answer stale: the one fact time
+        // changes is a back-off ending, and a pending back-off is itself
+        // asked of (`Wait`; checked over every combination in `core`).
+        self.owned_idle = due.is_empty().then_some(inputs);
+        due.sort_unstable(); // see `stop_all`
+        due
+    }
+
+    /// The generations of everything `owned_due`'s scan reads.
+    pub(super) fn owned_inputs(&self) -> [u64; 4] {
+        [
+            self.owned.generation(),
+            self.claims.generation(),
+            self.manifests.generation(),
+            self.corrupt.generation(),
+        ]
+    }
+
+    /// Keeps owned sessions in line with their manifests and claims: the
+    /// shell of `core::reconcile_owned`, which decides; here only the read
+    /// of a claim the listing did not show, and the actions.
+    pub(super) async fn reconcile_owned(&mut self) -> bool {
+        let mut changed = false;
+        // Counted once, then adjusted by each session's actions (which may
+        // finish, lose, release or restart it): not once per owned session
+        // (O(owned²) at 10,000 owned).
+        let mut load = self.load();
+        for name in self.owned_due(load >= self.cfg.capacity) {
+            let key = crate::keys::session(&name);
+            let Some(o) = self.owned.get(&name).cloned() else {
+                continue;
+            };
+            let claim = match self.cached_own_claim(&key, &o) {
+                Some(claim) => claim,
+                // Not in the listing: read it (a listing may lag a write on
+                // some stores). Gone, it is lost at once: a holder whose own
+                // record vanishes has lost it.
+                None => {
+                    let sent = self.deps.clock.now();
+                    match crate::fleet::claim::get(&self.deps.store, &name).await {
+                        Ok(Some((c, v))) if v == o.version => {
+                            self.claims.insert(key.clone(), (v, ClaimView::from(&c)));
+                            if let Some(x) = self.owned.get_mut(&name) {
+                                x.confirmed = x.confirmed.max(sent);
+                            }
+                            OwnClaim::Ours
+                        }
+                        Ok(Some((c, v))) if c.is_vanished() => {
+                            let below_ours = c.epoch < o.record.epoch;
+                            // Cached, so that RaiseMarker matches its version.
+                            self.claims.insert(key.clone(), (v, ClaimView::from(&c)));
+                            OwnClaim::Vanished { below_ours }
+                        }
+                        Ok(Some(_)) => OwnClaim::Changed,
+                        Ok(None) => OwnClaim::Deleted,
+                        Err(e) => {
+                            // Unreadable now; `confirmed_until` bounds us.
+                            tracing::warn!(session = name, error = %e, "reading our own claim");
+                            OwnClaim::Unreadable
+                        }
+                    }
+                }
+            };
+            let manifest = self
+                .manifests
+                .get(&crate::keys::manifest(&name))
+                .map(|(_, m)| (m.view.paused, m.view.digest.clone()));
+            let facts = core::Owned {
+                claim,
+                manifest: own_manifest(manifest.as_ref().map(|(p, d)| (*p, d))),
+                state: o.record.state,
+                digest: &o.record.digest,
+                running: o.running,
+                backoff_pending: o.restart_at.is_some_and(|t| self.deps.clock.now() < t),
+                full: load >= self.cfg.capacity,
+            };
+            let actions = core::reconcile_owned(&facts);
+            // Changed means something was done: a state write that failed
+            // (a store outage) leaves the pace to back off.
+            let was_changed = changed;
+            for action in actions {
+                changed = true;
+                match action {
+                    OwnedAction::Lose(why) => self.lose(&name, why).await,
+                    OwnedAction::MarkVanished | OwnedAction::RaiseMarker => {
+                        // We know the epoch it had, and have just stopped.
+                        // Someone else's claim already there wins; a failure
+                        // here only costs that floor.
+                        let cond = match (action, self.claims.get(&key)) {
+                            (OwnedAction::RaiseMarker, Some((v, _))) => Cond::Match(v.clone()),
+                            _ => Cond::Create,
+                        };
+                        let _ = self.put_marker(&key, o.record.epoch, cond).await;
+                    }
+                    OwnedAction::Stop(detail) => {
+                        self.deps.runner.stop(&name).await;
+                        if let Some(x) = self.owned.get_mut(&name) {
+                            x.running = false;
+                        }
+                        if let Some(detail) = detail {
+                            self.event(
+                                EventKind::Stopped,
+                                Some(&name),
+                                Some(o.record.epoch),
+                                detail,
+                            );
+                        }
+                    }
+                    OwnedAction::AdoptDigest => {
+                        if let (Some(x), Some((_, digest))) = (self.owned.get_mut(&name), &manifest)
+                        {
+                            x.record.digest = digest.to_string();
+                        }
+                    }
+                    OwnedAction::SetState(state) => {
+                        if self.set_state(&name, state, None).await.is_err() {
+                            changed = was_changed;
+                            break; // lost (rejected) or unwritable: no more steps
+                        }
+                    }
+                    OwnedAction::Start => {
+                        if manifest.is_some() {
+                            self.start(&name).await;
+                        }
+                    }
+                    OwnedAction::Wait => {} // the pass stays at its base pace
+                }
+            }
+            // Only this session's entry changed: adjust by it.
+            let counted =
+                |x: Option<&Owned>| u32::from(x.is_some_and(|x| !x.record.state.is_terminal()));
+            load = load - counted(Some(&o)) + counted(self.owned.get(&name));
+            debug_assert_eq!(load, self.load());
+        }
+        changed
+    }
+}
