@@ -222,6 +222,10 @@ impl Node {
                     o.quick_exits = quick_exits;
                     o.restart_at = (!delay.is_zero()).then_some(after_write + delay);
                 }
+                if !delay.is_zero() {
+                    let at = after_write + delay;
+                    self.next_restart = Some(self.next_restart.map_or(at, |t| t.min(at)));
+                }
                 if delay.is_zero() {
                     self.start(&x.name).await;
                 } else {

@@ -147,6 +147,13 @@ impl Node {
             self.nodes_due |= !watching;
             let watch = self.deps.clock.sleep(self.watch_wait().unwrap_or(pause));
             tokio::pin!(watch);
+            // The next crash-loop back-off to end (see `next_restart`).
+            let restart_due = self.next_restart.is_some();
+            let restart = self.deps.clock.sleep(
+                self.next_restart
+                    .map_or(pause, |t| t.saturating_since(self.deps.clock.now())),
+            );
+            tokio::pin!(restart);
             loop {
                 // `biased`: branches are tried in this order, not tokio's
                 // per-process random one, so a seeded simulation replays the
@@ -174,6 +181,20 @@ impl Node {
                         self.idle_ticks = 0;
                     }
                     _ = &mut sleep => break,
+                    // A back-off ended: the pass starts the session
+                    // (`reconcile_owned`). The next one to end is found
+                    // among those still waiting.
+                    _ = &mut restart, if restart_due => {
+                        let now = self.deps.clock.now();
+                        self.next_restart = self
+                            .owned
+                            .values()
+                            .filter_map(|o| o.restart_at)
+                            .filter(|t| *t > now)
+                            .min();
+                        self.idle_ticks = 0;
+                        break;
+                    }
                     // A session ended: its end is recorded now (one fenced
                     // write of its claim; a restart starts at once or is
                     // scheduled), not at the next pass, which may be

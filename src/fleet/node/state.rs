@@ -159,6 +159,12 @@ pub(super) struct Node {
     /// a vanished claim waits out (`absent_claim_wait`).
     pub(super) longest: (Duration, Duration),
     pub(super) idle_ticks: u32,
+    /// No crash-loop back-off of an owned session ends before this (a
+    /// lower bound: a session lost or restarted since leaves it early,
+    /// which costs one pass). The wait between passes ends here, so a
+    /// restart comes when the journal said it would, not at the end of an
+    /// idle pause.
+    pub(super) next_restart: Option<MonoTime>,
     /// Draining (see `apply_control`): not even a predecessor's sessions
     /// are reclaimed.
     pub(super) draining: bool,
@@ -336,6 +342,7 @@ impl Node {
             bell: None,
             predecessor_unproven_until: None,
             proven_predecessor: None,
+            next_restart: None,
             feed: crate::fleet::feed::FeedCursor::new(cfg_skew),
             last_full: None,
             full_forced: false,
