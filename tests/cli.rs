@@ -42,7 +42,7 @@ fn json(o: &Output) -> serde_json::Value {
 }
 
 fn store() -> (tempfile::TempDir, String) {
-    let d = tempfile::tempdir().unwrap();
+    let d = common::session_dir();
     let url = format!("file://{}", d.path().display());
     (d, url)
 }
@@ -50,7 +50,7 @@ fn store() -> (tempfile::TempDir, String) {
 /// A fresh prefix on moto (and a scratch directory), or None to skip.
 fn moto_store(what: &str) -> Option<(tempfile::TempDir, String)> {
     let base = common::server("LEASEHOLD_TEST_S3")?;
-    let d = tempfile::tempdir().unwrap();
+    let d = common::session_dir();
     let id = d
         .path()
         .file_name()
@@ -372,7 +372,7 @@ fn store_errors_never_print_secrets() {
 
 #[test]
 fn doctor_names_a_profile_credentials_source_without_the_keys() {
-    let d = tempfile::tempdir().unwrap();
+    let d = common::session_dir();
     let creds = d.path().join("credentials");
     std::fs::write(
         &creds,
@@ -775,7 +775,7 @@ fn inspect_reads_every_kind_of_object() {
 /// it then answered as an empty fleet.
 #[test]
 fn a_refused_init_creates_no_directory() {
-    let d = tempfile::tempdir().unwrap();
+    let d = common::session_dir();
     let typo = d.path().join("typo");
     let url = format!("file://{}", typo.display());
     for g in ["0", "4194305"] {
@@ -1176,7 +1176,7 @@ fn inventory_ls_resolve_inspect_against_a_live_node_on_moto() {
     let Some(base) = common::server("LEASEHOLD_TEST_S3") else {
         return;
     };
-    let d = tempfile::tempdir().unwrap();
+    let d = common::session_dir();
     let run_id = d
         .path()
         .file_name()
@@ -1580,6 +1580,7 @@ fn one_shot_readers_call_a_silent_owner_expired_within_the_skew_bound() {
             digest: "d".into(),
             address: None,
             exit_code: None,
+            reason: None,
             restarts: 0,
             updated_at_ms: renewed,
             nonce: format!("c-{node}"),
@@ -1844,7 +1845,7 @@ fn doctor_lease_and_apply_on_ceph_rgw_through_the_binary() {
     let Some((base, endpoint)) = common::rgw() else {
         return;
     };
-    let d = tempfile::tempdir().unwrap();
+    let d = common::session_dir();
     let id = d
         .path()
         .file_name()
@@ -1910,7 +1911,7 @@ fn a_lock_free_s3_server_is_refused_by_doctor_node_run_and_acquire() {
     let Some(endpoint) = common::server("LEASEHOLD_TEST_S3_RACY_ENDPOINT") else {
         return;
     };
-    let d = tempfile::tempdir().unwrap();
+    let d = common::session_dir();
     let token = d.path().join("token");
     std::fs::write(&token, "racy-store-test-token-0123456789").unwrap();
     let racy = |args: &[&str]| {

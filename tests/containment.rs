@@ -602,21 +602,24 @@ async fn logs_follow_a_session_to_its_new_owner() {
     assert!(err.contains("talker is now on n2 (epoch 2)"), "{err}");
 }
 
-/// A session that SIGSTOPs its own watchdog (same uid: it may) stops the
-/// dead-man switch. The node's monitor sees the stopped watchdog, kills
-/// it, and with it the whole session; the node renews on.
+/// A session that SIGSTOPs its own watchdog (as root, which the operator
+/// allowed in so many words: it may) stops the dead-man switch. The node's
+/// monitor sees the stopped watchdog, kills it, and with it the whole
+/// session; the node renews on. (A default session runs as nobody and
+/// cannot signal its watchdog at all: tests/identity.rs.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_that_stops_its_watchdog_is_killed() {
     let env = Env::new();
     let s = env.store().await;
-    let n1 = env.node("n1", &[]);
+    let n1 = env.node("n1", &["--allow-root-sessions"]);
     let d = env.dir();
     // A name of its own: other runs' processes must not count.
     let name = format!("sly{}", std::process::id());
-    env.apply(
+    let script =
+        format!("echo $$ >> {d}/sly.pids; setsid sleep 1000 & kill -STOP $PPID; exec sleep 1000");
+    env.apply_spec(
         &name,
-        &format!("echo $$ >> {d}/sly.pids; setsid sleep 1000 & kill -STOP $PPID; exec sleep 1000"),
-        "never",
+        serde_json::json!({"command": "sh", "args": ["-c", script], "restart": "never", "user": "root"}),
     );
     wait_until("sly started", Duration::from_secs(20), async || {
         env.pid("sly.pids").is_some()

@@ -2555,6 +2555,7 @@ async fn foreign_claim(
         digest,
         address: None,
         exit_code: None,
+        reason: None,
         restarts: 0,
         updated_at_ms: 0,
         nonce: "c1".into(),

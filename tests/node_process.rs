@@ -54,7 +54,7 @@ fn bin() -> Command {
 
 impl Env {
     fn local() -> Env {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = crate::common::session_dir();
         let url = format!("file://{}/bucket", dir.path().display());
         init(&url, None);
         Env {
@@ -76,7 +76,7 @@ impl Env {
     }
 
     fn on_s3(base: String, endpoint: Option<String>) -> Env {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = crate::common::session_dir();
         let url = format!(
             "{base}/proc-{}",
             dir.path()

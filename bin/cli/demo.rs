@@ -283,6 +283,8 @@ pub async fn fleet(store_url: Option<String>, ttl: Duration, sessions: u32) -> R
         )?;
         let runner = Arc::new(
             ExecRunner::new(exe.clone(), clock.clone(), Duration::from_millis(500))
+                // As `node run` does: nobody when this runs as root.
+                .with_session_users(super::session_users(None, false)?)
                 .with_containment(leasehold::fleet::contain::Mode::Auto)?,
         );
         let renew = leasehold::fleet::renew_thread::RenewThread::start(&format!("renew-{id}"))?;

@@ -924,9 +924,18 @@ pub async fn describe(
             let mut cmd = vec![m.spec.command.clone()];
             cmd.extend(m.spec.args.iter().cloned());
             println!("  Command:  {}", shown(&cmd.join(" ")));
-            println!("  Restart:  {:?}", m.spec.restart);
+            println!("  Restart:  {}", m.spec.restart.as_str());
             if !m.spec.selector.is_empty() {
                 println!("  Selector: {}", m.spec.selector_text());
+            }
+            for (label, v) in [
+                ("User:    ", &m.spec.user),
+                ("Group:   ", &m.spec.group),
+                ("Workdir: ", &m.spec.workdir),
+            ] {
+                if let Some(v) = v {
+                    println!("  {label} {}", shown(v));
+                }
             }
             if m.spec.paused {
                 println!("  Paused:   yes");

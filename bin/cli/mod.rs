@@ -90,7 +90,7 @@ enum Command {
     /// run them under a dead-man switch, until SIGTERM or SIGINT.
     Node {
         #[command(subcommand)]
-        op: NodeOp,
+        op: Box<NodeOp>,
     },
     /// Create or update a manifest from a JSON file (or - for stdin):
     /// {"name": "...", "spec": {"command": "...", "args": [...], ...}}.
@@ -447,12 +447,49 @@ enum NodeOp {
         /// a session only when named here.
         #[arg(long, value_delimiter = ',', value_parser = parse_env_name)]
         pass_env: Vec<String>,
+        /// The user sessions run as when their spec names none (a name or a
+        /// numeric id). Default: nobody when this node runs as root, else
+        /// this node's own user (a node that is not root cannot change
+        /// users).
+        #[arg(long)]
+        session_user: Option<String>,
+        /// Let a session run as root when its spec says `user: root` (or
+        /// --session-user names root). Off by default: a root session can
+        /// read this node's credentials and leave its containment.
+        #[arg(long)]
+        allow_root_sessions: bool,
         /// Most HTTP connections served at once (kept below the descriptor
         /// limit, so idle clients can never starve the node's bucket
         /// connections).
         #[arg(long, default_value_t = 256)]
         max_connections: usize,
     },
+}
+
+/// The node's rule for session users (see `leasehold::fleet::identity`),
+/// checked at start: a --session-user that does not exist here, or root
+/// without --allow-root-sessions, stops the node with exit 2 rather than
+/// failing every session.
+fn session_users(
+    session_user: Option<String>,
+    allow_root: bool,
+) -> leasehold::Result<leasehold::fleet::identity::SessionUsers> {
+    use leasehold::fleet::identity::{SessionUsers, own_ids, resolve, valid_name};
+    let (uid, gid) = own_ids();
+    if let Some(u) = &session_user
+        && !valid_name(u)
+    {
+        return Err(Error::invalid(
+            "--session-user",
+            "a name of 1-32 of [a-z_][a-z0-9_-]*, or a numeric id below 2^31",
+        ));
+    }
+    let users = SessionUsers {
+        default_user: session_user.or_else(|| (uid == 0).then(|| "nobody".to_string())),
+        allow_root,
+    };
+    resolve(&users, None, None, uid, gid).map_err(|r| Error::invalid("--session-user", r))?;
+    Ok(users)
 }
 
 fn parse_env_name(s: &str) -> Result<String, String> {
@@ -651,12 +688,8 @@ pub fn main() -> ExitCode {
     // Rust runtime's "ignore" that turns the next print into a panic. A node
     // keeps ignoring it: its sockets and pipes report EPIPE as an error, and
     // a closed stderr must not kill it without releasing its sessions.
-    let serving = matches!(
-        cli.command,
-        Command::Node {
-            op: NodeOp::Run { .. }
-        }
-    );
+    let serving =
+        matches!(&cli.command, Command::Node { op } if matches!(**op, NodeOp::Run { .. }));
     if !serving {
         // SAFETY: restoring a default signal disposition before any thread
         // is started has no preconditions.
@@ -926,7 +959,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         } => demo::fleet(store, ttl, sessions)
             .await
             .map_err(Failure::Error),
-        Command::Node { op } => node(op).await,
+        Command::Node { op } => node(*op).await,
         Command::Apply {
             file,
             store,
@@ -1881,6 +1914,8 @@ async fn node(op: NodeOp) -> Result<(), Failure> {
         log_dir,
         log_max_bytes,
         pass_env,
+        session_user,
+        allow_root_sessions,
         max_connections,
     } = op
     else {
@@ -1995,12 +2030,14 @@ async fn node(op: NodeOp) -> Result<(), Failure> {
     let exe = std::env::current_exe()
         .map_err(|e| Error::Internal(format!("cannot find this executable: {e}")))?;
     let log_dir = log_dir.unwrap_or_else(|| default_log_dir(id.as_str(), &store.identity()));
+    let users = session_users(session_user, allow_root_sessions)?;
     let runner = ExecRunner::new(exe, clock.clone(), stop_grace)
         .with_launcher(
             exec.map(|e| e.split_whitespace().map(str::to_string).collect())
                 .unwrap_or_default(),
         )
         .with_pass_env(pass_env)
+        .with_session_users(users)
         .with_log_dir(log_dir.clone(), log_max_bytes)?
         .with_containment(containment)?;
     tracing::info!(containment = runner.containment(), logs = %log_dir.display(), "sessions contained");

@@ -663,6 +663,7 @@ async fn latency(url: &str, iterations: usize, json: bool) -> leasehold::Result<
                     digest: "d".into(),
                     address: Some(format!("http://{dial_addr}")),
                     exit_code: None,
+                    reason: None,
                     restarts: 0,
                     updated_at_ms: 0,
                     nonce: entropy.hex_id(),

@@ -109,6 +109,13 @@ pub struct ClaimRecord {
     pub address: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i32>,
+    /// Why the run ended where its exit code does not say (a session that
+    /// could not start on its node: "user web does not exist on n2"). Kept
+    /// in the claim so that `ls` and `describe` show it from the bucket
+    /// alone. Absent from every claim that has none, so a claim without it
+    /// reads the same to a build that does not know the field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
     #[serde(default)]
     pub restarts: u32,
     /// Owner's wall clock; for humans.
@@ -139,6 +146,11 @@ impl ClaimRecord {
             return Err(corrupt(
                 "owner.instance must be 1-64 of [A-Za-z0-9-]".into(),
             ));
+        }
+        if let Some(a) = &r.reason
+            && !crate::record::printable(a, 1024)
+        {
+            return Err(corrupt("reason must be 1-1024 printable characters".into()));
         }
         if let Some(a) = &r.address
             && !crate::record::printable(a, 1024)
@@ -172,6 +184,7 @@ impl ClaimRecord {
             digest: String::new(),
             address: None,
             exit_code: None,
+            reason: None,
             restarts: 0,
             updated_at_ms: wall_ms,
             nonce,
@@ -252,6 +265,7 @@ pub(crate) mod tests {
             digest: "d".into(),
             address: None,
             exit_code: None,
+            reason: None,
             restarts: 0,
             updated_at_ms: 0,
             nonce: "x".into(),
@@ -287,6 +301,9 @@ pub(crate) mod tests {
         let mut c = good.clone();
         c.address = Some("http://h:1\r\nfake row".into());
         bad.push((c, "address"));
+        let mut c = good.clone();
+        c.reason = Some("could not start\u{1b}]0;owned\u{7}".into());
+        bad.push((c, "reason"));
         for (c, why) in bad {
             let e = ClaimRecord::decode(key, &c.encode()).unwrap_err();
             assert_eq!(e.kind(), crate::ErrorKind::Data, "{e}");

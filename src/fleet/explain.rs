@@ -133,6 +133,10 @@ pub fn explain(
             status: Status::Succeeded,
             reason: format!("exit {}", c.exit_code.unwrap_or(0)),
         },
+        ClaimState::Failed if c.reason.is_some() => Explained {
+            status: Status::Failed,
+            reason: c.reason.clone().unwrap_or_default(),
+        },
         ClaimState::Failed => Explained {
             status: Status::Failed,
             reason: join(
@@ -357,6 +361,7 @@ mod tests {
             digest: "d".into(),
             address: None,
             exit_code: exit,
+            reason: None,
             restarts,
             updated_at_ms: NOW,
             nonce: "n".into(),

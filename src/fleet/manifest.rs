@@ -33,6 +33,17 @@ pub enum RestartPolicy {
     Never,
 }
 
+impl RestartPolicy {
+    /// The word manifests use (`on-failure`), as serialised.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RestartPolicy::Always => "always",
+            RestartPolicy::OnFailure => "on-failure",
+            RestartPolicy::Never => "never",
+        }
+    }
+}
+
 /// The desired session. Unknown fields are refused (a typo is not silently
 /// ignored).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -54,6 +65,19 @@ pub struct Spec {
     pub restart: RestartPolicy,
     #[serde(default)]
     pub paused: bool,
+    /// The user the session runs as: a name or a numeric id, looked up on
+    /// the node (see [`super::identity`]). Default: the node's session user
+    /// (`nobody` on a node running as root).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// The session's group: a name or a numeric id. Default: the user's
+    /// primary group.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    /// The session's working directory, an absolute path that must exist on
+    /// the node. Default: the node's working directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workdir: Option<String>,
 }
 
 fn label_ok(s: &str) -> bool {
@@ -76,6 +100,9 @@ impl Spec {
             preferred_nodes: vec![],
             restart: RestartPolicy::default(),
             paused: false,
+            user: None,
+            group: None,
+            workdir: None,
         }
     }
 
@@ -147,6 +174,27 @@ impl Spec {
         }
         for n in &self.preferred_nodes {
             Name::new(n.clone()).map_err(|e| bad("preferred_nodes", &e.to_string()))?;
+        }
+        for (field, v) in [("user", &self.user), ("group", &self.group)] {
+            if let Some(v) = v
+                && !super::identity::valid_name(v)
+            {
+                return Err(bad(
+                    field,
+                    "a name of 1-32 of [a-z_][a-z0-9_-]* (a trailing $ allowed), or a numeric id below 2^31",
+                ));
+            }
+        }
+        if let Some(w) = &self.workdir {
+            if !w.starts_with('/') {
+                return Err(bad("workdir", "must be an absolute path"));
+            }
+            if w.len() > 4096 || w.contains('\0') || w.chars().any(char::is_control) {
+                return Err(bad(
+                    "workdir",
+                    "at most 4096 bytes, no NUL or control characters",
+                ));
+            }
         }
         Ok(())
     }

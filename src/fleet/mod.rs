@@ -14,6 +14,8 @@
 //!   facts `plan` and `core` decide on and carries out their verdicts;
 //! - [`feed`]: the change feed (hints, the bell); [`nudge`]: peers asking
 //!   peers to look now;
+//! - [`identity`]: who a session runs as (user, group; never root unless
+//!   asked for twice);
 //! - [`runner`]: what runs a session (a trait, an in-process recorder for
 //!   tests, and the exec runner under a dead-man switch), with
 //!   [`watchdog`] and [`contain`];
@@ -30,6 +32,7 @@ pub mod core;
 pub mod explain;
 pub mod feed;
 pub mod gc;
+pub mod identity;
 pub mod journal;
 pub mod manifest;
 pub mod marker;

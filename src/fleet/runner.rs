@@ -323,6 +323,10 @@ pub struct ExecRunner {
     log_dir: Option<PathBuf>,
     log_max: u64,
     cgroups: Option<super::contain::CgroupRoot>,
+    users: super::identity::SessionUsers,
+    /// Wakes the monitor: each watchdog's reader sends when the watchdog's
+    /// output ends (it is exiting), so its end is seen at once.
+    wake: Mutex<std::sync::mpsc::Sender<()>>,
     shared: Arc<Shared>,
     runs: AtomicU32,
 }
@@ -379,9 +383,10 @@ impl ExecRunner {
         super::contain::become_subreaper();
         let shared = Arc::new(Shared::default());
         let weak = Arc::downgrade(&shared);
+        let (wake, woken) = std::sync::mpsc::channel();
         std::thread::Builder::new()
             .name("leasehold-monitor".into())
-            .spawn(move || monitor(weak))
+            .spawn(move || monitor(weak, woken))
             .expect("spawn the session monitor thread");
         ExecRunner {
             watchdog,
@@ -392,6 +397,8 @@ impl ExecRunner {
             log_dir: None,
             log_max: 8 << 20,
             cgroups: None,
+            users: super::identity::SessionUsers::default(),
+            wake: Mutex::new(wake),
             shared,
             runs: AtomicU32::new(0),
         }
@@ -421,6 +428,14 @@ impl ExecRunner {
         self.log_dir = Some(dir);
         self.log_max = max_bytes.max(1024);
         Ok(self)
+    }
+
+    /// Who sessions run as (see [`super::identity`]). Default: this
+    /// process's own user, as `std::process::Command` would; the daemon
+    /// (`leasehold node run`) passes `nobody` when it runs as root.
+    pub fn with_session_users(mut self, users: super::identity::SessionUsers) -> Self {
+        self.users = users;
+        self
     }
 
     /// Chooses how sessions are contained: `Auto` uses a cgroup v2 per
@@ -467,7 +482,12 @@ impl ExecRunner {
         mono + remaining.as_nanos() as u64
     }
 
-    fn command(&self, s: &SessionStart, args: &super::watchdog::Args) -> Command {
+    fn command(
+        &self,
+        s: &SessionStart,
+        args: &super::watchdog::Args,
+        run_as: Option<&super::identity::RunAs>,
+    ) -> Command {
         let mut cmd = Command::new(&self.watchdog);
         cmd.arg("__watchdog").args(args.to_argv()).env_clear();
         for k in BASE_ENV
@@ -481,6 +501,17 @@ impl ExecRunner {
         }
         if std::env::var_os("PATH").is_none() {
             cmd.env("PATH", DEFAULT_PATH);
+        }
+        // A session run as another user gets that user's home and name,
+        // not the node's.
+        if let Some(r) = run_as {
+            match &r.home {
+                Some(h) => cmd.env("HOME", h),
+                None => cmd.env_remove("HOME"),
+            };
+            if let Some(n) = &r.name {
+                cmd.env("USER", n).env("LOGNAME", n);
+            }
         }
         cmd.envs(&s.spec.env)
             .env("LEASEHOLD_SESSION", &s.name)
@@ -502,9 +533,22 @@ fn process_stopped(pid: i32) -> bool {
 }
 
 /// The monitor thread: see [`ExecRunner`]. Ends when the runner is dropped.
-fn monitor(shared: std::sync::Weak<Shared>) {
+///
+/// It looks every 50 ms, and at once when a watchdog's output ends (it is
+/// exiting): then, since the watchdog may not have finished exiting yet,
+/// again every 2 ms a few times, until the round finds it.
+fn monitor(shared: std::sync::Weak<Shared>, woken: std::sync::mpsc::Receiver<()>) {
+    let mut soon = 0u32;
     loop {
-        std::thread::sleep(Duration::from_millis(50));
+        let wait = if soon > 0 {
+            soon -= 1;
+            Duration::from_millis(2)
+        } else {
+            Duration::from_millis(50)
+        };
+        if woken.recv_timeout(wait).is_ok() {
+            soon = 10;
+        }
         let Some(shared) = shared.upgrade() else {
             return;
         };
@@ -529,6 +573,9 @@ fn monitor(shared: std::sync::Weak<Shared>) {
                 .iter_mut()
                 .filter_map(|(n, p)| matches!(p.child.try_wait(), Ok(Some(_))).then(|| n.clone()))
                 .collect();
+            if !exited.is_empty() {
+                soon = 0;
+            }
             for name in exited {
                 let p = children.remove(&name).expect("present");
                 watchdogs().lock().unwrap().remove(&(p.child.id() as i32));
@@ -570,6 +617,40 @@ impl Runner for ExecRunner {
                 s.name, s.epoch, p.epoch
             )));
         }
+        // What only this node can know, before anything is made: who the
+        // session runs as, and its working directory. Each refusal is the
+        // session's reason (it fails here, with that reason, rather than
+        // crash-looping on an error nobody sees).
+        let (uid, gid) = super::identity::own_ids();
+        let run_as = super::identity::resolve(
+            &self.users,
+            s.spec.user.as_deref(),
+            s.spec.group.as_deref(),
+            uid,
+            gid,
+        )
+        .map_err(|reason| Error::invalid(format!("spec.user of session {}", s.name), reason))?;
+        if let Some(w) = &s.spec.workdir {
+            match std::fs::metadata(w) {
+                Ok(m) if m.is_dir() => {}
+                Ok(_) => {
+                    return Err(Error::invalid(
+                        format!("spec.workdir of session {}", s.name),
+                        format!("workdir {w} is not a directory"),
+                    ));
+                }
+                Err(e) => {
+                    return Err(Error::invalid(
+                        format!("spec.workdir of session {}", s.name),
+                        if e.kind() == std::io::ErrorKind::NotFound {
+                            format!("workdir {w} does not exist")
+                        } else {
+                            format!("workdir {w}: {e}")
+                        },
+                    ));
+                }
+            }
+        }
         let n = self.runs.fetch_add(1, Ordering::Relaxed);
         let cgroup = match &self.cgroups {
             Some(root) => Some(
@@ -586,6 +667,9 @@ impl Runner for ExecRunner {
             cgroup: cgroup.as_ref().map(|c| c.path().to_path_buf()),
             log: self.log_path(&s.name),
             log_max: self.log_max,
+            uid: run_as.as_ref().map(|r| r.uid),
+            gid: run_as.as_ref().map(|r| r.gid),
+            workdir: s.spec.workdir.as_ref().map(PathBuf::from),
             program: self.launcher.first().unwrap_or(&s.spec.command).clone(),
             args: self
                 .launcher
@@ -600,7 +684,7 @@ impl Runner for ExecRunner {
                 .cloned()
                 .collect(),
         };
-        let mut cmd = self.command(&s, &args);
+        let mut cmd = self.command(&s, &args, run_as.as_ref());
         let mut child = {
             let mut registry = watchdogs().lock().unwrap();
             let child = cmd.spawn().map_err(|e| {
@@ -629,6 +713,7 @@ impl Runner for ExecRunner {
         let (first_tx, first) = tokio::sync::oneshot::channel::<String>();
         let (done_tx, reader_done) = std::sync::mpsc::channel();
         let end2 = end.clone();
+        let wake = self.wake.lock().unwrap().clone();
         std::thread::spawn(move || {
             let mut first_tx = Some(first_tx);
             for line in stdout.lines() {
@@ -644,6 +729,7 @@ impl Runner for ExecRunner {
                 }
             }
             let _ = done_tx.send(());
+            let _ = wake.send(());
         });
         // The first line is `pid <pid>` (or `end ...` if it could not start).
         // The session runs before that line is written, and may already

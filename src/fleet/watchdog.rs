@@ -57,6 +57,8 @@ enum Msg {
     Deadline(u64),
     Stop,
     Gone,
+    /// The session's first process has exited (not yet reaped).
+    Exited,
 }
 
 /// What the runner passes on the command line.
@@ -67,6 +69,12 @@ pub struct Args {
     pub cgroup: Option<PathBuf>,
     pub log: Option<PathBuf>,
     pub log_max: u64,
+    /// The credentials the session takes before its command runs (both or
+    /// neither; see [`super::identity`]).
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    /// The session's working directory.
+    pub workdir: Option<PathBuf>,
     pub program: String,
     pub args: Vec<String>,
 }
@@ -87,6 +95,12 @@ impl Args {
             v.extend(["--log".into(), l.display().to_string()]);
             v.extend(["--log-max".into(), self.log_max.to_string()]);
         }
+        if let (Some(u), Some(g)) = (self.uid, self.gid) {
+            v.extend(["--uid".into(), u.to_string(), "--gid".into(), g.to_string()]);
+        }
+        if let Some(w) = &self.workdir {
+            v.extend(["--workdir".into(), w.display().to_string()]);
+        }
         v.push("--".into());
         v.push(self.program.clone());
         v.extend(self.args.iter().cloned());
@@ -100,6 +114,9 @@ impl Args {
             cgroup: None,
             log: None,
             log_max: 8 << 20,
+            uid: None,
+            gid: None,
+            workdir: None,
             program: String::new(),
             args: Vec::new(),
         };
@@ -107,6 +124,11 @@ impl Args {
         let num = |v: Option<&String>, f: &str| {
             v.and_then(|s| s.parse::<u64>().ok())
                 .ok_or_else(|| format!("{f} needs an integer"))
+        };
+        let id = |v: Option<&String>, f: &str| {
+            v.and_then(|s| s.parse::<u32>().ok())
+                .filter(|n| *n < u32::MAX)
+                .ok_or_else(|| format!("{f} needs an id"))
         };
         let mut deadline = false;
         while let Some(arg) = it.next() {
@@ -119,6 +141,9 @@ impl Args {
                 "--log-max" => a.log_max = num(it.next(), arg)?,
                 "--cgroup" => a.cgroup = it.next().map(PathBuf::from),
                 "--log" => a.log = it.next().map(PathBuf::from),
+                "--uid" => a.uid = Some(id(it.next(), arg)?),
+                "--gid" => a.gid = Some(id(it.next(), arg)?),
+                "--workdir" => a.workdir = it.next().map(PathBuf::from),
                 "--" => {
                     a.program = it.next().ok_or("no program after --")?.clone();
                     a.args = it.cloned().collect();
@@ -127,8 +152,8 @@ impl Args {
                 other => return Err(format!("unknown argument {other:?}")),
             }
         }
-        if !deadline || a.program.is_empty() {
-            return Err("usage: leasehold __watchdog --grace-ms N --deadline-ns N [--cgroup DIR] [--log FILE --log-max BYTES] -- PROGRAM [ARGS...]".into());
+        if !deadline || a.program.is_empty() || a.uid.is_some() != a.gid.is_some() {
+            return Err("usage: leasehold __watchdog --grace-ms N --deadline-ns N [--cgroup DIR] [--log FILE --log-max BYTES] [--uid N --gid N] [--workdir DIR] -- PROGRAM [ARGS...]".into());
         }
         Ok(a)
     }
@@ -300,6 +325,30 @@ pub fn main(argv: &[String]) -> ExitCode {
         {
             return fail("session cgroup", &e);
         }
+        if let Some(w) = &a.workdir {
+            cmd.current_dir(w);
+        }
+        // The session's credentials, after it joined its cgroup (which
+        // only root may do) and before the death signal below (a change of
+        // credentials clears it). std's own uid/gid run before every
+        // pre_exec closure, so they would come before the cgroup; these do
+        // the same calls in the order we need. Supplementary groups go
+        // first: after setuid they could no longer be dropped.
+        if let (Some(uid), Some(gid)) = (a.uid, a.gid) {
+            // SAFETY: setgroups, setgid and setuid are async-signal-safe.
+            unsafe {
+                cmd.pre_exec(move || {
+                    let groups = [gid as libc::gid_t];
+                    if libc::setgroups(1, groups.as_ptr()) != 0
+                        || libc::setgid(gid) != 0
+                        || libc::setuid(uid) != 0
+                    {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
         // SAFETY: getpid and prctl only; the pid is read before the fork.
         let me = unsafe { libc::getpid() };
         unsafe {
@@ -356,6 +405,30 @@ pub fn main(argv: &[String]) -> ExitCode {
     };
 
     let (tx, rx) = mpsc::channel();
+    // The leader's exit wakes the loop at once (its end is the session's,
+    // and the node records it as it happens) rather than at the loop's next
+    // round. `WNOWAIT` leaves it to `reap`; if `reap` took it first, or
+    // anything else fails, the wake is simply early.
+    let exited = tx.clone();
+    std::thread::spawn(move || {
+        loop {
+            // SAFETY: a zeroed siginfo_t is a valid out-parameter.
+            let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+            // SAFETY: waitid on our own child, not reaping it.
+            let rc = unsafe {
+                libc::waitid(
+                    libc::P_PID,
+                    leader as libc::id_t,
+                    &mut info,
+                    libc::WEXITED | libc::WNOWAIT,
+                )
+            };
+            if rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+                break;
+            }
+        }
+        let _ = exited.send(Msg::Exited);
+    });
     std::thread::spawn(move || {
         let stdin = std::io::stdin();
         for line in stdin.lock().lines() {
@@ -413,6 +486,7 @@ pub fn main(argv: &[String]) -> ExitCode {
                     std::thread::sleep(Duration::from_millis(10));
                 }
             }
+            Ok(Msg::Exited) => {} // reaped at the top of the loop
             Ok(Msg::Gone) | Err(mpsc::RecvTimeoutError::Disconnected) => {
                 s.contain();
                 return finish("node-gone", 137);
@@ -434,6 +508,9 @@ mod tests {
             cgroup: Some("/sys/fs/cgroup/x".into()),
             log: Some("/tmp/web.log".into()),
             log_max: 1024,
+            uid: Some(65534),
+            gid: Some(65534),
+            workdir: Some("/srv/web".into()),
             program: "sh".into(),
             args: vec!["-c".into(), "--grace-ms".into()],
         };
@@ -441,6 +518,12 @@ mod tests {
         assert!(Args::parse(&["--grace-ms".into(), "x".into()]).is_err());
         assert!(Args::parse(&["--grace-ms".into(), "1".into()]).is_err());
         assert!(Args::parse(&["--bogus".into()]).is_err());
+        // A uid without its gid (or the other way round) is refused.
+        let half = Args {
+            gid: None,
+            ..a.clone()
+        };
+        assert!(Args::parse(&half.to_argv()).is_err());
         // A grace too long for nanoseconds in a u64 parses (the stop's
         // deadline saturates: see `run`), rather than failing the session.
         let long = Args {

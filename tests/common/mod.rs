@@ -97,3 +97,14 @@ pub fn overlaps(runs: &[Run<leasehold::clock::MonoTime>]) -> Vec<(String, std::t
     }
     out
 }
+
+/// A temporary directory sessions may write in: nodes that run as root run
+/// sessions as `nobody` by default (`leasehold node run --session-user`),
+/// and a session writes its pid and its side effects here.
+#[allow(dead_code)] // each test binary uses a part
+pub fn session_dir() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let d = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    d
+}

@@ -40,7 +40,7 @@ pub fn bin() -> Command {
 
 impl Env {
     pub fn new() -> Env {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = crate::common::session_dir();
         let url = format!("file://{}/bucket", dir.path().display());
         std::fs::write(dir.path().join("token"), TOKEN).unwrap();
         let o = bin().args(["init", "--store", &url]).output().unwrap();
@@ -103,10 +103,15 @@ impl Env {
     }
 
     pub fn apply(&self, name: &str, script: &str, restart: &str) {
-        let m = serde_json::json!({
-            "name": name,
-            "spec": {"command": "sh", "args": ["-c", script], "restart": restart}
-        });
+        self.apply_spec(
+            name,
+            serde_json::json!({"command": "sh", "args": ["-c", script], "restart": restart}),
+        );
+    }
+
+    /// Applies `spec` (JSON) as session `name`.
+    pub fn apply_spec(&self, name: &str, spec: serde_json::Value) {
+        let m = serde_json::json!({"name": name, "spec": spec});
         let f = self.path(&format!("{name}.json"));
         std::fs::write(&f, m.to_string()).unwrap();
         let o = bin()

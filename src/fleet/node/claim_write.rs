@@ -70,9 +70,22 @@ impl Node {
         state: ClaimState,
         exit_code: Option<i32>,
     ) -> Result<()> {
-        let Some((version, next)) = self.state_change(name, state, exit_code)? else {
+        self.set_state_why(name, state, exit_code, None).await
+    }
+
+    /// `set_state` with the reason recorded in the claim (`reason`: why a
+    /// run ended where its exit code does not say).
+    pub(super) async fn set_state_why(
+        &mut self,
+        name: &str,
+        state: ClaimState,
+        exit_code: Option<i32>,
+        reason: Option<String>,
+    ) -> Result<()> {
+        let Some((version, mut next)) = self.state_change(name, state, exit_code)? else {
             return Ok(());
         };
+        next.reason = reason;
         let w = ClaimWrite::send(ClaimIo::of(&self.deps), name, version, next).await;
         self.apply_state_change(name, w).await
     }
@@ -98,6 +111,7 @@ impl Node {
         let mut next = o.record.clone();
         next.state = state;
         next.exit_code = exit_code;
+        next.reason = None; // a reason is the state's it was written with
         Ok(Some((o.version.clone(), next)))
     }
 

@@ -128,7 +128,16 @@ impl Node {
                     Some(epoch),
                     format!("could not start: {e}"),
                 );
-                let _ = self.set_state(name, ClaimState::Failed, Some(127)).await;
+                // What this node found (a user or workdir it does not
+                // have), named with the node: another node may have it.
+                let reason = match &e {
+                    Error::Invalid { reason, .. } => reason.clone(),
+                    e => e.to_string(),
+                };
+                let reason = format!("could not start on {}: {reason}", self.me.node);
+                let _ = self
+                    .set_state_why(name, ClaimState::Failed, Some(127), Some(reason))
+                    .await;
             }
         }
     }
