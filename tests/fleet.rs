@@ -385,7 +385,7 @@ async fn finished_sessions_free_their_capacity() {
     let mut f = Fleet::new(store.clone());
     f.start("one", 1, &[]);
     let mut job = spec("true");
-    job.restart = RestartPolicy::Never;
+    job.restart = RestartPolicy::Never.into();
     apply(&store, "first", &job).await;
     f.wait_for("first running", |p| p.contains_key("first"))
         .await;
@@ -432,7 +432,7 @@ async fn a_crash_loop_backs_off_and_counts_its_restarts() {
     let mut f = Fleet::new(store.clone());
     f.start("solo", 4, &[]);
     let mut svc = spec("crasher");
-    svc.restart = RestartPolicy::Always;
+    svc.restart = RestartPolicy::Always.into();
     apply(&store, "svc", &svc).await;
     f.wait_for("running", |p| p.contains_key("svc")).await;
     let runner = f.nodes[0].runner.clone();
@@ -557,10 +557,10 @@ async fn restart_policies_and_pause() {
     let mut f = Fleet::new(store.clone());
     f.start("solo", 8, &[]);
     let mut once = spec("true");
-    once.restart = RestartPolicy::OnFailure;
+    once.restart = RestartPolicy::OnFailure.into();
     apply(&store, "once", &once).await;
     let mut svc = spec("daemon");
-    svc.restart = RestartPolicy::Always;
+    svc.restart = RestartPolicy::Always.into();
     apply(&store, "svc", &svc).await;
     f.wait_for("both running", |p| p.len() == 2).await;
     let runner = f.nodes[0].runner.clone();
@@ -964,7 +964,7 @@ async fn a_back_off_ending_restarts_the_session_between_full_listings() {
     f.start("n1", Duration::from_secs(3600), f.hinting(1, 0.0));
     f.step(600).await;
     let mut svc = spec("crasher");
-    svc.restart = RestartPolicy::Always;
+    svc.restart = RestartPolicy::Always.into();
     apply(&f.hinting(2, 0.0), "svc", &svc).await;
     assert!(f.step_until(200, || f.running(0) == 1).await, "placed");
     let runner = f.nodes[0].runner.clone();
@@ -998,7 +998,7 @@ async fn a_back_off_restarts_the_session_when_it_ends() {
     f.start("n1", Duration::from_secs(3600), f.hinting(1, 0.0));
     f.step(600).await;
     let mut svc = spec("crasher");
-    svc.restart = RestartPolicy::Always;
+    svc.restart = RestartPolicy::Always.into();
     apply(&f.hinting(2, 0.0), "svc", &svc).await;
     assert!(f.step_until(200, || f.running(0) == 1).await, "placed");
     let runner = f.nodes[0].runner.clone();
@@ -1027,6 +1027,87 @@ async fn a_back_off_restarts_the_session_when_it_ends() {
             "restart {i}: after {gap:?}, its back-off {want:?} (all: {gaps:?})"
         );
     }
+    f.finish().await;
+}
+
+async fn claim_of(store: &Arc<dyn Store>, name: &str) -> ClaimRecord {
+    let o = store
+        .get(&format!("sessions/{name}"))
+        .await
+        .unwrap()
+        .unwrap();
+    ClaimRecord::decode(name, &o.bytes).unwrap()
+}
+
+/// A restart rule's attempts: an `on-failure` session whose restarts are
+/// spent is failed with the reason "gave up after N restarts", and its
+/// claim keeps it (no further run); a window forgives restarts older than
+/// it. Before, `on-failure` restarted forever (issue #38: 13 restarts and
+/// counting). On the manual clock.
+#[tokio::test(flavor = "current_thread")]
+async fn a_restart_rule_gives_up_after_its_attempts() {
+    use leasehold::fleet::manifest::Restart;
+    let mut f = FeedFleet::new().await;
+    f.start("n1", Duration::from_secs(3600), f.hinting(1, 0.0));
+    f.step(600).await;
+    let mut job = spec("crasher");
+    job.restart = Restart {
+        policy: RestartPolicy::OnFailure,
+        attempts: Some(2),
+        window: None,
+        delay: Some(Duration::from_millis(100)),
+        max_delay: Some(Duration::from_millis(200)),
+    };
+    apply(&f.hinting(2, 0.0), "job", &job).await;
+    let mut svc = spec("crasher");
+    svc.restart = Restart {
+        policy: RestartPolicy::Always,
+        attempts: Some(1),
+        window: Some(Duration::from_secs(5)),
+        delay: None,
+        max_delay: None,
+    };
+    apply(&f.hinting(2, 0.0), "svc", &svc).await;
+    assert!(f.step_until(200, || f.running(0) == 2).await, "placed");
+    let runner = f.nodes[0].runner.clone();
+    let runs = |name: &str| runner.history().iter().filter(|(n, ..)| n == name).count();
+    // job: the first run and two restarts, then it gives up.
+    runner.exit("job", 7);
+    assert!(f.step_until(100, || runs("job") == 2).await, "restart 1");
+    runner.exit("job", 7);
+    assert!(f.step_until(100, || runs("job") == 3).await, "restart 2");
+    runner.exit("job", 7);
+    f.step(50).await;
+    let c = claim_of(&f.bucket, "job").await;
+    assert_eq!(c.state, ClaimState::Failed, "{c:?}");
+    assert_eq!(
+        c.reason.as_deref(),
+        Some("gave up after 2 restarts (last exit 7)")
+    );
+    assert_eq!((c.restarts, c.exit_code), (2, Some(7)));
+    assert_eq!(runs("job"), 3, "no run after it gave up");
+    // svc: one restart allowed in any 5 s. Exits 10 s apart are forgiven.
+    for i in 0..3 {
+        runner.exit("svc", 1);
+        assert!(
+            f.step_until(100, || runs("svc") == i + 2).await,
+            "svc restart {i}: {:?}",
+            claim_of(&f.bucket, "svc").await
+        );
+        f.step(100).await; // 10 s
+    }
+    // Two quick exits within 5 s: the second gives up.
+    runner.exit("svc", 1);
+    assert!(f.step_until(100, || runs("svc") == 5).await);
+    runner.exit("svc", 1);
+    f.step(50).await;
+    let c = claim_of(&f.bucket, "svc").await;
+    assert_eq!(c.state, ClaimState::Failed, "{c:?}");
+    assert_eq!(
+        c.reason.as_deref(),
+        Some("gave up after 1 restart in 5s (last exit 1)")
+    );
+    assert_eq!(runs("svc"), 5);
     f.finish().await;
 }
 
@@ -2556,6 +2637,7 @@ async fn foreign_claim(
         address: None,
         exit_code: None,
         reason: None,
+        backoff_until_ms: None,
         restarts: 0,
         updated_at_ms: 0,
         nonce: "c1".into(),

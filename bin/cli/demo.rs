@@ -313,7 +313,7 @@ pub async fn fleet(store_url: Option<String>, ttl: Duration, sessions: u32) -> R
     let t0 = clock.now();
     for i in 0..sessions {
         let spec = Spec {
-            restart: RestartPolicy::Always,
+            restart: RestartPolicy::Always.into(),
             ..Spec::new("sleep", &["3600"])
         };
         manifest::apply(

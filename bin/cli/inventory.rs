@@ -450,7 +450,7 @@ pub async fn ls(
                         "{:<24} {:<13} {:<11} {:<7} {selector}{} {}",
                         r.name,
                         r.digest.get(..12).unwrap_or(&r.digest),
-                        word(&r.restart),
+                        r.restart.policy.as_str(),
                         r.paused,
                         shown(&r.command),
                         shown(&r.args.join(" ")),
@@ -675,7 +675,7 @@ struct ManifestRow {
     digest: String,
     command: String,
     args: Vec<String>,
-    restart: leasehold::fleet::manifest::RestartPolicy,
+    restart: leasehold::fleet::manifest::Restart,
     paused: bool,
     selector: BTreeMap<String, String>,
 }
@@ -924,7 +924,7 @@ pub async fn describe(
             let mut cmd = vec![m.spec.command.clone()];
             cmd.extend(m.spec.args.iter().cloned());
             println!("  Command:  {}", shown(&cmd.join(" ")));
-            println!("  Restart:  {}", m.spec.restart.as_str());
+            println!("  Restart:  {}", m.spec.restart.describe());
             if !m.spec.selector.is_empty() {
                 println!("  Selector: {}", m.spec.selector_text());
             }

@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 pub fn spec() -> Spec {
     Spec {
-        restart: RestartPolicy::Always,
+        restart: RestartPolicy::Always.into(),
         ..Spec::new("sleep", &["3600"])
     }
 }

@@ -664,6 +664,7 @@ async fn latency(url: &str, iterations: usize, json: bool) -> leasehold::Result<
                     address: Some(format!("http://{dial_addr}")),
                     exit_code: None,
                     reason: None,
+                    backoff_until_ms: None,
                     restarts: 0,
                     updated_at_ms: 0,
                     nonce: entropy.hex_id(),

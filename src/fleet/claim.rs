@@ -73,6 +73,9 @@ pub enum Status {
     Paused,
     /// The owner was lost without releasing.
     Interrupted,
+    /// Running, but between two runs: a crash-loop back-off holds the next
+    /// start (no process runs now).
+    Backoff,
     Succeeded,
     Failed,
 }
@@ -118,6 +121,11 @@ pub struct ClaimRecord {
     pub reason: Option<String>,
     #[serde(default)]
     pub restarts: u32,
+    /// While a crash-loop back-off holds the next start: until when, by the
+    /// owner's wall clock (for readers, who show `backoff`; never a
+    /// safety decision). Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff_until_ms: Option<u64>,
     /// Owner's wall clock; for humans.
     pub updated_at_ms: u64,
     pub nonce: String,
@@ -185,6 +193,7 @@ impl ClaimRecord {
             address: None,
             exit_code: None,
             reason: None,
+            backoff_until_ms: None,
             restarts: 0,
             updated_at_ms: wall_ms,
             nonce,
@@ -266,6 +275,7 @@ pub(crate) mod tests {
             address: None,
             exit_code: None,
             reason: None,
+            backoff_until_ms: None,
             restarts: 0,
             updated_at_ms: 0,
             nonce: "x".into(),

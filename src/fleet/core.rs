@@ -20,7 +20,7 @@
 //! `step(state, input) -> actions` machine (docs/fleet.md says why).
 
 use super::claim::ClaimState;
-use super::manifest::RestartPolicy;
+use super::manifest::{Restart, RestartPolicy};
 use super::plan::{ClaimView, Claimable};
 use crate::lease::default_margin;
 use crate::liveness::Liveness;
@@ -30,15 +30,15 @@ use std::time::Duration;
 pub const QUICK_EXIT: Duration = Duration::from_secs(10);
 
 /// The wait before restart number `n` of a crash loop: none for the first
-/// quick exit, then 250 ms doubling to a 30 s cap (as Kubernetes'
-/// CrashLoopBackOff, on a shorter scale). A run that lasted QUICK_EXIT
-/// resets it.
-pub fn restart_backoff(quick_exits: u32) -> Duration {
+/// quick exit, then `delay` doubling to `max` (as Kubernetes'
+/// CrashLoopBackOff, on a shorter scale by default: 250 ms to 30 s). A run
+/// that lasted QUICK_EXIT resets it.
+pub fn restart_backoff(quick_exits: u32, delay: Duration, max: Duration) -> Duration {
     if quick_exits <= 1 {
         return Duration::ZERO;
     }
-    let ms = 250u64.saturating_mul(1u64 << (quick_exits - 2).min(16));
-    Duration::from_millis(ms.min(30_000))
+    let factor = 1u32 << (quick_exits - 2).min(16);
+    delay.saturating_mul(factor).min(max)
 }
 
 /// What a session's exit leads to.
@@ -52,21 +52,27 @@ pub enum AfterExit {
     Restart { quick_exits: u32, delay: Duration },
     /// Done: the claim becomes this terminal state.
     Finish(ClaimState),
+    /// Its policy would restart it, but it has had `restarts` restarts
+    /// (in its window, when it has one), its `attempts`: failed, with
+    /// reason "gave up after N restarts".
+    GiveUp { restarts: u32 },
 }
 
-/// The restart policy applied to one exit. `ran_for` is how long the run
-/// lasted; `quick_exits` the count before this exit.
+/// The restart rule applied to one exit. `ran_for` is how long the run
+/// lasted; `quick_exits` the count before this exit; `restarts` the
+/// restarts its `attempts` count (in its window, or over the run's life).
 pub fn after_exit(
-    policy: RestartPolicy,
+    rule: &Restart,
     code: i32,
     deadline: bool,
     ran_for: Duration,
     quick_exits: u32,
+    restarts: u32,
 ) -> AfterExit {
     if deadline {
         return AfterExit::LeaseLapsed;
     }
-    let restart = match policy {
+    let restart = match rule.policy {
         RestartPolicy::Always => true,
         RestartPolicy::OnFailure => code != 0,
         RestartPolicy::Never => false,
@@ -78,6 +84,9 @@ pub fn after_exit(
             ClaimState::Failed
         });
     }
+    if rule.attempts().is_some_and(|a| restarts >= a) {
+        return AfterExit::GiveUp { restarts };
+    }
     let quick_exits = if ran_for < QUICK_EXIT {
         quick_exits.saturating_add(1)
     } else {
@@ -85,7 +94,7 @@ pub fn after_exit(
     };
     AfterExit::Restart {
         quick_exits,
-        delay: restart_backoff(quick_exits),
+        delay: restart_backoff(quick_exits, rule.delay(), rule.max_delay()),
     }
 }
 
@@ -1095,25 +1104,48 @@ mod tests {
         use AfterExit as A;
         use RestartPolicy::*;
         let restart = |quick_exits, ms| A::Restart { quick_exits, delay: Duration::from_millis(ms) };
-        let rows: &[(RestartPolicy, i32, bool, Duration, u32, AfterExit)] = &[
+        let limited = |policy, attempts, delay_ms, max_ms| Restart {
+            policy,
+            attempts: Some(attempts),
+            window: None,
+            delay: Some(Duration::from_millis(delay_ms)),
+            max_delay: Some(Duration::from_millis(max_ms)),
+        };
+        let (a, o, n) = (Restart::from(Always), Restart::from(OnFailure), Restart::from(Never));
+        let three = limited(Always, 3, 1000, 5000);
+        // (rule, code, deadline, ran for, quick exits, restarts counted, what follows)
+        let rows: &[(Restart, i32, bool, Duration, u32, u32, AfterExit)] = &[
             // The deadline kill is the lease's business, whatever the policy.
-            (Always, 137, true, S, 0, A::LeaseLapsed),
-            (Never, 0, true, S, 0, A::LeaseLapsed),
-            (Never, 0, false, S, 0, A::Finish(Succeeded)),
-            (Never, 3, false, S, 0, A::Finish(Failed)),
-            (OnFailure, 0, false, S, 0, A::Finish(Succeeded)),
+            (a, 137, true, S, 0, 0, A::LeaseLapsed),
+            (n, 0, true, S, 0, 0, A::LeaseLapsed),
+            (n, 0, false, S, 0, 0, A::Finish(Succeeded)),
+            (n, 3, false, S, 0, 0, A::Finish(Failed)),
+            (o, 0, false, S, 0, 0, A::Finish(Succeeded)),
             // First quick exit restarts at once; then 250 ms, 500 ms, ... 30 s.
-            (OnFailure, 1, false, S, 0, restart(1, 0)),
-            (Always, 0, false, S, 1, restart(2, 250)),
-            (Always, 0, false, S, 2, restart(3, 500)),
-            (Always, 0, false, S, 40, restart(41, 30_000)),
+            (o, 1, false, S, 0, 0, restart(1, 0)),
+            (a, 0, false, S, 1, 1, restart(2, 250)),
+            (a, 0, false, S, 2, 2, restart(3, 500)),
+            (a, 0, false, S, 40, 40, restart(41, 30_000)),
             // A run of QUICK_EXIT or more resets the loop.
-            (Always, 1, false, QUICK_EXIT, 9, restart(0, 0)),
+            (a, 1, false, QUICK_EXIT, 9, 9, restart(0, 0)),
+            // on-failure gives up after its default 6 restarts; always never
+            // does unless told.
+            (o, 1, false, S, 5, 5, restart(6, 4000)),
+            (o, 1, false, S, 6, 6, A::GiveUp { restarts: 6 }),
+            (o, 0, false, S, 6, 6, A::Finish(Succeeded)),
+            (a, 1, false, S, 6, 1000, restart(7, 8000)),
+            // Its own attempts and back-off.
+            (three, 0, false, S, 1, 2, restart(2, 1000)),
+            (three, 0, false, S, 3, 2, restart(4, 4000)),
+            (three, 0, false, S, 4, 2, restart(5, 5000)),
+            (three, 0, false, QUICK_EXIT, 4, 3, A::GiveUp { restarts: 3 }),
         ];
-        for (i, &(p, code, deadline, ran, q, want)) in rows.iter().enumerate() {
-            assert_eq!(after_exit(p, code, deadline, ran, q), want, "row {i}");
+        for (i, &(rule, code, deadline, ran, q, r, want)) in rows.iter().enumerate() {
+            assert_eq!(after_exit(&rule, code, deadline, ran, q, r), want, "row {i}");
         }
-        assert_eq!(restart_backoff(u32::MAX), Duration::from_secs(30));
+        let max = Duration::from_secs(30);
+        assert_eq!(restart_backoff(u32::MAX, Duration::from_millis(250), max), max);
+        assert_eq!(restart_backoff(u32::MAX, Duration::MAX, max), max);
     }
 
     fn owned<'a>(claim: OwnClaim, manifest: OwnManifest<'a>) -> Owned<'a> {

@@ -152,6 +152,18 @@ pub fn explain(
             status: Status::Paused,
             reason: "paused by its manifest".into(),
         },
+        ClaimState::Running if live && c.backoff_until_ms.is_some_and(|t| t > now_ms) => {
+            Explained {
+                status: Status::Backoff,
+                reason: join(
+                    &format!(
+                        "restarting in {:.1}s",
+                        c.backoff_until_ms.unwrap_or(now_ms).saturating_sub(now_ms) as f64 / 1000.0
+                    ),
+                    &format!("({restarts})"),
+                ),
+            }
+        }
         ClaimState::Running if live => Explained {
             status: Status::Running,
             reason: join(&restarts, &overdue(c, nodes, now_ms)),
@@ -362,6 +374,7 @@ mod tests {
             address: None,
             exit_code: exit,
             reason: None,
+            backoff_until_ms: None,
             restarts,
             updated_at_ms: NOW,
             nonce: "n".into(),
@@ -480,6 +493,36 @@ mod tests {
             ),
             Status::Failed,
             "exit 3 after 2 restarts",
+        );
+        // A reason the owner recorded is the reason.
+        let gave_up = ClaimRecord {
+            reason: Some("gave up after 2 restarts (last exit 3)".into()),
+            ..claim("n1", ClaimState::Failed, 2, Some(3))
+        };
+        says(
+            x(Some(&m), Some(&gave_up), &fleet),
+            Status::Failed,
+            "gave up after 2 restarts (last exit 3)",
+        );
+        // A back-off not yet over is `backoff` (no process runs); one that
+        // ended is `running` again, whatever the field still says.
+        let waiting = ClaimRecord {
+            backoff_until_ms: Some(NOW + 2_500),
+            ..claim("n1", ClaimState::Running, 3, Some(7))
+        };
+        says(
+            x(Some(&m), Some(&waiting), &fleet),
+            Status::Backoff,
+            "restarting in 2.5s (3 restarts, last exit 7)",
+        );
+        let over = ClaimRecord {
+            backoff_until_ms: Some(NOW - 1),
+            ..waiting.clone()
+        };
+        says(
+            x(Some(&m), Some(&over), &fleet),
+            Status::Running,
+            "3 restarts",
         );
         // Deleted: a tombstone says nothing; a live owner is stopping it; a
         // dead owner's leftover is gc's.

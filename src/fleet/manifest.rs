@@ -44,6 +44,230 @@ impl RestartPolicy {
     }
 }
 
+/// A session's restart rule, as Nomad's `restart` block and Kubernetes'
+/// `restartPolicy` with a Job's `backoffLimit` have it: the policy, how many
+/// restarts before it gives up, and the back-off between them.
+///
+/// Written as the plain policy (`"restart": "always"`) or as an object
+/// (`"restart": {"policy": "on-failure", "attempts": 3, "window": "10m",
+/// "delay": "1s", "max_delay": "1m"}`). A rule with nothing but its policy
+/// is stored as the plain word, so a spec's digest is what it was before
+/// the object form existed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Restart {
+    pub policy: RestartPolicy,
+    /// Restarts allowed (within `window` when set, else over the run's
+    /// life) before the session is failed with reason "gave up after N
+    /// restarts". Default: 6 for `on-failure` (Kubernetes' `backoffLimit`),
+    /// no limit for `always`.
+    pub attempts: Option<u32>,
+    /// The window `attempts` counts in (restarts seen by the node running
+    /// it; a takeover starts a new count).
+    pub window: Option<std::time::Duration>,
+    /// The first back-off after quick exits (default 250 ms): the first
+    /// quick exit restarts at once, then `delay`, doubling.
+    pub delay: Option<std::time::Duration>,
+    /// The longest back-off (default 30 s).
+    pub max_delay: Option<std::time::Duration>,
+}
+
+/// The default first back-off and its cap (as Kubernetes' CrashLoopBackOff,
+/// on a shorter scale).
+pub const DEFAULT_RESTART_DELAY: std::time::Duration = std::time::Duration::from_millis(250);
+pub const DEFAULT_RESTART_MAX_DELAY: std::time::Duration = std::time::Duration::from_secs(30);
+/// Restarts an `on-failure` session gets by default before it gives up.
+pub const DEFAULT_ON_FAILURE_ATTEMPTS: u32 = 6;
+
+impl From<RestartPolicy> for Restart {
+    fn from(policy: RestartPolicy) -> Self {
+        Restart {
+            policy,
+            ..Restart::default()
+        }
+    }
+}
+
+impl Restart {
+    /// Restarts allowed before giving up (None: no limit).
+    pub fn attempts(&self) -> Option<u32> {
+        self.attempts.or(match self.policy {
+            RestartPolicy::OnFailure => Some(DEFAULT_ON_FAILURE_ATTEMPTS),
+            _ => None,
+        })
+    }
+
+    pub fn delay(&self) -> std::time::Duration {
+        self.delay.unwrap_or(DEFAULT_RESTART_DELAY)
+    }
+
+    pub fn max_delay(&self) -> std::time::Duration {
+        self.max_delay.unwrap_or(DEFAULT_RESTART_MAX_DELAY)
+    }
+
+    /// Only the policy: stored as the plain word.
+    fn plain(&self) -> bool {
+        self.attempts.is_none()
+            && self.window.is_none()
+            && self.delay.is_none()
+            && self.max_delay.is_none()
+    }
+
+    fn validate(&self) -> std::result::Result<(), (&'static str, String)> {
+        use std::time::Duration;
+        if self.policy == RestartPolicy::Never && !self.plain() {
+            return Err((
+                "restart",
+                "attempts, window, delay and max_delay mean nothing with policy never".into(),
+            ));
+        }
+        if let Some(a) = self.attempts
+            && a > 10_000
+        {
+            return Err(("restart.attempts", "at most 10000".into()));
+        }
+        if let Some(w) = self.window
+            && !(Duration::from_secs(1)..=Duration::from_secs(30 * 86_400)).contains(&w)
+        {
+            return Err(("restart.window", "from 1s to 30 days".into()));
+        }
+        for (field, d) in [
+            ("restart.delay", self.delay),
+            ("restart.max_delay", self.max_delay),
+        ] {
+            if let Some(d) = d
+                && d > Duration::from_secs(3600)
+            {
+                return Err((field, "at most 1h".into()));
+            }
+        }
+        if self.max_delay() < self.delay() {
+            return Err((
+                "restart.max_delay",
+                "must not be below restart.delay".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// How the rule reads in `describe`: `on-failure (6 attempts, back-off
+    /// 250ms to 30s)`.
+    pub fn describe(&self) -> String {
+        if self.policy == RestartPolicy::Never {
+            return "never".into();
+        }
+        let attempts = match (self.attempts(), self.window) {
+            (None, _) => "no limit".to_string(),
+            (Some(a), None) => format!("{a} attempts"),
+            (Some(a), Some(w)) => format!("{a} attempts in {}", humantime::format_duration(w)),
+        };
+        format!(
+            "{} ({attempts}, back-off {} to {})",
+            self.policy.as_str(),
+            humantime::format_duration(self.delay()),
+            humantime::format_duration(self.max_delay())
+        )
+    }
+}
+
+/// The object form's fields (durations as `humantime` strings: "250ms",
+/// "10m").
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RestartObject {
+    #[serde(default)]
+    policy: RestartPolicy,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    attempts: Option<u32>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "opt_duration"
+    )]
+    window: Option<std::time::Duration>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "opt_duration"
+    )]
+    delay: Option<std::time::Duration>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "opt_duration"
+    )]
+    max_delay: Option<std::time::Duration>,
+}
+
+mod opt_duration {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => s.serialize_str(&humantime::format_duration(*d).to_string()),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        let s = String::deserialize(d)?;
+        humantime::parse_duration(&s).map(Some).map_err(|e| {
+            serde::de::Error::custom(format!(
+                "{s:?} is not a duration ({e}): write 250ms, 10s, 5m"
+            ))
+        })
+    }
+}
+
+impl Serialize for Restart {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        if self.plain() {
+            return self.policy.serialize(s);
+        }
+        RestartObject {
+            policy: self.policy,
+            attempts: self.attempts,
+            window: self.window,
+            delay: self.delay,
+            max_delay: self.max_delay,
+        }
+        .serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Restart {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Restart;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str(
+                    "always, on-failure, never, or {policy, attempts, window, delay, max_delay}",
+                )
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> std::result::Result<Restart, E> {
+                RestartPolicy::deserialize(serde::de::value::StrDeserializer::<E>::new(v))
+                    .map(Restart::from)
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> std::result::Result<Restart, A::Error> {
+                let o =
+                    RestartObject::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+                Ok(Restart {
+                    policy: o.policy,
+                    attempts: o.attempts,
+                    window: o.window,
+                    delay: o.delay,
+                    max_delay: o.max_delay,
+                })
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
 /// The desired session. Unknown fields are refused (a typo is not silently
 /// ignored).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -62,7 +286,7 @@ pub struct Spec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub preferred_nodes: Vec<String>,
     #[serde(default)]
-    pub restart: RestartPolicy,
+    pub restart: Restart,
     #[serde(default)]
     pub paused: bool,
     /// The user the session runs as: a name or a numeric id, looked up on
@@ -98,7 +322,7 @@ impl Spec {
             env: BTreeMap::new(),
             selector: BTreeMap::new(),
             preferred_nodes: vec![],
-            restart: RestartPolicy::default(),
+            restart: Restart::default(),
             paused: false,
             user: None,
             group: None,
@@ -175,6 +399,9 @@ impl Spec {
         for n in &self.preferred_nodes {
             Name::new(n.clone()).map_err(|e| bad("preferred_nodes", &e.to_string()))?;
         }
+        self.restart
+            .validate()
+            .map_err(|(field, why)| bad(field, &why))?;
         for (field, v) in [("user", &self.user), ("group", &self.group)] {
             if let Some(v) = v
                 && !super::identity::valid_name(v)
@@ -431,6 +658,39 @@ mod tests {
             ),
             (r#"{"command":"x","restart":"sometimes"}"#, "spec.restart"),
             (
+                r#"{"command":"x","restart":{"policy":"always","delay":"soon"}}"#,
+                "\"soon\" is not a duration",
+            ),
+            (
+                r#"{"command":"x","restart":{"policy":"always","tries":3}}"#,
+                "unknown field `tries`",
+            ),
+            (
+                r#"{"command":"x","restart":{"policy":"never","attempts":3}}"#,
+                "spec.restart: attempts, window",
+            ),
+            (
+                r#"{"command":"x","restart":{"attempts":10001}}"#,
+                "spec.restart.attempts",
+            ),
+            (
+                r#"{"command":"x","restart":{"window":"100ms"}}"#,
+                "spec.restart.window",
+            ),
+            (
+                r#"{"command":"x","restart":{"delay":"2h"}}"#,
+                "spec.restart.delay",
+            ),
+            (
+                r#"{"command":"x","restart":{"delay":"10s","max_delay":"1s"}}"#,
+                "spec.restart.max_delay",
+            ),
+            (
+                r#"{"command":"x","restart":{"attempts":-1}}"#,
+                "spec.restart",
+            ),
+            (r#"{"command":"x","restart":7}"#, "spec.restart"),
+            (
                 r#"{"command":"x","comand":"typo"}"#,
                 "unknown field `comand`",
             ),
@@ -443,5 +703,57 @@ mod tests {
         }
         let e = Spec::parse(&vec![b' '; MAX_MANIFEST_BYTES + 1]).unwrap_err();
         assert!(matches!(e, Error::TooLarge { .. }));
+    }
+
+    /// The plain word stays the stored form (a spec's digest does not
+    /// change with the object form's arrival); the object form round-trips
+    /// with its durations as written.
+    #[test]
+    fn restart_rules_in_both_forms() {
+        let plain = Spec::parse(br#"{"command":"x","restart":"always"}"#).unwrap();
+        assert_eq!(plain.restart, Restart::from(RestartPolicy::Always));
+        let v = serde_json::to_value(&plain).unwrap();
+        assert_eq!(v["restart"], "always");
+        let full = Spec::parse(
+            br#"{"command":"x","restart":{"policy":"on-failure","attempts":3,"window":"10m","delay":"1s","max_delay":"1m"}}"#,
+        )
+        .unwrap();
+        use std::time::Duration;
+        assert_eq!(
+            full.restart,
+            Restart {
+                policy: RestartPolicy::OnFailure,
+                attempts: Some(3),
+                window: Some(Duration::from_secs(600)),
+                delay: Some(Duration::from_secs(1)),
+                max_delay: Some(Duration::from_secs(60)),
+            }
+        );
+        let v = serde_json::to_value(&full).unwrap();
+        assert_eq!(
+            v["restart"],
+            serde_json::json!({"policy": "on-failure", "attempts": 3, "window": "10m", "delay": "1s", "max_delay": "1m"})
+        );
+        assert_eq!(
+            Spec::parse(&serde_json::to_vec(&full).unwrap()).unwrap(),
+            full
+        );
+        // An object with the policy alone is the plain word, digest and all.
+        let obj = Spec::parse(br#"{"command":"x","restart":{"policy":"always"}}"#).unwrap();
+        assert_eq!(obj.digest(), plain.digest());
+        // The defaults, as `describe` says them.
+        assert_eq!(
+            Restart::default().attempts(),
+            Some(DEFAULT_ON_FAILURE_ATTEMPTS)
+        );
+        assert_eq!(Restart::from(RestartPolicy::Always).attempts(), None);
+        assert_eq!(
+            Restart::default().describe(),
+            "on-failure (6 attempts, back-off 250ms to 30s)"
+        );
+        assert_eq!(
+            full.restart.describe(),
+            "on-failure (3 attempts in 10m, back-off 1s to 1m)"
+        );
     }
 }

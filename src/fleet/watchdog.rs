@@ -519,11 +519,12 @@ mod tests {
         assert!(Args::parse(&["--grace-ms".into(), "1".into()]).is_err());
         assert!(Args::parse(&["--bogus".into()]).is_err());
         // A uid without its gid (or the other way round) is refused.
-        let half = Args {
-            gid: None,
-            ..a.clone()
-        };
-        assert!(Args::parse(&half.to_argv()).is_err());
+        let mut half: Vec<String> = ["--deadline-ns", "42", "--uid", "65534", "--", "sh"]
+            .map(String::from)
+            .to_vec();
+        assert!(Args::parse(&half).is_err());
+        half[2] = "--gid".into();
+        assert!(Args::parse(&half).is_err());
         // A grace too long for nanoseconds in a u64 parses (the stop's
         // deadline saturates: see `run`), rather than failing the session.
         let long = Args {

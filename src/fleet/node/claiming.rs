@@ -124,6 +124,7 @@ impl ClaimTry {
                 address: self.address.clone(),
                 exit_code: None,
                 reason: None,
+                backoff_until_ms: None,
                 restarts: 0,
                 // Drawn only for a claim sent (the seeded entropy stream of
                 // a simulation is as it was with claims one at a time).
@@ -456,6 +457,7 @@ impl Node {
                         started_at: sent,
                         quick_exits: 0,
                         restart_at: None,
+                        restart_times: Default::default(),
                         spec: t.spec.map(|s| (plan::Digest::new(&t.digest), s)),
                     },
                 );

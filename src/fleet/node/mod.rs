@@ -18,7 +18,7 @@ use super::attrs::NodeAttrs;
 use super::claim::{ClaimRecord, ClaimState, Owner};
 use super::core::{self, OwnClaim, OwnManifest, OwnedAction};
 use super::journal::{EventKind, Journal};
-use super::manifest::{ManifestRecord, RestartPolicy, Spec};
+use super::manifest::{ManifestRecord, Restart, Spec};
 use super::plan::{self, ClaimView, ManifestView, NodeView};
 use super::runner::{Exit, Runner, SessionStart};
 use super::{Put, audit, json_nonce, put_checked};

@@ -195,7 +195,7 @@ impl Node {
                 }
             ),
         );
-        let Some(policy) = self
+        let Some(rule) = self
             .manifests
             .get(&crate::keys::manifest(&x.name))
             .map(|(_, m)| m.restart)
@@ -203,23 +203,60 @@ impl Node {
             return;
         };
         let now = self.deps.clock.now();
-        let (ran_for, quick) = match self.owned.get(&x.name) {
-            Some(o) => (now.saturating_since(o.started_at), o.quick_exits),
-            None => return,
+        let Some(o) = self.owned.get_mut(&x.name) else {
+            return;
         };
-        match core::after_exit(policy, x.code, x.deadline, ran_for, quick) {
+        let ran_for = now.saturating_since(o.started_at);
+        let quick = o.quick_exits;
+        // What `attempts` counts: the restarts in its window (seen here),
+        // or every restart of this run (the claim's count).
+        let counted = match rule.window {
+            Some(w) => {
+                o.restart_times.retain(|t| now.saturating_since(*t) < w);
+                o.restart_times.len() as u32
+            }
+            None => o.record.restarts,
+        };
+        match core::after_exit(&rule, x.code, x.deadline, ran_for, quick, counted) {
             core::AfterExit::LeaseLapsed => {} // the loop notices and stops all
             core::AfterExit::Finish(state) => {
                 let _ = self.set_state(&x.name, state, Some(x.code)).await;
+            }
+            core::AfterExit::GiveUp { restarts } => {
+                let reason = format!(
+                    "gave up after {restarts} restart{}{} (last exit {})",
+                    if restarts == 1 { "" } else { "s" },
+                    rule.window
+                        .map(|w| format!(" in {}", humantime::format_duration(w)))
+                        .unwrap_or_default(),
+                    x.code
+                );
+                self.event(
+                    EventKind::Failed,
+                    Some(&x.name),
+                    Some(x.epoch),
+                    reason.clone(),
+                );
+                let _ = self
+                    .set_state_why(&x.name, ClaimState::Failed, Some(x.code), Some(reason))
+                    .await;
             }
             core::AfterExit::Restart { .. } if !restart => {}
             core::AfterExit::Restart { quick_exits, delay } => {
                 // Persisted before the restart (one fenced write per
                 // restart), so `ls` shows the count and the last exit code.
+                // With a back-off, the claim says until when (by this
+                // node's wall clock, for readers: `ls` shows `backoff`).
                 if let Some(o) = self.owned.get(&x.name).cloned() {
                     let mut next = o.record.clone();
                     next.restarts += 1;
                     next.exit_code = Some(x.code);
+                    next.backoff_until_ms = (!delay.is_zero()).then(|| {
+                        self.deps
+                            .clock
+                            .wall_ms()
+                            .saturating_add(u64::try_from(delay.as_millis()).unwrap_or(u64::MAX))
+                    });
                     if self.write_claim(&x.name, &o, next).await.is_err() {
                         return; // taken over, or the store is unreachable
                     }
@@ -230,6 +267,9 @@ impl Node {
                 if let Some(o) = self.owned.get_mut(&x.name) {
                     o.quick_exits = quick_exits;
                     o.restart_at = (!delay.is_zero()).then_some(after_write + delay);
+                    if rule.window.is_some() {
+                        o.restart_times.push_back(now);
+                    }
                 }
                 if !delay.is_zero() {
                     let at = after_write + delay;
@@ -431,7 +471,12 @@ impl Node {
                     OwnedAction::AdoptDigest => {
                         if let (Some(x), Some((_, digest))) = (self.owned.get_mut(&name), &manifest)
                         {
+                            // A new spec is a new run: its restarts
+                            // count from nothing.
                             x.record.digest = digest.to_string();
+                            x.record.restarts = 0;
+                            x.record.backoff_until_ms = None;
+                            x.restart_times.clear();
                         }
                     }
                     OwnedAction::SetState(state) => {

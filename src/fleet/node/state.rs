@@ -50,6 +50,9 @@ pub(super) struct Owned {
     pub(super) quick_exits: u32,
     /// A restart held back by the crash-loop back-off until then.
     pub(super) restart_at: Option<MonoTime>,
+    /// When its restarts on this node were, within its restart window
+    /// (kept only for a rule with a window).
+    pub(super) restart_times: std::collections::VecDeque<MonoTime>,
     /// The spec last read for it, with its digest (`Node::spec_for`).
     pub(super) spec: Option<(plan::Digest, Arc<Spec>)>,
 }
@@ -62,7 +65,7 @@ pub(super) struct Owned {
 #[derive(Debug, Clone)]
 pub(super) struct KnownManifest {
     pub(super) view: ManifestView,
-    pub(super) restart: RestartPolicy,
+    pub(super) restart: Restart,
 }
 
 /// What a node keeps of a claim it reads (`plan::ClaimView`), decoded.
