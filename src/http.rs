@@ -8,7 +8,7 @@
 //! | `GET /v1/sessions` | bearer | this node's view of its sessions |
 //! | `GET /v1/events?after=N&limit=M` | bearer | a JSON page of the journal |
 //! | `GET /v1/events` + `Accept: text/event-stream` | bearer | SSE, resumable with `Last-Event-ID` |
-//! | `GET /v1/sessions/{name}/logs?tail=N&follow=true` | bearer | the session's log on this node (stdout and stderr); `follow` streams new output until the session leaves this node |
+//! | `GET /v1/sessions/{name}/logs?tail=N&follow=true` | bearer | the session's log on this node (stdout and stderr); `follow` streams new output until the session's run here ends (it finished, stopped or left this node) |
 //! | `POST /v1/sessions/{name}/claim` | bearer | claim the session now (the wake path) |
 //! | `POST /v1/nudge` | bearer | look at the bucket now: a pass within 200 ms (at most one per 200 ms), re-reading the node's control object |
 //!
@@ -759,11 +759,14 @@ async fn logs(
                             ));
                         }
                     }
+                    // A run that ended here (finished, stopped, in a
+                    // back-off) ends the stream as one that left: the
+                    // client reads the claim to tell which.
                     let here = status
                         .snapshot()
                         .sessions
                         .iter()
-                        .any(|x| x.name == name.as_str());
+                        .any(|x| x.name == name.as_str() && x.running);
                     away = if here { 0 } else { away + 1 };
                     if away >= 2 {
                         return None;

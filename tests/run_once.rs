@@ -246,3 +246,85 @@ async fn jobs_that_end_as_their_node_stops_are_not_run_again() {
         assert_eq!(c.epoch.to_string(), ran[0], "{name}");
     }
 }
+
+/// Waits for `child` to exit by itself within `limit`; kills it and fails
+/// otherwise.
+#[allow(clippy::disallowed_methods)] // waiting in tests is on the real clock; nothing here is timed
+fn exits_within(
+    child: &mut std::process::Child,
+    limit: Duration,
+    what: &str,
+) -> std::process::ExitStatus {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return st;
+        }
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} did not end within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `logs -f` ends as `kubectl logs -f` does: when the run it follows has
+/// finished (saying how, on stderr), or its manifest is deleted. It hung
+/// after a job succeeded and stayed silent after `delete` (issue #38).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_follow_ends_when_the_run_ends_or_is_deleted() {
+    let env = Env::new();
+    let _n1 = node(&env, "n1");
+    let t = env.path("token");
+    let follow = |name: &str| {
+        bin()
+            .args(["logs", name, "-f", "--store", &env.url, "--token-file"])
+            .arg(&t)
+            .stdout(std::fs::File::create(env.path(&format!("{name}.out"))).unwrap())
+            .stderr(std::fs::File::create(env.path(&format!("{name}.err"))).unwrap())
+            .spawn()
+            .unwrap()
+    };
+    let store = env.store().await;
+    env.apply("job", "echo hello; sleep 1; echo bye; exit 3", "never");
+    wait_until("job running", Duration::from_secs(20), async || {
+        claim(&store, "job")
+            .await
+            .is_some_and(|c| c.state == ClaimState::Running)
+    })
+    .await;
+    let mut f = follow("job");
+    let st = exits_within(&mut f, Duration::from_secs(20), "logs -f of a finished job");
+    let out = std::fs::read_to_string(env.path("job.out")).unwrap();
+    let err = std::fs::read_to_string(env.path("job.err")).unwrap();
+    assert!(st.success(), "{err}");
+    assert!(out.contains("hello") && out.contains("bye"), "{out}");
+    assert!(err.contains("--- job failed (exit 3) ---"), "{err}");
+
+    env.apply("svc", "echo up; exec sleep 1000", "always");
+    wait_until("svc running", Duration::from_secs(20), async || {
+        claim(&store, "svc")
+            .await
+            .is_some_and(|c| c.state == ClaimState::Running)
+    })
+    .await;
+    let mut f = follow("svc");
+    wait_until("svc's log read", Duration::from_secs(20), async || {
+        std::fs::read_to_string(env.path("svc.out")).is_ok_and(|o| o.contains("up"))
+    })
+    .await;
+    let o = bin()
+        .args(["delete", "svc", "--store", &env.url])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let st = exits_within(
+        &mut f,
+        Duration::from_secs(20),
+        "logs -f of a deleted session",
+    );
+    let err = std::fs::read_to_string(env.path("svc.err")).unwrap();
+    assert!(st.success(), "{err}");
+    assert!(err.contains("--- svc was deleted ---"), "{err}");
+}

@@ -7,6 +7,12 @@
 //! once it names another owner or epoch the new owner's log is followed,
 //! after a line on stderr saying where it went. Without an owner to ask
 //! (queued, released, no address published) it fails with a clear error.
+//!
+//! `--follow` ends, as `kubectl logs -f` does when its container ends: once
+//! the run it followed has finished (`succeeded` or `failed`, with its exit
+//! code and reason on stderr), or was paused, or its manifest was deleted.
+//! A hand-over to another node (a drain, a takeover) is followed, not an
+//! end.
 
 use super::{Failure, StoreArgs, open};
 use futures::StreamExt;
@@ -27,7 +33,7 @@ pub async fn run(
     let name = Name::new(name)?;
     let token = String::from_utf8_lossy(&leasehold::http::read_token(token_file)?).into_owned();
     let store = open(store).await?;
-    let resolver = Resolver::new(store);
+    let resolver = Resolver::new(store.clone());
     let clock = SystemClock::new();
     let client = reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(2))
@@ -39,6 +45,11 @@ pub async fn run(
     let mut tail = tail;
     loop {
         let r = resolver.resolve(&name).await?;
+        // Following, and the run we read from is over: say how, and end.
+        if follow && let Some(end) = ended(&r.owner, last.as_ref(), &store, &name).await? {
+            eprintln!("--- {name} {end} ---");
+            return Ok(());
+        }
         let (node, address, epoch) = match r.owner {
             Owned::Claimed {
                 node,
@@ -148,6 +159,61 @@ pub async fn run(
         }
         last = Some((node, epoch));
     }
+}
+
+/// Whether the run `logs -f` followed (`last`: its owner and epoch) is
+/// over, and how to say so: finished (with its exit and reason), paused,
+/// or deleted. None while it runs, moves, or waits for a node.
+async fn ended(
+    owner: &Owned,
+    last: Option<&(String, u64)>,
+    store: &std::sync::Arc<dyn leasehold::store::Store>,
+    name: &Name,
+) -> Result<Option<String>, Failure> {
+    use leasehold::fleet::claim::ClaimState;
+    let Some(last) = last else {
+        return Ok(None); // nothing read yet: show what there is first
+    };
+    if let Owned::Claimed {
+        node,
+        epoch,
+        status,
+        ..
+    } = owner
+        && (node, *epoch) == (&last.0, last.1)
+    {
+        return Ok(match status {
+            ClaimState::Succeeded | ClaimState::Failed => {
+                let c = leasehold::fleet::claim::get(store, name.as_str())
+                    .await?
+                    .map(|(c, _)| c);
+                let exit = c
+                    .as_ref()
+                    .and_then(|c| c.exit_code)
+                    .map(|e| format!(" (exit {e})"))
+                    .unwrap_or_default();
+                let why = c
+                    .and_then(|c| c.reason)
+                    // Printable: a claim's reason is checked on decode.
+                    .map(|r| format!(": {r}"))
+                    .unwrap_or_default();
+                Some(format!("{}{exit}{why}", status.as_str()))
+            }
+            ClaimState::Paused => Some("paused".into()),
+            _ => None,
+        });
+    }
+    // Released or gone: a deleted manifest ends it; a hand-over does not.
+    if matches!(
+        owner,
+        Owned::Released { .. } | Owned::Unowned | Owned::NoManifest
+    ) && leasehold::fleet::manifest::get(store, name)
+        .await?
+        .is_none()
+    {
+        return Ok(Some("was deleted".into()));
+    }
+    Ok(None)
 }
 
 /// reqwest's errors name the URL; the message is redacted of userinfo and
