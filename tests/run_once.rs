@@ -328,3 +328,86 @@ async fn logs_follow_ends_when_the_run_ends_or_is_deleted() {
     assert!(st.success(), "{err}");
     assert!(err.contains("--- svc was deleted ---"), "{err}");
 }
+
+/// The operator verbs: `restart` runs a finished job once more and a
+/// running service again, each at a higher epoch (a new fencing token);
+/// `pause` stops a session and keeps it paused, `resume` runs it again.
+/// Each is one If-Match edit of the manifest; a name with no manifest is
+/// exit 7.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_pause_and_resume() {
+    let env = Env::new();
+    let _n1 = node(&env, "n1");
+    let store = env.store().await;
+    let verb = |args: &[&str]| {
+        let o = bin()
+            .args(args)
+            .args(["--store", &env.url])
+            .output()
+            .unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let state_at = |name: &'static str, state: ClaimState, epoch: u64| {
+        let store = store.clone();
+        async move {
+            wait_until(
+                &format!("{name} {state:?} at epoch {epoch}"),
+                Duration::from_secs(20),
+                async || {
+                    claim(&store, name)
+                        .await
+                        .is_some_and(|c| c.state == state && c.epoch == epoch)
+                },
+            )
+            .await
+        }
+    };
+    env.apply("job", &job(&env, "job", 0), "never");
+    state_at("job", ClaimState::Succeeded, 1).await;
+    let (code, out, err) = verb(&["restart", "job"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("restarted job"), "{out}");
+    state_at("job", ClaimState::Succeeded, 2).await;
+    assert_eq!(runs(&env, "job"), vec!["1", "2"]);
+
+    env.apply(
+        "svc",
+        &format!(
+            "echo $LEASEHOLD_EPOCH >> {}/ran.svc; exec sleep 1000",
+            env.dir()
+        ),
+        "always",
+    );
+    state_at("svc", ClaimState::Running, 1).await;
+    let (code, out, _) = verb(&["pause", "svc"]);
+    assert_eq!((code, out.trim()), (Some(0), "paused svc"));
+    state_at("svc", ClaimState::Paused, 1).await;
+    let (_, out, _) = verb(&["pause", "svc"]);
+    assert_eq!(out.trim(), "svc is already paused");
+    let (_, out, _) = verb(&["ls"]);
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("svc") && l.contains("paused")),
+        "{out}"
+    );
+    let (code, out, _) = verb(&["resume", "svc"]);
+    assert_eq!((code, out.trim()), (Some(0), "resumed svc"));
+    state_at("svc", ClaimState::Running, 2).await;
+    let (code, _, _) = verb(&["restart", "svc"]);
+    assert_eq!(code, Some(0));
+    state_at("svc", ClaimState::Running, 3).await;
+    wait_until("svc's third run", Duration::from_secs(20), async || {
+        runs(&env, "svc").len() == 3
+    })
+    .await;
+    assert_eq!(runs(&env, "svc"), vec!["1", "2", "3"]);
+    for v in ["pause", "resume", "restart"] {
+        let (code, _, err) = verb(&[v, "ghost"]);
+        assert_eq!(code, Some(7), "{v}: {err}");
+        assert!(err.contains("manifests/ghost"), "{v}: {err}");
+    }
+}

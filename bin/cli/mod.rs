@@ -236,6 +236,38 @@ enum Command {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
+    /// Pause a session: its owner stops it and keeps its claim (`paused`);
+    /// no node starts it until `resume`. Exit 7 if there is no manifest.
+    Pause {
+        name: String,
+        #[command(flatten)]
+        store: StoreArgs,
+        /// The fleet's bearer token: nudges the session's owner, so it acts
+        /// at once.
+        #[arg(long, env = "LEASEHOLD_TOKEN_FILE")]
+        token_file: Option<std::path::PathBuf>,
+    },
+    /// Resume a paused session. Exit 7 if there is no manifest.
+    Resume {
+        name: String,
+        #[command(flatten)]
+        store: StoreArgs,
+        /// As for `pause`.
+        #[arg(long, env = "LEASEHOLD_TOKEN_FILE")]
+        token_file: Option<std::path::PathBuf>,
+    },
+    /// Run a session again: a running one is stopped and started, a
+    /// finished one (succeeded, failed) runs once more; either way at a
+    /// higher epoch (a new fencing token). Stamps the spec's `restarted_at`,
+    /// as `kubectl rollout restart` does. Exit 7 if there is no manifest.
+    Restart {
+        name: String,
+        #[command(flatten)]
+        store: StoreArgs,
+        /// As for `pause`.
+        #[arg(long, env = "LEASEHOLD_TOKEN_FILE")]
+        token_file: Option<std::path::PathBuf>,
+    },
     /// Delete a manifest; its owner stops the session and releases the claim.
     /// Exit 7 if there is none (0 with --ignore-not-found).
     Delete {
@@ -1097,6 +1129,21 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             );
             Ok(())
         }
+        Command::Pause {
+            name,
+            store,
+            token_file,
+        } => edit_verb(&name, &store, token_file.as_deref(), Verb::Pause).await,
+        Command::Resume {
+            name,
+            store,
+            token_file,
+        } => edit_verb(&name, &store, token_file.as_deref(), Verb::Resume).await,
+        Command::Restart {
+            name,
+            store,
+            token_file,
+        } => edit_verb(&name, &store, token_file.as_deref(), Verb::Restart).await,
         Command::Delete {
             name,
             store,
@@ -1131,6 +1178,69 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             }
         }
     }
+}
+
+/// The operator verbs that edit a manifest's spec.
+#[derive(Clone, Copy)]
+enum Verb {
+    Pause,
+    Resume,
+    Restart,
+}
+
+/// `pause`, `resume` and `restart`: one If-Match edit of the manifest
+/// (`manifest::edit`), then a nudge of the owner when a token is given.
+async fn edit_verb(
+    name: &str,
+    store: &StoreArgs,
+    token_file: Option<&std::path::Path>,
+    verb: Verb,
+) -> Result<(), Failure> {
+    use leasehold::fleet::manifest::{Edited, edit};
+    let name = Name::new(name.to_string())?;
+    let store = open(store).await?;
+    let entropy = leasehold::clock::OsEntropy::new();
+    // Stamped once, so every retry of the edit writes the same spec.
+    let wall_ms = leasehold::clock::SystemClock::new().wall_ms();
+    let stamp =
+        humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + Duration::from_millis(wall_ms))
+            .to_string();
+    let edited = edit(&store, &entropy, &name, |spec| match verb {
+        Verb::Pause => !std::mem::replace(&mut spec.paused, true),
+        Verb::Resume => std::mem::replace(&mut spec.paused, false),
+        Verb::Restart => {
+            spec.restarted_at = Some(stamp.clone());
+            true
+        }
+    })
+    .await?;
+    let (done, already) = match verb {
+        Verb::Pause => ("paused", "is already paused"),
+        Verb::Resume => ("resumed", "is not paused"),
+        Verb::Restart => ("restarted", ""),
+    };
+    match edited {
+        Edited::Unchanged => println!("{name} {already}"),
+        Edited::Changed(_) => {
+            let owner = leasehold::fleet::claim::get(&store, name.as_str())
+                .await
+                .ok()
+                .flatten()
+                .map(|(c, _)| c.owner.node)
+                .filter(|n| {
+                    n != leasehold::fleet::claim::QUEUED && n != leasehold::fleet::claim::VANISHED
+                });
+            let nudged = match owner {
+                Some(o) => nudge_nodes(&store, token_file, &[o]).await,
+                None => 0,
+            };
+            println!(
+                "{done} {name}{}",
+                if nudged > 0 { " (owner nudged)" } else { "" }
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Estimates the store's clock offset from ours: write a scratch object,

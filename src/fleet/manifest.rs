@@ -302,6 +302,11 @@ pub struct Spec {
     /// the node. Default: the node's working directory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workdir: Option<String>,
+    /// Set by `leasehold restart` (when, by the operator's wall clock, as
+    /// `kubectl rollout restart` stamps its template): a changed value is a
+    /// changed spec, so the session runs again, at a higher epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restarted_at: Option<String>,
 }
 
 fn label_ok(s: &str) -> bool {
@@ -327,6 +332,7 @@ impl Spec {
             user: None,
             group: None,
             workdir: None,
+            restarted_at: None,
         }
     }
 
@@ -411,6 +417,11 @@ impl Spec {
                     "a name of 1-32 of [a-z_][a-z0-9_-]* (a trailing $ allowed), or a numeric id below 2^31",
                 ));
             }
+        }
+        if let Some(r) = &self.restarted_at
+            && !crate::record::printable(r, 64)
+        {
+            return Err(bad("restarted_at", "1-64 printable characters"));
         }
         if let Some(w) = &self.workdir {
             if !w.starts_with('/') {
@@ -591,6 +602,45 @@ pub async fn apply(
         }
         Put::Rejected(None) => Err(Error::NotFound { key }),
     }
+}
+
+/// What [`edit`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Edited {
+    /// The spec changed: written at this version.
+    Changed(Version),
+    /// The edit asked for nothing new: nothing written.
+    Unchanged,
+}
+
+/// Changes manifest `name`'s spec with `change` (which answers whether it
+/// changed anything): read, changed, written back with If-Match. A write
+/// that loses to a concurrent one reads and tries again (up to 5 times),
+/// so an operator's verb never overwrites a change it did not see. The
+/// operator verbs `pause`, `resume` and `restart` are this.
+pub async fn edit(
+    store: &Arc<dyn Store>,
+    entropy: &dyn Entropy,
+    name: &Name,
+    change: impl Fn(&mut Spec) -> bool,
+) -> Result<Edited> {
+    for _ in 0..5 {
+        let Some((m, version)) = get(store, name).await? else {
+            return Err(Error::NotFound { key: key(name) });
+        };
+        let mut spec = m.spec;
+        if !change(&mut spec) {
+            return Ok(Edited::Unchanged);
+        }
+        match apply(store, entropy, name, &spec, Some(&version)).await {
+            Ok(Applied::Replaced(v) | Applied::Created(v) | Applied::Unchanged(v)) => {
+                return Ok(Edited::Changed(v));
+            }
+            Err(Error::Conflict { .. }) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(Error::Conflict { key: key(name) })
 }
 
 /// Reads manifest `name`.

@@ -472,8 +472,15 @@ impl Node {
                         if let (Some(x), Some((_, digest))) = (self.owned.get_mut(&name), &manifest)
                         {
                             // A new spec is a new run: its restarts
-                            // count from nothing.
+                            // count from nothing, and it runs under a
+                            // fencing token no earlier run had (the claim's
+                            // epoch + 1, written with the state below, by
+                            // If-Match on the version we hold). At the
+                            // highest epoch it keeps its own.
                             x.record.digest = digest.to_string();
+                            if let Some(e) = crate::record::next_epoch(x.record.epoch) {
+                                x.record.epoch = e;
+                            }
                             x.record.restarts = 0;
                             x.record.backoff_until_ms = None;
                             x.restart_times.clear();
