@@ -56,9 +56,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// Who owns a session, as its claim says.
+/// Who owns a session, as its claim says. More cases may come (a
+/// sleeping session): match with a wildcard arm.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(tag = "state", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Owned {
     /// A claim names an owner (its liveness is not checked by `resolve`).
     Claimed {
@@ -90,6 +92,7 @@ pub struct Resolution {
 /// What `wake` found.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum WakeOutcome {
     /// The owner answered at its address. `status` is the claim's: a
     /// succeeded, failed or paused session has a reachable owner and

@@ -71,11 +71,13 @@ pub async fn resolve(
                         Owned::NoManifest => "no such session: no claim, no manifest".into(),
                         Owned::Claimed { node, status, .. } =>
                             format!("{} on {node}", status.as_str()),
+                        other => format!("{other:?}"),
                     }
                 ),
                 WakeOutcome::ClaimedHere { node, epoch } => {
                     println!("{name}: claimed on {node}, epoch {epoch}")
                 }
+                other => println!("{name}: {other:?}"),
             }
         }
         // Exit 0 as without --wake, "a live owner runs it", and here
@@ -127,6 +129,7 @@ pub async fn resolve(
             Owned::Released { epoch } => println!("{name}: released (epoch {epoch}); queued"),
             Owned::Unowned => println!("{name}: queued (no claim yet)"),
             Owned::NoManifest => println!("{name}: no such session (no claim, no manifest)"),
+            other => println!("{name}: {other:?}"),
         }
     }
     // Exit 0 means "a live owner runs it": a failed, succeeded or paused

@@ -63,9 +63,11 @@ impl ClaimState {
     }
 }
 
-/// The status vocabulary shown to users.
+/// The status vocabulary shown to users. It grows (`backoff` came with
+/// restart rules): match with a wildcard arm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum Status {
     /// No live claim.
     Queued,

@@ -6,7 +6,8 @@
 //! walking its claims. At 100,000 sessions one pass holds a worker for
 //! hundreds of milliseconds, and ten nodes in one process held both of this
 //! machine's workers for seconds: a renewal started 5.8 s after it was due
-//! and the node lost its lease (docs/evidence.md, session 16). A renewal that
+//! and the node lost its lease (measured 2026-12-03; git history of
+//! docs/evidence.md). A renewal that
 //! waits behind the pull loop is a lease lost for no fault of the bucket, so
 //! the renew task runs on a current-thread runtime of its own
 //! ([`NodeDeps::renew_on`](super::node::NodeDeps::renew_on)). There it never

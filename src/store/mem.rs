@@ -6,7 +6,7 @@
 //! by copying them all and filtering. The change feed reads from a cursor
 //! every pass, so each node paid for every hint in the bucket on every pass:
 //! at 100,000 sessions that copy was 17% of all CPU while a fleet was being
-//! placed (docs/evidence.md, session 17). Here a listing reads the map in
+//! placed (measured 2026-12-03; git history of docs/evidence.md). Here a listing reads the map in
 //! pages of [`PAGE`] keys from where the last page ended, as S3 pages do: a
 //! cursor costs what follows it, and a full listing holds one page at a time.
 //!

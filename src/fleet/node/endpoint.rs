@@ -7,6 +7,7 @@ use super::*;
 /// What a node answered when asked to claim a session now.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(tag = "claim", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ClaimAnswer {
     /// This node now holds the claim at `epoch` and has started the session.
     Claimed {
