@@ -94,6 +94,30 @@ impl HostLock {
         ));
         let mut f = crate::store::local::open_lock_file(&path)
             .map_err(|e| Error::invalid("host lock", format!("{}: {e}", path.display())))?;
+        // Only a lock file of our own user proves anything. The directory is
+        // shared, and a file another user made (a session running as
+        // `nobody` can write here) is one that user may unlink while we
+        // hold it: the next instance would then lock a fresh file and take
+        // over at once beside us.
+        {
+            use std::os::unix::fs::MetadataExt;
+            let owner = f
+                .metadata()
+                .map_err(|e| Error::Internal(format!("stat {}: {e}", path.display())))?
+                .uid();
+            // SAFETY: geteuid cannot fail.
+            let me = unsafe { libc::geteuid() };
+            if owner != me {
+                return Err(Error::invalid(
+                    "host lock",
+                    format!(
+                        "{} belongs to uid {owner}, not to this node's uid {me}: another user \
+                         (or a session) made it; remove it if no node of this id runs here",
+                        path.display()
+                    ),
+                ));
+            }
+        }
         match f.try_lock() {
             Ok(()) => {}
             Err(std::fs::TryLockError::WouldBlock) => {

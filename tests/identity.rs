@@ -297,3 +297,47 @@ fn bad_users_and_workdirs_are_refused_up_front() {
         assert!(log.contains("--allow-root-sessions"), "{log}");
     }
 }
+
+/// A session (running as nobody) can write in the shared host-lock
+/// directory. A lock file it made is one it may unlink while a node holds
+/// it, so a node refuses a lock file that is not its own user's, rather
+/// than trusting it as proof that no other instance runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_file_a_session_made_is_refused() {
+    if !root_here() {
+        return;
+    }
+    let env = Env::new();
+    // n7 runs once, to learn its lock file's name, and stops.
+    let mut n7 = env.node("n7", &[]);
+    let s = env.store().await;
+    wait_until("n7 registered", Duration::from_secs(20), async || {
+        node_record(&s, "n7").await.is_some()
+    })
+    .await;
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(n7.child.id() as i32, libc::SIGTERM) };
+    n7.child.wait().unwrap();
+    let lock = std::fs::read_dir(env.path("locks"))
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with("n7-"))
+        .expect("n7's lock file");
+    std::fs::remove_file(&lock).unwrap();
+    // A session of n1 (as nobody) makes n7's lock file.
+    let _n1 = env.node("n1", &[]);
+    env.apply(
+        "squatter",
+        &format!("touch {}; exec sleep 1000", lock.display()),
+        "never",
+    );
+    wait_until("the squatter's file", Duration::from_secs(20), async || {
+        lock.exists()
+    })
+    .await;
+    let mut again = env.node("n7", &[]);
+    let st = again.child.wait().unwrap();
+    let log = log_of(&again);
+    assert_eq!(st.code(), Some(2), "{log}");
+    assert!(log.contains("belongs to uid 65534"), "{log}");
+}

@@ -411,3 +411,110 @@ async fn restart_pause_and_resume() {
         assert!(err.contains("manifests/ghost"), "{v}: {err}");
     }
 }
+
+/// A spec's `stop_signal` and `stop_grace`: the session is asked to stop
+/// with its own signal, and given its own time to finish (here 10 s where
+/// the node's default, 500 ms in these tests, would kill it mid-cleanup).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spec_chooses_its_stop_signal_and_grace() {
+    let env = Env::new();
+    let _n1 = node(&env, "n1");
+    let store = env.store().await;
+    let d = env.dir();
+    // Reports which signal came, then takes 1.5 s to clean up.
+    let polite = |name: &str| {
+        format!(
+            "trap 'echo int > {d}/{name}.sig; sleep 1.5; echo clean > {d}/{name}.end; exit 0' INT; \
+             trap 'echo term > {d}/{name}.sig; sleep 1.5; echo clean > {d}/{name}.end; exit 0' TERM; \
+             echo up > {d}/{name}.up; while true; do sleep 0.05; done"
+        )
+    };
+    env.apply_spec(
+        "own",
+        serde_json::json!({"command": "sh", "args": ["-c", polite("own")], "restart": "always",
+                           "stop_signal": "SIGINT", "stop_grace": "10s"}),
+    );
+    env.apply_spec(
+        "plain",
+        serde_json::json!({"command": "sh", "args": ["-c", polite("plain")], "restart": "always"}),
+    );
+    wait_until("both up", Duration::from_secs(20), async || {
+        env.path("own.up").exists() && env.path("plain.up").exists()
+    })
+    .await;
+    for name in ["own", "plain"] {
+        let o = bin()
+            .args(["delete", name, "--store", &env.url])
+            .output()
+            .unwrap();
+        assert!(o.status.success());
+    }
+    wait_until("both released", Duration::from_secs(20), async || {
+        let mut all = true;
+        for name in ["own", "plain"] {
+            all &= claim(&store, name)
+                .await
+                .is_some_and(|c| c.state == ClaimState::Released);
+        }
+        all
+    })
+    .await;
+    let read = |f: &str| {
+        std::fs::read_to_string(env.path(f))
+            .unwrap_or_default()
+            .trim()
+            .to_string()
+    };
+    assert_eq!(read("own.sig"), "int");
+    assert_eq!(read("own.end"), "clean", "its own grace let it finish");
+    assert_eq!(read("plain.sig"), "term");
+    assert_eq!(read("plain.end"), "", "the node's 500 ms grace did not");
+}
+
+/// A finished job stays with the node that ran it through a drain (not
+/// released, so not run again), and a changed manifest still finds it: the
+/// drained node hands it over, and it runs once more elsewhere at epoch 2.
+/// (Forgotten by the drained node, it waited for that node's end: peers
+/// take nothing from a live owner. A reviewer's finding, 2026-12-06.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_job_restarted_after_a_drain_runs_elsewhere() {
+    let env = Env::new();
+    let _n1 = finished_on_n1(&env).await;
+    let _n2 = node(&env, "n2");
+    let store = env.store().await;
+    wait_until("n2 registered", Duration::from_secs(10), async || {
+        node_record(&store, "n2").await.is_some()
+    })
+    .await;
+    let o = bin()
+        .args([
+            "node",
+            "drain",
+            "n1",
+            "--store",
+            &env.url,
+            "--timeout",
+            "30s",
+        ])
+        .arg("--token-file")
+        .arg(env.path("token"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = bin()
+        .args(["restart", "once-ok", "--store", &env.url])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    wait_until(
+        "once-ok ran again on n2",
+        Duration::from_secs(20),
+        async || {
+            claim(&store, "once-ok").await.is_some_and(|c| {
+                c.state == ClaimState::Succeeded && c.epoch == 2 && c.owner.node == "n2"
+            })
+        },
+    )
+    .await;
+    assert_eq!(runs(&env, "once-ok"), vec!["1", "2"]);
+}

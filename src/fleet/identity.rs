@@ -148,6 +148,11 @@ fn lookup_group(group: &str) -> Result<u32, String> {
     group_by_name(&c).ok_or_else(|| format!("group {group} does not exist"))
 }
 
+/// Group root is as good as root on most hosts (root-group-writable files,
+/// devices): the same rule as the user.
+const ROOT_GROUP: &str =
+    "sessions run in group root only on a node started with --allow-root-sessions";
+
 /// The nogroup id, for a numeric user with no passwd entry and no group.
 const NOGROUP: u32 = 65534;
 
@@ -166,6 +171,9 @@ pub fn resolve(
     let Some(requested) = requested else {
         if let Some(g) = group {
             let gid = lookup_group(g)?;
+            if gid == 0 && gid != node_gid && !policy.allow_root {
+                return Err(ROOT_GROUP.into());
+            }
             if node_uid != 0 && gid != node_gid {
                 return Err(format!(
                     "this node runs as uid {node_uid} and cannot run sessions in group {g}"
@@ -189,6 +197,9 @@ pub fn resolve(
         return Err(
             "sessions run as root only on a node started with --allow-root-sessions".into(),
         );
+    }
+    if gid == 0 && !policy.allow_root {
+        return Err(ROOT_GROUP.into());
     }
     if node_uid != 0 {
         if uid == node_uid && gid == node_gid {
@@ -268,6 +279,12 @@ mod tests {
         // The node's default of root needs the flag too.
         assert!(root(&policy(Some("root"), false), None, None).is_err());
         // A user or group that does not exist is the reason.
+        // Group root, named or by id, is root's rule too.
+        for g in ["root", "0"] {
+            let e = root(&policy(Some("nobody"), false), None, Some(g)).unwrap_err();
+            assert!(e.contains("group root"), "{e}");
+            assert!(root(&policy(Some("nobody"), true), None, Some(g)).is_ok());
+        }
         let e = root(&policy(None, false), Some("no-such-user-here"), None).unwrap_err();
         assert_eq!(e, "user no-such-user-here does not exist");
         let e = root(&policy(None, false), Some("nobody"), Some("no-such-group")).unwrap_err();

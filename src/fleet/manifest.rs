@@ -302,11 +302,39 @@ pub struct Spec {
     /// the node. Default: the node's working directory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workdir: Option<String>,
+    /// The signal that asks the session to stop (`SIGTERM` by default; also
+    /// `SIGINT`, `SIGQUIT`, `SIGHUP`, `SIGUSR1`, `SIGUSR2`, with or without
+    /// the `SIG` prefix), sent to every process of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_signal: Option<String>,
+    /// How long after the stop signal the session is killed (at most 1 h;
+    /// default: the node's `--stop-grace`). The lease's deadline binds
+    /// before it: a session never outlives the lease that admitted it.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "opt_duration"
+    )]
+    pub stop_grace: Option<std::time::Duration>,
     /// Set by `leasehold restart` (when, by the operator's wall clock, as
     /// `kubectl rollout restart` stamps its template): a changed value is a
     /// changed spec, so the session runs again, at a higher epoch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restarted_at: Option<String>,
+}
+
+/// The number of a stop signal a spec may name (`SIGTERM` or `TERM`, ...).
+/// SIGKILL and SIGSTOP are not stop requests, and anything else is refused.
+pub fn stop_signal_number(name: &str) -> Option<i32> {
+    Some(match name.strip_prefix("SIG").unwrap_or(name) {
+        "TERM" => libc::SIGTERM,
+        "INT" => libc::SIGINT,
+        "QUIT" => libc::SIGQUIT,
+        "HUP" => libc::SIGHUP,
+        "USR1" => libc::SIGUSR1,
+        "USR2" => libc::SIGUSR2,
+        _ => return None,
+    })
 }
 
 fn label_ok(s: &str) -> bool {
@@ -332,6 +360,8 @@ impl Spec {
             user: None,
             group: None,
             workdir: None,
+            stop_signal: None,
+            stop_grace: None,
             restarted_at: None,
         }
     }
@@ -417,6 +447,19 @@ impl Spec {
                     "a name of 1-32 of [a-z_][a-z0-9_-]* (a trailing $ allowed), or a numeric id below 2^31",
                 ));
             }
+        }
+        if let Some(sig) = &self.stop_signal
+            && stop_signal_number(sig).is_none()
+        {
+            return Err(bad(
+                "stop_signal",
+                "one of SIGTERM, SIGINT, SIGQUIT, SIGHUP, SIGUSR1, SIGUSR2 (the SIG prefix is optional)",
+            ));
+        }
+        if let Some(g) = self.stop_grace
+            && g > std::time::Duration::from_secs(3600)
+        {
+            return Err(bad("stop_grace", "at most 1h"));
         }
         if let Some(r) = &self.restarted_at
             && !crate::record::printable(r, 64)
@@ -740,6 +783,13 @@ mod tests {
                 "spec.restart",
             ),
             (r#"{"command":"x","restart":7}"#, "spec.restart"),
+            (
+                r#"{"command":"x","stop_signal":"SIGKILL"}"#,
+                "spec.stop_signal",
+            ),
+            (r#"{"command":"x","stop_signal":"9"}"#, "spec.stop_signal"),
+            (r#"{"command":"x","stop_grace":"2h"}"#, "spec.stop_grace"),
+            (r#"{"command":"x","stop_grace":"soon"}"#, "spec.stop_grace"),
             (
                 r#"{"command":"x","comand":"typo"}"#,
                 "unknown field `comand`",

@@ -94,6 +94,9 @@ pub trait Runner: Send + Sync + Debug {
 pub struct RecordingRunner {
     clock: Arc<dyn Clock>,
     state: Mutex<RecState>,
+    /// With [`with_exit_wakeups`](Self::with_exit_wakeups): `exit` wakes
+    /// the node (`Runner::exited`), as the exec runner does.
+    wake: Option<tokio::sync::Notify>,
 }
 
 #[cfg(any(test, feature = "testkit"))]
@@ -118,7 +121,16 @@ impl RecordingRunner {
         RecordingRunner {
             clock,
             state: Mutex::new(RecState::default()),
+            wake: None,
         }
+    }
+
+    /// `exit` wakes the node at once, as the exec runner's exits do; by
+    /// default the node takes exits at its next pass (the simulations'
+    /// histories depend on that).
+    pub fn with_exit_wakeups(mut self) -> Self {
+        self.wake = Some(tokio::sync::Notify::new());
+        self
     }
 
     /// Makes session `name` exit with `code` at the next check.
@@ -128,6 +140,9 @@ impl RecordingRunner {
             .unwrap()
             .pending_exit
             .insert(name.to_string(), code);
+        if let Some(w) = &self.wake {
+            w.notify_one();
+        }
     }
 
     /// Every run so far, including the ones still going (ended = now):
@@ -240,6 +255,13 @@ impl Runner for RecordingRunner {
         std::mem::take(&mut st.exits)
     }
 
+    async fn exited(&self) {
+        match &self.wake {
+            Some(w) => w.notified().await,
+            None => std::future::pending::<()>().await,
+        }
+    }
+
     fn running(&self) -> Vec<(String, u64)> {
         let now = self.clock.now();
         let mut st = self.state.lock().unwrap();
@@ -338,12 +360,21 @@ struct Shared {
     /// Notified after each push to `exits`: a permit is kept when nobody
     /// waits, so no exit's wake-up is lost between two waits.
     exited: tokio::sync::Notify,
+    /// The control pipes of sessions being stopped (`stop`), by name.
+    stopping: Mutex<HashMap<String, ChildStdin>>,
+    /// Sessions the monitor has taken out of `children` and not yet
+    /// reported in `exits` (it reads the watchdog's report and contains
+    /// what is left first): a `stop` meanwhile waits for the report rather
+    /// than finding nothing, so an end is never lost between the two.
+    exiting: Mutex<HashSet<String>>,
     closed: AtomicBool,
 }
 
 #[derive(Debug)]
 struct Proc {
     epoch: u64,
+    /// Its stop grace (the spec's, else the runner's).
+    grace: Duration,
     child: Child,
     stdin: Option<ChildStdin>,
     pgid: i32,
@@ -578,6 +609,7 @@ fn monitor(shared: std::sync::Weak<Shared>, woken: std::sync::mpsc::Receiver<()>
             }
             for name in exited {
                 let p = children.remove(&name).expect("present");
+                shared.exiting.lock().unwrap().insert(name.clone());
                 watchdogs().lock().unwrap().remove(&(p.child.id() as i32));
                 done.push((name, p));
             }
@@ -590,6 +622,7 @@ fn monitor(shared: std::sync::Weak<Shared>, woken: std::sync::mpsc::Receiver<()>
                 tracing::warn!(session = %name, "the session's watchdog died; its processes were killed");
             }
             let (reason, code) = report.unwrap_or(("watchdog-lost".into(), 137));
+            let p_name = name.clone();
             shared.exits.lock().unwrap().push(Exit {
                 name,
                 epoch: p.epoch,
@@ -597,6 +630,7 @@ fn monitor(shared: std::sync::Weak<Shared>, woken: std::sync::mpsc::Receiver<()>
                 deadline: reason == "deadline",
                 watchdog_lost: lost,
             });
+            shared.exiting.lock().unwrap().remove(&p_name);
             shared.exited.notify_one();
         }
         sweep_orphans();
@@ -651,6 +685,8 @@ impl Runner for ExecRunner {
                 }
             }
         }
+        // The spec's own stop grace, else the node's.
+        let grace = s.spec.stop_grace.unwrap_or(self.grace);
         let n = self.runs.fetch_add(1, Ordering::Relaxed);
         let cgroup = match &self.cgroups {
             Some(root) => Some(
@@ -662,7 +698,7 @@ impl Runner for ExecRunner {
             None => None,
         };
         let args = super::watchdog::Args {
-            grace_ms: u64::try_from(self.grace.as_millis()).unwrap_or(u64::MAX),
+            grace_ms: u64::try_from(grace.as_millis()).unwrap_or(u64::MAX),
             deadline_ns: self.absolute(s.deadline),
             cgroup: cgroup.as_ref().map(|c| c.path().to_path_buf()),
             log: self.log_path(&s.name),
@@ -670,6 +706,11 @@ impl Runner for ExecRunner {
             uid: run_as.as_ref().map(|r| r.uid),
             gid: run_as.as_ref().map(|r| r.gid),
             workdir: s.spec.workdir.as_ref().map(PathBuf::from),
+            stop_signal: s
+                .spec
+                .stop_signal
+                .as_deref()
+                .and_then(super::manifest::stop_signal_number),
             program: self.launcher.first().unwrap_or(&s.spec.command).clone(),
             args: self
                 .launcher
@@ -773,6 +814,7 @@ impl Runner for ExecRunner {
             s.name,
             Proc {
                 epoch: s.epoch,
+                grace,
                 child,
                 stdin,
                 pgid,
@@ -787,6 +829,12 @@ impl Runner for ExecRunner {
 
     fn announce(&self, deadline: MonoTime) {
         let abs = self.absolute(deadline);
+        // A session being stopped hears it too; a write that fails means
+        // its watchdog is gone or not reading, which its stop's limit
+        // handles.
+        for stdin in self.shared.stopping.lock().unwrap().values_mut() {
+            let _ = writeln!(stdin, "deadline {abs}").and_then(|_| stdin.flush());
+        }
         let mut children = self.shared.children.lock().unwrap();
         for p in children.values_mut() {
             if let Some(stdin) = p.stdin.as_mut() {
@@ -808,13 +856,33 @@ impl Runner for ExecRunner {
 
     async fn stop(&self, name: &str) -> Option<Exit> {
         let proc = self.shared.children.lock().unwrap().remove(name);
-        let mut p = proc?;
+        let Some(mut p) = proc else {
+            // The monitor may be reporting its end right now: wait for the
+            // report to reach `exits` (it reads the watchdog's last line
+            // and contains the rest: at most a few seconds), so a caller
+            // that takes the exits next finds it there.
+            let limit = self.clock.now() + Duration::from_secs(5);
+            while self.shared.exiting.lock().unwrap().contains(name) && self.clock.now() < limit {
+                self.clock.sleep(Duration::from_millis(5)).await;
+            }
+            return None;
+        };
         if let Some(stdin) = p.stdin.as_mut()
             && writeln!(stdin, "stop").and_then(|_| stdin.flush()).is_err()
         {
             let _ = p.child.kill(); // not reading: the limit below is moot
         }
-        let limit = self.clock.now() + self.grace + Duration::from_secs(1);
+        // It goes on hearing the lease's deadlines while it stops (`announce`):
+        // its grace is cut by the lease, not by the last deadline it heard
+        // before the stop (under a second at a ttl of 1 s).
+        if let Some(stdin) = p.stdin.take() {
+            self.shared
+                .stopping
+                .lock()
+                .unwrap()
+                .insert(name.to_string(), stdin);
+        }
+        let limit = self.clock.now() + p.grace + Duration::from_secs(1);
         loop {
             if let Ok(Some(_)) = p.child.try_wait() {
                 break;
@@ -828,6 +896,7 @@ impl Runner for ExecRunner {
             }
             self.clock.sleep(Duration::from_millis(10)).await;
         }
+        self.shared.stopping.lock().unwrap().remove(name);
         watchdogs().lock().unwrap().remove(&(p.child.id() as i32));
         p.contain();
         // `exited`: the session's first process ended before the watchdog
@@ -872,5 +941,6 @@ impl Drop for ExecRunner {
         for p in self.shared.children.lock().unwrap().values_mut() {
             p.stdin = None;
         }
+        self.shared.stopping.lock().unwrap().clear();
     }
 }

@@ -75,6 +75,8 @@ pub struct Args {
     pub gid: Option<u32>,
     /// The session's working directory.
     pub workdir: Option<PathBuf>,
+    /// The signal `stop` sends (SIGTERM when not given).
+    pub stop_signal: Option<i32>,
     pub program: String,
     pub args: Vec<String>,
 }
@@ -101,6 +103,9 @@ impl Args {
         if let Some(w) = &self.workdir {
             v.extend(["--workdir".into(), w.display().to_string()]);
         }
+        if let Some(sig) = self.stop_signal {
+            v.extend(["--stop-signal".into(), sig.to_string()]);
+        }
         v.push("--".into());
         v.push(self.program.clone());
         v.extend(self.args.iter().cloned());
@@ -117,6 +122,7 @@ impl Args {
             uid: None,
             gid: None,
             workdir: None,
+            stop_signal: None,
             program: String::new(),
             args: Vec::new(),
         };
@@ -144,6 +150,17 @@ impl Args {
                 "--uid" => a.uid = Some(id(it.next(), arg)?),
                 "--gid" => a.gid = Some(id(it.next(), arg)?),
                 "--workdir" => a.workdir = it.next().map(PathBuf::from),
+                "--stop-signal" => {
+                    let n = num(it.next(), arg)?;
+                    a.stop_signal = Some(
+                        i32::try_from(n)
+                            .ok()
+                            .filter(|n| {
+                                (1..=64).contains(n) && *n != libc::SIGKILL && *n != libc::SIGSTOP
+                            })
+                            .ok_or("--stop-signal needs a signal number")?,
+                    );
+                }
                 "--" => {
                     a.program = it.next().ok_or("no program after --")?.clone();
                     a.args = it.cloned().collect();
@@ -153,7 +170,7 @@ impl Args {
             }
         }
         if !deadline || a.program.is_empty() || a.uid.is_some() != a.gid.is_some() {
-            return Err("usage: leasehold __watchdog --grace-ms N --deadline-ns N [--cgroup DIR] [--log FILE --log-max BYTES] [--uid N --gid N] [--workdir DIR] -- PROGRAM [ARGS...]".into());
+            return Err("usage: leasehold __watchdog --grace-ms N --deadline-ns N [--cgroup DIR] [--log FILE --log-max BYTES] [--uid N --gid N] [--workdir DIR] [--stop-signal N] -- PROGRAM [ARGS...]".into());
         }
         Ok(a)
     }
@@ -244,11 +261,16 @@ impl Session {
         }
     }
 
-    fn terminate(&self) {
+    fn terminate(&self, signal: i32) {
         // SAFETY: plain syscalls on our own descendants.
-        unsafe { libc::kill(-self.pgid, libc::SIGTERM) };
+        unsafe { libc::kill(-self.pgid, signal) };
+        // And whatever left the group (a `setsid` child): once each. A
+        // process of the group asked twice would run its handler twice (a
+        // shell's trap does).
         for p in contain::descendants(self.me, &contain::scan()) {
-            unsafe { libc::kill(p.pid, libc::SIGTERM) };
+            if p.pgid != self.pgid {
+                unsafe { libc::kill(p.pid, signal) };
+            }
         }
     }
 }
@@ -470,20 +492,31 @@ pub fn main(argv: &[String]) -> ExitCode {
         match rx.recv_timeout(wait) {
             Ok(Msg::Deadline(d)) => deadline = d,
             Ok(Msg::Stop) => {
-                s.terminate();
+                s.terminate(a.stop_signal.unwrap_or(libc::SIGTERM));
                 // Saturating: a library caller's grace may be any length (the
                 // CLI caps it), and the lease deadline bounds the wait anyway.
                 let until = monotonic_ns().saturating_add(a.grace_ms.saturating_mul(1_000_000));
                 loop {
                     s.reap();
-                    // The lease deadline still binds during a graceful stop.
+                    // The lease deadline still binds during a graceful stop,
+                    // as the node goes on announcing it: a grace longer
+                    // than one renewal's validity is cut only if the lease
+                    // is (it read no announcement here, so every grace
+                    // ended at the validity announced before the stop).
                     let now = monotonic_ns();
                     if s.leader_status.is_some() || now >= until || now >= deadline {
                         s.contain();
                         let code = s.leader_status.map_or(137, contain::code_of_status);
                         return finish("stopped", code);
                     }
-                    std::thread::sleep(Duration::from_millis(10));
+                    match rx.recv_timeout(Duration::from_millis(10)) {
+                        Ok(Msg::Deadline(d)) => deadline = d,
+                        Ok(Msg::Gone) | Err(mpsc::RecvTimeoutError::Disconnected) => {
+                            s.contain();
+                            return finish("node-gone", 137);
+                        }
+                        Ok(Msg::Stop | Msg::Exited) | Err(mpsc::RecvTimeoutError::Timeout) => {}
+                    }
                 }
             }
             Ok(Msg::Exited) => {} // reaped at the top of the loop
@@ -511,6 +544,7 @@ mod tests {
             uid: Some(65534),
             gid: Some(65534),
             workdir: Some("/srv/web".into()),
+            stop_signal: Some(libc::SIGINT),
             program: "sh".into(),
             args: vec!["-c".into(), "--grace-ms".into()],
         };

@@ -116,12 +116,19 @@ impl Node {
             changed = true;
         }
         self.draining = drain;
-        if drain && !self.owned.is_empty() {
+        // A finished session stays with a draining node (see
+        // `release_claims`): only the others are handed over.
+        let to_hand = self
+            .owned
+            .values()
+            .filter(|o| o.running || !o.record.state.is_terminal())
+            .count();
+        if drain && to_hand > 0 {
             self.event(
                 EventKind::Draining,
                 None,
                 None,
-                format!("handing {} sessions over", self.owned.len()),
+                format!("handing {to_hand} sessions over"),
             );
             let ended = self.stop_all("node drained").await;
             self.finish_exits(ended).await;
@@ -138,18 +145,24 @@ impl Node {
     /// left looking owned by a live node that will not run it.
     ///
     /// A finished run-to-completion session (succeeded, failed) is not
-    /// released: its terminal claim stays as it is, and it is only
-    /// forgotten here. A released claim is claimable by anyone, so releasing
-    /// it ran a finished job again on the next node (DESIGN.md, "Session
-    /// lifecycle": a terminal state survives every release). Its claim
-    /// then names an owner that no longer holds it, which is harmless:
-    /// `plan::claimable` never takes a finished claim of the manifest's
-    /// digest, and one of a changed manifest is taken over at epoch + 1
-    /// once that owner is judged gone, as any orphan.
+    /// released: a released claim is claimable by anyone, so releasing it
+    /// ran a finished job again on the next node (DESIGN.md, "Session
+    /// lifecycle": a terminal state survives every release). At shutdown
+    /// it is forgotten: its claim then names an owner that is gone, which
+    /// is harmless (`plan::claimable` never takes a finished claim of the
+    /// manifest's digest, and one of a changed manifest is taken over at
+    /// epoch + 1 as any orphan). On a drain it stays owned, so that a
+    /// changed manifest finds it: `core::reconcile_owned` releases a
+    /// finished claim with a new spec on a node that is full or draining
+    /// (forgotten by a live node, it waited for that node's end, as peers
+    /// take nothing from a live owner).
     pub(super) async fn release_claims(&mut self, forget_the_rest: bool) {
-        self.owned
-            .retain(|_, o| o.running || !o.record.state.is_terminal());
-        let mut names: Vec<String> = self.owned.keys().cloned().collect();
+        let mut names: Vec<String> = self
+            .owned
+            .iter()
+            .filter(|(_, o)| o.running || !o.record.state.is_terminal())
+            .map(|(n, _)| n.clone())
+            .collect();
         names.sort_unstable(); // see `stop_all`
         // Written CLAIM_CONCURRENCY at a time (one round trip each, and its
         // hint): one after the other, a node with a thousand sessions took

@@ -387,7 +387,11 @@ impl Node {
         // finish, lose, release or restart it): not once per owned session
         // (O(owned²) at 10,000 owned).
         let mut load = self.load();
-        for name in self.owned_due(load >= self.cfg.capacity) {
+        // A draining node takes on nothing: a finished session whose spec
+        // changes is handed over (released), as on a full node.
+        let (capacity, draining) = (self.cfg.capacity, self.draining);
+        let full = move |load: u32| load >= capacity || draining;
+        for name in self.owned_due(full(load)) {
             let key = crate::keys::session(&name);
             let Some(o) = self.owned.get(&name).cloned() else {
                 continue;
@@ -434,7 +438,7 @@ impl Node {
                 digest: &o.record.digest,
                 running: o.running,
                 backoff_pending: o.restart_at.is_some_and(|t| self.deps.clock.now() < t),
-                full: load >= self.cfg.capacity,
+                full: full(load),
             };
             let actions = core::reconcile_owned(&facts);
             // Changed means something was done: a state write that failed
@@ -488,6 +492,14 @@ impl Node {
                     }
                     OwnedAction::SetState(state) => {
                         if self.set_state(&name, state, None).await.is_err() {
+                            // Unwritten, what `AdoptDigest` changed in
+                            // memory is undone: the next pass adopts the
+                            // digest again, and no run ever starts under an
+                            // epoch the bucket does not hold (a peer taking
+                            // over would hand that token out again).
+                            if let Some(x) = self.owned.get_mut(&name) {
+                                x.record = o.record.clone();
+                            }
                             changed = was_changed;
                             break; // lost (rejected) or unwritable: no more steps
                         }

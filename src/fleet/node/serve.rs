@@ -148,7 +148,7 @@ impl Node {
             let watch = self.deps.clock.sleep(self.watch_wait().unwrap_or(pause));
             tokio::pin!(watch);
             // The next crash-loop back-off to end (see `next_restart`).
-            let restart_due = self.next_restart.is_some();
+            let mut restart_due = self.next_restart.is_some();
             let restart = self.deps.clock.sleep(
                 self.next_restart
                     .map_or(pause, |t| t.saturating_since(self.deps.clock.now())),
@@ -204,6 +204,13 @@ impl Node {
                             self.idle_ticks = 0;
                             let _ = load_tx.send(self.load());
                             self.publish_status(self.deps.clock.now() < valid_rx.borrow().until);
+                            // A back-off it scheduled ends this wait too.
+                            if let Some(t) = self.next_restart {
+                                restart.set(self.deps.clock.sleep(
+                                    t.saturating_since(self.deps.clock.now()),
+                                ));
+                                restart_due = true;
+                            }
                         }
                     }
                     _ = &mut watch, if watching => {
