@@ -15,6 +15,12 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::Duration;
 
+/// The default wall-clock skew bound for one-shot expiry judgements (the
+/// wake path's `resolve`, the change feed's cursor window): a reader that
+/// compares a record's wall-clock stamp with its own clock allows this much
+/// disagreement. Advisory, never a safety decision (DESIGN.md, "Time").
+pub const DEFAULT_MAX_SKEW: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// A point on one process's monotonic clock, as a duration since that clock's
 /// arbitrary origin. Instants from different clocks are not comparable; the
 /// protocol never compares them.

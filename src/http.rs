@@ -29,7 +29,7 @@
 //! logged. The default bind is loopback.
 
 use crate::fleet::journal::Journal;
-use crate::fleet::node::NodeStatus;
+use crate::fleet::status::NodeStatus;
 use crate::store::CountingStore;
 use axum::Router;
 use axum::extract::{Query, State};
@@ -52,7 +52,7 @@ pub struct HttpState {
     pub status: Arc<NodeStatus>,
     pub requests: Option<Arc<CountingStore>>,
     /// Serves `POST /v1/sessions/{name}/claim` when set.
-    pub claimer: Option<crate::fleet::node::NodeHandle>,
+    pub claimer: Option<crate::fleet::endpoint::NodeHandle>,
     /// Where session logs are, for `/v1/sessions/{name}/logs`.
     pub logs: Option<std::path::PathBuf>,
     max_connections: usize,
@@ -105,7 +105,7 @@ impl HttpState {
     }
 
     /// Lets callers ask this node to claim a session now (the wake path).
-    pub fn with_claimer(mut self, handle: crate::fleet::node::NodeHandle) -> Self {
+    pub fn with_claimer(mut self, handle: crate::fleet::endpoint::NodeHandle) -> Self {
         self.claimer = Some(handle);
         self
     }
@@ -330,7 +330,7 @@ async fn claim(
     match tokio::time::timeout(Duration::from_secs(30), handle.claim_now(&name)).await {
         Ok(Ok(answer)) => {
             let code = match answer {
-                crate::fleet::node::ClaimAnswer::Declined { .. } => StatusCode::CONFLICT,
+                crate::fleet::endpoint::ClaimAnswer::Declined { .. } => StatusCode::CONFLICT,
                 _ => StatusCode::OK,
             };
             (code, axum::Json(answer)).into_response()
@@ -356,7 +356,7 @@ async fn claim(
 fn histogram(out: &mut String, name: &str, help: &str, buckets: &[u64], count: u64, sum: f64) {
     out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} histogram\n"));
     let mut cumulative = 0;
-    for (bound, n) in crate::fleet::node::RENEW_BUCKETS.iter().zip(buckets) {
+    for (bound, n) in crate::fleet::status::RENEW_BUCKETS.iter().zip(buckets) {
         cumulative += n;
         out.push_str(&format!("{name}_bucket{{le=\"{bound}\"}} {cumulative}\n"));
     }

@@ -48,7 +48,7 @@
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::fleet::claim::{ClaimRecord, ClaimState};
-use crate::fleet::node::{ClaimAnswer, NodeHandle};
+use crate::fleet::endpoint::{ClaimAnswer, NodeHandle};
 use crate::name::Name;
 use crate::record::{Kind, LeaseRecord};
 use crate::store::{Conditional, Store, Version};
@@ -151,8 +151,8 @@ pub struct Resolver {
 /// Most claims a [`Resolver`] keeps for conditional repeats.
 pub const RESOLVER_CACHE_CAPACITY: usize = 100_000;
 
-/// The default wall-clock skew bound for one-shot expiry judgements.
-pub const DEFAULT_MAX_SKEW: Duration = Duration::from_secs(5);
+/// The default wall-clock skew bound (it lives in [`crate::clock`]).
+pub use crate::clock::DEFAULT_MAX_SKEW;
 
 impl Resolver {
     pub fn new(store: Arc<dyn Store>) -> Self {

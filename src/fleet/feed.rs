@@ -204,7 +204,7 @@ fn reads_flat_only(record: &crate::record::LeaseRecord, wall_ms: u64) -> bool {
             None,
             crate::liveness::Evidence::WallClock {
                 now_ms: wall_ms,
-                max_skew: crate::wake::DEFAULT_MAX_SKEW,
+                max_skew: crate::clock::DEFAULT_MAX_SKEW,
             },
         ) == crate::liveness::Liveness::Live
 }

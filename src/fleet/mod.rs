@@ -12,6 +12,9 @@
 //!   clock or randomness), each table-tested;
 //! - [`node`]: the pull loop's shell, `run(..., shutdown)`: it gathers the
 //!   facts `plan` and `core` decide on and carries out their verdicts;
+//! - [`endpoint`]: the claim channel between a node's loop and its
+//!   callers (the wake path, the HTTP claim endpoint); [`status`]: what a
+//!   node publishes of itself (readiness, sessions, renew latencies);
 //! - [`feed`]: the change feed (hints, the bell); [`nudge`]: peers asking
 //!   peers to look now;
 //! - [`identity`]: who a session runs as (user, group; never root unless
@@ -29,6 +32,7 @@ pub mod claim;
 pub mod contain;
 pub mod control;
 pub mod core;
+pub mod endpoint;
 pub mod explain;
 pub mod feed;
 pub mod gc;
@@ -41,6 +45,7 @@ pub mod nudge;
 pub mod plan;
 pub mod renew_thread;
 pub mod runner;
+pub mod status;
 pub mod watchdog;
 
 use crate::error::{Error, Result};

@@ -27,7 +27,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::node::NodeStatus;
+use super::status::NodeStatus;
 
 /// The most peers one fence nudges: the ranked takers of a dead node's
 /// sessions, at most this many (the rest notice at their own pace).

@@ -46,7 +46,6 @@ mod claim_now;
 mod claim_write;
 mod claiming;
 mod config;
-mod endpoint;
 mod fence;
 mod handover;
 mod listing;
@@ -54,26 +53,26 @@ mod owned;
 mod pace;
 mod pass;
 mod peers;
+mod publish;
 mod renew;
 mod ring_watch;
 mod serve;
 mod state;
-mod status;
 mod validity;
 
+pub use super::endpoint::{ClaimAnswer, ClaimInbox, NodeHandle, claim_channel};
+use super::endpoint::{ClaimRequest, recv};
+pub use super::status::{
+    NodeStatus, RENEW_BUCKETS, Readiness, RenewHistogram, SessionStatus, StatusSnapshot,
+};
 use claim_write::*;
 use claiming::*;
 pub use config::{DEFAULT_FULL_EVERY_OBJECTS, NODES_EVERY_TTLS, NodeConfig, NodeDeps};
-use endpoint::*;
-pub use endpoint::{ClaimAnswer, ClaimInbox, NodeHandle, claim_channel};
 use listing::*;
 pub use owned::manifest_view;
 use renew::*;
 use state::*;
 pub use state::{AUDIT_SAMPLE, MARKER_EVERY};
-pub use status::{
-    NodeStatus, RENEW_BUCKETS, Readiness, RenewHistogram, SessionStatus, StatusSnapshot,
-};
 
 /// The least time between two passes however often the node is nudged.
 pub const NUDGE_MIN_GAP: Duration = Duration::from_millis(200);

@@ -1,39 +1,42 @@
 //! What a node publishes about itself to its HTTP API and metrics:
 //! readiness, the session table, renew latencies.
 
-use super::*;
+use crate::clock::{Clock, MonoTime};
+use crate::fleet::claim::ClaimState;
+use std::sync::Arc;
+use std::time::Duration;
 
 /// What the node publishes about itself for its HTTP API and tests: a
 /// snapshot replaced at the end of every tick, so readers never touch the
 /// pull loop's state; and a histogram of renew latencies.
 #[derive(Debug, Default)]
 pub struct NodeStatus {
-    pub(super) inner: std::sync::RwLock<StatusSnapshot>,
+    pub(crate) inner: std::sync::RwLock<StatusSnapshot>,
     /// Snapshots set so far: a publisher that knows the count its own
     /// snapshot stood at knows whether anyone replaced it since.
-    pub(super) sets: std::sync::atomic::AtomicU64,
-    pub(super) renew: std::sync::Mutex<RenewHistogram>,
-    pub(super) live: std::sync::Mutex<ReadinessInputs>,
-    pub(super) corrupt: std::sync::Mutex<Vec<String>>,
+    pub(crate) sets: std::sync::atomic::AtomicU64,
+    pub(crate) renew: std::sync::Mutex<RenewHistogram>,
+    pub(crate) live: std::sync::Mutex<ReadinessInputs>,
+    pub(crate) corrupt: std::sync::Mutex<Vec<String>>,
     /// Published in the node record (`cordoned`): this node takes no new
     /// sessions (`leasehold node cordon`).
-    pub(super) cordoned: std::sync::atomic::AtomicBool,
+    pub(crate) cordoned: std::sync::atomic::AtomicBool,
     /// Set by a nudge (`POST /v1/nudge`): the next pass comes at once and
     /// re-reads this node's control object.
-    pub(super) nudged: std::sync::atomic::AtomicBool,
-    pub(super) nudge: tokio::sync::Notify,
+    pub(crate) nudged: std::sync::atomic::AtomicBool,
+    pub(crate) nudge: tokio::sync::Notify,
 }
 
 /// What readiness is computed from, at the moment it is asked: never a
 /// stored flag, which a hung pull loop would leave saying "ready".
 #[derive(Debug, Default)]
-pub(super) struct ReadinessInputs {
-    pub(super) clock: Option<Arc<dyn Clock>>,
+pub(crate) struct ReadinessInputs {
+    pub(crate) clock: Option<Arc<dyn Clock>>,
     /// The node lease's validity as the renew task last extended it.
-    pub(super) valid_until: Option<MonoTime>,
+    pub(crate) valid_until: Option<MonoTime>,
     /// When the pull loop last completed a pass, and how old that may get.
-    pub(super) last_pass: Option<MonoTime>,
-    pub(super) pass_bound: Duration,
+    pub(crate) last_pass: Option<MonoTime>,
+    pub(crate) pass_bound: Duration,
 }
 
 /// The answer to [`NodeStatus::readiness`].
@@ -99,7 +102,7 @@ pub struct SessionStatus {
 
 impl NodeStatus {
     /// Asks the pull loop for a pass now (best effort; at most one pass per
-    /// [`NUDGE_MIN_GAP`] however often it is asked), which also re-reads the
+    /// [`NUDGE_MIN_GAP`](super::node::NUDGE_MIN_GAP) however often it is asked), which also re-reads the
     /// node's control object. The bucket stays the truth: a nudge only
     /// makes the node look sooner.
     pub fn nudge(&self) {
@@ -230,74 +233,7 @@ impl NodeStatus {
     }
 
     /// Snapshots set so far (see `set`).
-    pub(super) fn sets(&self) -> u64 {
+    pub(crate) fn sets(&self) -> u64 {
         self.sets.load(std::sync::atomic::Ordering::SeqCst)
-    }
-}
-
-impl Node {
-    /// Publishes what the node holds for the HTTP status, unless it is what
-    /// is published already: each owned session looked up in the published
-    /// list (sorted by name), allocating nothing. Rebuilding it every pass
-    /// was one string per owned session per pass (issue #14).
-    pub(super) fn publish_status(&mut self, ready: bool) {
-        // Nothing owned changed since our snapshot, and nobody replaced it:
-        // no look at the 10,000 sessions a node may own (issue #14).
-        let generation = self.owned.generation();
-        if self.published == Some((generation, ready, self.deps.status.sets())) {
-            return;
-        }
-        {
-            let published = self
-                .deps
-                .status
-                .inner
-                .read()
-                .unwrap_or_else(|p| p.into_inner());
-            if published.ready == ready
-                && published.node == self.me.node
-                && published.instance == self.me.instance
-                && published.sessions.len() == self.owned.len()
-                && self.owned.iter().all(|(name, o)| {
-                    // Names are unique on both sides and the counts equal:
-                    // every owned session found equal means the same set.
-                    published
-                        .sessions
-                        .binary_search_by(|p| p.name.as_str().cmp(name))
-                        .is_ok_and(|i| {
-                            let p = &published.sessions[i];
-                            p.epoch == o.record.epoch
-                                && p.state == o.record.state
-                                && p.running == o.running
-                                && p.restarts == o.record.restarts
-                        })
-                })
-            {
-                // Read under the snapshot's lock, which `set` counts under.
-                let sets = self.deps.status.sets();
-                drop(published);
-                self.published = Some((generation, ready, sets));
-                return;
-            }
-        }
-        let mut sessions: Vec<SessionStatus> = self
-            .owned
-            .iter()
-            .map(|(name, o)| SessionStatus {
-                name: name.clone(),
-                epoch: o.record.epoch,
-                state: o.record.state,
-                running: o.running,
-                restarts: o.record.restarts,
-            })
-            .collect();
-        sessions.sort_by(|a, b| a.name.cmp(&b.name));
-        let sets = self.deps.status.set(StatusSnapshot {
-            node: self.me.node.clone(),
-            instance: self.me.instance.clone(),
-            ready,
-            sessions,
-        });
-        self.published = Some((generation, ready, sets));
     }
 }

@@ -2,7 +2,9 @@
 //! claim endpoint and the wake path hold a [`NodeHandle`]; the loop holds
 //! the [`ClaimInbox`] and answers between passes.
 
-use super::*;
+use crate::error::Result;
+use crate::name::Name;
+use std::sync::Arc;
 
 /// What a node answered when asked to claim a session now.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -23,24 +25,24 @@ pub enum ClaimAnswer {
     Declined { node: String, reason: String },
 }
 
-pub(super) struct ClaimRequest {
-    pub(super) name: Name,
-    pub(super) reply: tokio::sync::oneshot::Sender<Result<ClaimAnswer>>,
+pub(crate) struct ClaimRequest {
+    pub(crate) name: Name,
+    pub(crate) reply: tokio::sync::oneshot::Sender<Result<ClaimAnswer>>,
 }
 
 /// The sending side: cheap to clone, usable from any task (the HTTP API, an
 /// embedding service's wake path via [`crate::wake::Resolver::with_claimer`]).
 #[derive(Debug, Clone)]
 pub struct NodeHandle {
-    pub(super) node: String,
-    pub(super) tx: tokio::sync::mpsc::Sender<ClaimRequest>,
+    pub(crate) node: String,
+    pub(crate) tx: tokio::sync::mpsc::Sender<ClaimRequest>,
 }
 
-/// The node's side, put in [`NodeDeps::claims`]. One receiver that outlives
+/// The node's side, put in [`NodeDeps::claims`](super::node::NodeDeps::claims). One receiver that outlives
 /// re-registrations: each new instance serves it in turn.
 #[derive(Clone)]
 pub struct ClaimInbox(
-    pub(super) Arc<tokio::sync::Mutex<tokio::sync::mpsc::Receiver<ClaimRequest>>>,
+    pub(crate) Arc<tokio::sync::Mutex<tokio::sync::mpsc::Receiver<ClaimRequest>>>,
 );
 
 impl std::fmt::Debug for ClaimInbox {
@@ -95,7 +97,7 @@ impl NodeHandle {
 }
 
 /// The next claim request, or never when this node has no inbox.
-pub(super) async fn recv(
+pub(crate) async fn recv(
     inbox: &mut Option<tokio::sync::OwnedMutexGuard<tokio::sync::mpsc::Receiver<ClaimRequest>>>,
 ) -> Option<ClaimRequest> {
     match inbox {
