@@ -1,277 +1,19 @@
-//! What runs a session.
-//!
-//! # Contract
-//!
-//! - `start` runs the session at `epoch` and must not let it run past the
-//!   given deadline unless a later `announce` extends it. The deadline is the
-//!   end of the node lease's validity: a session never outlives the lease that
-//!   admitted it.
-//! - `announce` extends every running session's deadline; the node calls it
-//!   after each successful renew.
-//! - `stop` ends a session (gracefully where the runner can), idempotently.
-//!   A session that had already ended by itself when the stop reached it
-//!   (its exit not yet taken) is returned as that [`Exit`], never lost: a
-//!   run-to-completion job that finished just before its node stopped is
-//!   finished, and must be recorded so, not released to run again.
-//! - `take_exits` reports sessions that ended by themselves (or by their
-//!   deadline) since the last call.
-//! - `exited` resolves when `take_exits` may have something new, so the node
-//!   records an end as it happens rather than at its next pass (a pass may
-//!   be seconds away on an idle node). A runner that has no way to tell
-//!   never resolves it; the node's passes still take every exit.
+//! [`ExecRunner`]: each session a process under its own dead-man switch
+//! (`leasehold __watchdog`), its whole tree contained, its end reported as
+//! it happens.
 
-use super::manifest::Spec;
+use super::{Exit, Runner, SessionStart, deadline_passed};
 use crate::clock::{Clock, MonoTime};
 use crate::error::{Error, Result};
 use async_trait::async_trait;
 use std::collections::HashMap;
 use std::collections::HashSet;
-use std::fmt::Debug;
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
-
-/// The error `start` returns when the deadline has already passed: the
-/// node's lease lapsed, which is not the session's failure.
-pub fn deadline_passed(name: &str, epoch: u64) -> Error {
-    Error::Lost {
-        key: crate::keys::session(name),
-        epoch,
-        reason: "the node's validity deadline passed before the session could start".into(),
-    }
-}
-
-/// What `start` is given.
-#[derive(Debug, Clone)]
-pub struct SessionStart {
-    pub name: String,
-    /// The node running it; passed to the process as LEASEHOLD_NODE.
-    pub node: String,
-    /// The fencing token; passed to the process as LEASEHOLD_EPOCH.
-    pub epoch: u64,
-    pub spec: Spec,
-    pub deadline: MonoTime,
-}
-
-/// A session that ended without being asked to.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Exit {
-    pub name: String,
-    pub epoch: u64,
-    pub code: i32,
-    /// Killed because the announced deadline passed.
-    pub deadline: bool,
-    /// Its watchdog died without reporting (killed from outside): the
-    /// session's processes were killed when that was seen.
-    pub watchdog_lost: bool,
-}
-
-/// Runs sessions. See the module docs for the contract.
-#[async_trait]
-pub trait Runner: Send + Sync + Debug {
-    async fn start(&self, s: SessionStart) -> Result<()>;
-    fn announce(&self, deadline: MonoTime);
-    /// Ends `name`; its own exit if it had already ended by itself.
-    async fn stop(&self, name: &str) -> Option<Exit>;
-    fn take_exits(&self) -> Vec<Exit>;
-    /// Resolves once an exit may be waiting in `take_exits` (see the
-    /// module docs). Never, by default.
-    async fn exited(&self) {
-        std::future::pending::<()>().await
-    }
-    /// (name, epoch) of every running session.
-    fn running(&self) -> Vec<(String, u64)>;
-}
-
-/// An in-process runner that runs nothing but records what it was told,
-/// enforcing deadlines on the injected clock exactly as the watchdog does.
-/// For tests and for embedding experiments.
-#[cfg(any(test, feature = "testkit"))]
-#[derive(Debug)]
-pub struct RecordingRunner {
-    clock: Arc<dyn Clock>,
-    state: Mutex<RecState>,
-    /// With [`with_exit_wakeups`](Self::with_exit_wakeups): `exit` wakes
-    /// the node (`Runner::exited`), as the exec runner does.
-    wake: Option<tokio::sync::Notify>,
-}
-
-#[cfg(any(test, feature = "testkit"))]
-#[derive(Debug, Default)]
-struct RecState {
-    running: HashMap<String, (u64, MonoTime, MonoTime)>, // epoch, started, deadline
-    /// (name, epoch, started, ended): every completed run.
-    history: Vec<(String, u64, MonoTime, MonoTime)>,
-    exits: Vec<Exit>,
-    pending_exit: HashMap<String, i32>,
-    /// No running session's deadline is earlier (a lower bound: a removal
-    /// leaves it as it was). `expire` walks `running` only once `now`
-    /// reaches it: it is called on every start, and walking 10,000 sessions
-    /// per start made placing them quadratic in this double (a spike at
-    /// 100,000 sessions charged it to the node).
-    earliest: Option<MonoTime>,
-}
-
-#[cfg(any(test, feature = "testkit"))]
-impl RecordingRunner {
-    pub fn new(clock: Arc<dyn Clock>) -> Self {
-        RecordingRunner {
-            clock,
-            state: Mutex::new(RecState::default()),
-            wake: None,
-        }
-    }
-
-    /// `exit` wakes the node at once, as the exec runner's exits do; by
-    /// default the node takes exits at its next pass (the simulations'
-    /// histories depend on that).
-    pub fn with_exit_wakeups(mut self) -> Self {
-        self.wake = Some(tokio::sync::Notify::new());
-        self
-    }
-
-    /// Makes session `name` exit with `code` at the next check.
-    pub fn exit(&self, name: &str, code: i32) {
-        self.state
-            .lock()
-            .unwrap()
-            .pending_exit
-            .insert(name.to_string(), code);
-        if let Some(w) = &self.wake {
-            w.notify_one();
-        }
-    }
-
-    /// Every run so far, including the ones still going (ended = now):
-    /// (name, epoch, started, ended).
-    pub fn history(&self) -> Vec<(String, u64, MonoTime, MonoTime)> {
-        let now = self.clock.now();
-        let mut s = self.state.lock().unwrap();
-        Self::expire(&mut s, now);
-        let mut h = s.history.clone();
-        for (n, (e, start, deadline)) in &s.running {
-            h.push((n.clone(), *e, *start, now.min(*deadline)));
-        }
-        h
-    }
-
-    fn expire(s: &mut RecState, now: MonoTime) {
-        if s.earliest.is_none_or(|t| now < t) {
-            return;
-        }
-        let expired: Vec<String> = s
-            .running
-            .iter()
-            .filter(|(_, (_, _, d))| now >= *d)
-            .map(|(n, _)| n.clone())
-            .collect();
-        for n in expired {
-            let (e, start, d) = s.running.remove(&n).expect("present");
-            s.history.push((n.clone(), e, start, d));
-            s.exits.push(Exit {
-                name: n,
-                epoch: e,
-                code: 137,
-                deadline: true,
-                watchdog_lost: false,
-            });
-        }
-        s.earliest = s.running.values().map(|(_, _, d)| *d).min();
-    }
-}
-
-#[cfg(any(test, feature = "testkit"))]
-#[async_trait]
-impl Runner for RecordingRunner {
-    async fn start(&self, s: SessionStart) -> Result<()> {
-        let now = self.clock.now();
-        let mut st = self.state.lock().unwrap();
-        Self::expire(&mut st, now);
-        if now >= s.deadline {
-            return Err(deadline_passed(&s.name, s.epoch));
-        }
-        // A test double that checks the node's side of the contract: a
-        // session is never started while a run of it is still going here
-        // (the node stops it first). Panics, so no test can miss it.
-        if let Some((epoch, ..)) = st.running.get(&s.name) {
-            panic!(
-                "session {} started at epoch {} while its run at epoch {epoch} goes on",
-                s.name, s.epoch
-            );
-        }
-        st.earliest = Some(st.earliest.map_or(s.deadline, |t| t.min(s.deadline)));
-        st.running.insert(s.name, (s.epoch, now, s.deadline));
-        Ok(())
-    }
-
-    fn announce(&self, deadline: MonoTime) {
-        let now = self.clock.now();
-        let mut st = self.state.lock().unwrap();
-        Self::expire(&mut st, now);
-        for (_, _, d) in st.running.values_mut() {
-            *d = deadline;
-        }
-        st.earliest = (!st.running.is_empty()).then_some(deadline);
-    }
-
-    async fn stop(&self, name: &str) -> Option<Exit> {
-        let now = self.clock.now();
-        let mut st = self.state.lock().unwrap();
-        Self::expire(&mut st, now);
-        // An exit set with `exit` and not yet taken: the session ended by
-        // itself before the stop reached it.
-        let own = st.pending_exit.remove(name);
-        let (e, start, _) = st.running.remove(name)?;
-        st.history.push((name.to_string(), e, start, now));
-        own.map(|code| Exit {
-            name: name.to_string(),
-            epoch: e,
-            code,
-            deadline: false,
-            watchdog_lost: false,
-        })
-    }
-
-    fn take_exits(&self) -> Vec<Exit> {
-        let now = self.clock.now();
-        let mut st = self.state.lock().unwrap();
-        Self::expire(&mut st, now);
-        let pending: Vec<(String, i32)> = st.pending_exit.drain().collect();
-        for (n, code) in pending {
-            if let Some((e, start, _)) = st.running.remove(&n) {
-                st.history.push((n.clone(), e, start, now));
-                st.exits.push(Exit {
-                    name: n,
-                    epoch: e,
-                    code,
-                    deadline: false,
-                    watchdog_lost: false,
-                });
-            }
-        }
-        std::mem::take(&mut st.exits)
-    }
-
-    async fn exited(&self) {
-        match &self.wake {
-            Some(w) => w.notified().await,
-            None => std::future::pending::<()>().await,
-        }
-    }
-
-    fn running(&self) -> Vec<(String, u64)> {
-        let now = self.clock.now();
-        let mut st = self.state.lock().unwrap();
-        Self::expire(&mut st, now);
-        st.running
-            .iter()
-            .map(|(n, (e, _, _))| (n.clone(), *e))
-            .collect()
-    }
-}
 
 /// The environment every session gets besides its spec's `env`: these, when
 /// the node has them. Nothing else of the node's environment (credentials,
@@ -301,7 +43,7 @@ fn sweep_orphans() -> usize {
     let my_sid = unsafe { libc::getsid(0) };
     let registered = watchdogs().lock().unwrap();
     let mut n = 0;
-    for p in super::contain::scan() {
+    for p in crate::fleet::contain::scan() {
         if p.ppid != me || p.sid == my_sid || registered.contains(&p.pid) {
             continue;
         }
@@ -319,8 +61,8 @@ fn sweep_orphans() -> usize {
 }
 
 /// Runs each session as a process under a dead-man switch (see
-/// [`super::watchdog`]) and contains its whole process tree
-/// ([`super::contain`]): `<watchdog> __watchdog ... -- <command> <args...>`.
+/// [`crate::fleet::watchdog`]) and contains its whole process tree
+/// ([`crate::fleet::contain`]): `<watchdog> __watchdog ... -- <command> <args...>`.
 ///
 /// The session's environment is [`BASE_ENV`], the names passed with
 /// [`with_pass_env`](Self::with_pass_env), its spec's `env`, then
@@ -344,8 +86,8 @@ pub struct ExecRunner {
     pass_env: Vec<String>,
     log_dir: Option<PathBuf>,
     log_max: u64,
-    cgroups: Option<super::contain::CgroupRoot>,
-    users: super::identity::SessionUsers,
+    cgroups: Option<crate::fleet::contain::CgroupRoot>,
+    users: crate::fleet::identity::SessionUsers,
     /// Wakes the monitor: each watchdog's reader sends when the watchdog's
     /// output ends (it is exiting), so its end is seen at once.
     wake: Mutex<std::sync::mpsc::Sender<()>>,
@@ -378,7 +120,7 @@ struct Proc {
     child: Child,
     stdin: Option<ChildStdin>,
     pgid: i32,
-    cgroup: Option<super::contain::Cgroup>,
+    cgroup: Option<crate::fleet::contain::Cgroup>,
     /// The watchdog's `end <reason> <code>`, once its reader saw it.
     end: Arc<Mutex<Option<(String, i32)>>>,
     /// The last deadline announced (absolute CLOCK_MONOTONIC ns): the
@@ -411,7 +153,7 @@ impl ExecRunner {
     /// A runner with subreaper containment and no session logs; see the
     /// `with_*` methods.
     pub fn new(watchdog: PathBuf, clock: Arc<dyn Clock>, grace: Duration) -> Self {
-        super::contain::become_subreaper();
+        crate::fleet::contain::become_subreaper();
         let shared = Arc::new(Shared::default());
         let weak = Arc::downgrade(&shared);
         let (wake, woken) = std::sync::mpsc::channel();
@@ -428,7 +170,7 @@ impl ExecRunner {
             log_dir: None,
             log_max: 8 << 20,
             cgroups: None,
-            users: super::identity::SessionUsers::default(),
+            users: crate::fleet::identity::SessionUsers::default(),
             wake: Mutex::new(wake),
             shared,
             runs: AtomicU32::new(0),
@@ -461,18 +203,18 @@ impl ExecRunner {
         Ok(self)
     }
 
-    /// Who sessions run as (see [`super::identity`]). Default: this
+    /// Who sessions run as (see [`crate::fleet::identity`]). Default: this
     /// process's own user, as `std::process::Command` would; the daemon
     /// (`leasehold node run`) passes `nobody` when it runs as root.
-    pub fn with_session_users(mut self, users: super::identity::SessionUsers) -> Self {
+    pub fn with_session_users(mut self, users: crate::fleet::identity::SessionUsers) -> Self {
         self.users = users;
         self
     }
 
     /// Chooses how sessions are contained: `Auto` uses a cgroup v2 per
     /// session where this host allows one; `Cgroup` refuses to run without.
-    pub fn with_containment(mut self, mode: super::contain::Mode) -> Result<Self> {
-        use super::contain::{CgroupRoot, Mode};
+    pub fn with_containment(mut self, mode: crate::fleet::contain::Mode) -> Result<Self> {
+        use crate::fleet::contain::{CgroupRoot, Mode};
         static ROOTS: AtomicU32 = AtomicU32::new(0);
         self.cgroups = match mode {
             Mode::Subreaper => None,
@@ -508,7 +250,7 @@ impl ExecRunner {
     fn absolute(&self, deadline: MonoTime) -> u64 {
         // CLOCK_MONOTONIC first: a pause between the two reads then
         // shortens the deadline, never stretches it.
-        let mono = super::watchdog::monotonic_ns();
+        let mono = crate::fleet::watchdog::monotonic_ns();
         let remaining = deadline.saturating_since(self.clock.now());
         mono + remaining.as_nanos() as u64
     }
@@ -516,8 +258,8 @@ impl ExecRunner {
     fn command(
         &self,
         s: &SessionStart,
-        args: &super::watchdog::Args,
-        run_as: Option<&super::identity::RunAs>,
+        args: &crate::fleet::watchdog::Args,
+        run_as: Option<&crate::fleet::identity::RunAs>,
     ) -> Command {
         let mut cmd = Command::new(&self.watchdog);
         cmd.arg("__watchdog").args(args.to_argv()).env_clear();
@@ -560,7 +302,7 @@ impl ExecRunner {
 
 /// Whether `pid` is stopped (state T or t in `/proc/<pid>/stat`).
 fn process_stopped(pid: i32) -> bool {
-    super::contain::stat(pid).is_some_and(|p| p.stopped)
+    crate::fleet::contain::stat(pid).is_some_and(|p| p.stopped)
 }
 
 /// The monitor thread: see [`ExecRunner`]. Ends when the runner is dropped.
@@ -593,7 +335,7 @@ fn monitor(shared: std::sync::Weak<Shared>, woken: std::sync::mpsc::Receiver<()>
             // watchdog) or has let its deadline pass is not a dead-man
             // switch any more: kill it; the lost-watchdog path below then
             // kills the session's tree.
-            let now_ns = super::watchdog::monotonic_ns();
+            let now_ns = crate::fleet::watchdog::monotonic_ns();
             for p in children.values_mut() {
                 let stopped = process_stopped(p.child.id() as i32);
                 if stopped || now_ns > p.deadline_ns.saturating_add(200_000_000) {
@@ -655,8 +397,8 @@ impl Runner for ExecRunner {
         // session runs as, and its working directory. Each refusal is the
         // session's reason (it fails here, with that reason, rather than
         // crash-looping on an error nobody sees).
-        let (uid, gid) = super::identity::own_ids();
-        let run_as = super::identity::resolve(
+        let (uid, gid) = crate::fleet::identity::own_ids();
+        let run_as = crate::fleet::identity::resolve(
             &self.users,
             s.spec.user.as_deref(),
             s.spec.group.as_deref(),
@@ -690,14 +432,14 @@ impl Runner for ExecRunner {
         let n = self.runs.fetch_add(1, Ordering::Relaxed);
         let cgroup = match &self.cgroups {
             Some(root) => Some(
-                super::contain::Cgroup::create(
+                crate::fleet::contain::Cgroup::create(
                     root.dir().join(format!("{}-e{}-{n}", s.name, s.epoch)),
                 )
                 .map_err(|e| Error::Internal(format!("session cgroup: {e}")))?,
             ),
             None => None,
         };
-        let args = super::watchdog::Args {
+        let args = crate::fleet::watchdog::Args {
             grace_ms: u64::try_from(grace.as_millis()).unwrap_or(u64::MAX),
             deadline_ns: self.absolute(s.deadline),
             cgroup: cgroup.as_ref().map(|c| c.path().to_path_buf()),
@@ -710,7 +452,7 @@ impl Runner for ExecRunner {
                 .spec
                 .stop_signal
                 .as_deref()
-                .and_then(super::manifest::stop_signal_number),
+                .and_then(crate::fleet::manifest::stop_signal_number),
             program: self.launcher.first().unwrap_or(&s.spec.command).clone(),
             args: self
                 .launcher
