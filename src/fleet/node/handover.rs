@@ -34,7 +34,8 @@ impl Node {
         // graces. Each is stopped before anything is written of it (its
         // claim is released after this returns), as before.
         let runner = self.deps.runner.clone();
-        let mut ended: Vec<Exit> = futures::stream::iter(names.clone())
+        // In the runner's order: `finish_exits` sorts what it records.
+        let ended: Vec<Exit> = futures::stream::iter(names.clone())
             .map(move |name| {
                 let runner = runner.clone();
                 async move { runner.stop(&name).await }
@@ -43,7 +44,6 @@ impl Node {
             .filter_map(|x| async move { x })
             .collect()
             .await;
-        ended.sort_by(|a, b| a.name.cmp(&b.name)); // buffer_unordered's order is the runner's
         for name in &names {
             let Some(o) = self.owned.get_mut(name) else {
                 continue;
