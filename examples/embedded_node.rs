@@ -59,6 +59,7 @@ impl Runner for Actors {
                         code: 137,
                         deadline: true,
                         watchdog_lost: false,
+                        reason: None,
                     });
                     return;
                 }

@@ -940,6 +940,9 @@ pub async fn describe(
                     println!("  {label} {}", shown(v));
                 }
             }
+            if !m.spec.limits.is_empty() {
+                println!("  Limits:   {}", m.spec.limits.describe());
+            }
             if m.spec.paused {
                 println!("  Paused:   yes");
             }
@@ -990,8 +993,21 @@ pub async fn describe(
         );
     }
     for e in &events {
+        // When, by the owner's wall clock, and how long ago by ours.
+        let when = e["at_ms"]
+            .as_u64()
+            .map(|at| {
+                format!(
+                    "{} ({} ago) ",
+                    humantime::format_rfc3339_millis(
+                        std::time::UNIX_EPOCH + Duration::from_millis(at)
+                    ),
+                    ago(now.saturating_sub(at))
+                )
+            })
+            .unwrap_or_default();
         println!(
-            "  #{:<5} {:<10} {}{}",
+            "  #{:<5} {when}{:<10} {}{}",
             e["seq"],
             // A remote node's words: escaped like a spec's.
             shown(e["kind"].as_str().unwrap_or("")),

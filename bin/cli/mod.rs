@@ -2150,7 +2150,12 @@ async fn node(op: NodeOp) -> Result<(), Failure> {
         .with_session_users(users)
         .with_log_dir(log_dir.clone(), log_max_bytes)?
         .with_containment(containment)?;
-    tracing::info!(containment = runner.containment(), logs = %log_dir.display(), "sessions contained");
+    tracing::info!(
+        containment = runner.containment(),
+        limits = %runner.enforced_limits(),
+        logs = %log_dir.display(),
+        "sessions contained"
+    );
     let runner = Arc::new(runner);
     let mut cfg = fleet_node::NodeConfig::new(id, ttl);
     cfg.capacity = capacity;

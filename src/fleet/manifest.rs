@@ -316,6 +316,11 @@ pub struct Spec {
         with = "opt_duration"
     )]
     pub stop_grace: Option<std::time::Duration>,
+    /// Memory, CPU and process limits, enforced through the session's
+    /// cgroup (see [`super::limits`]). A node that cannot enforce them does
+    /// not start the session, and its reason says why.
+    #[serde(default, skip_serializing_if = "super::limits::Limits::is_empty")]
+    pub limits: super::limits::Limits,
     /// Set by `leasehold restart` (when, by the operator's wall clock, as
     /// `kubectl rollout restart` stamps its template): a changed value is a
     /// changed spec, so the session runs again, at a higher epoch.
@@ -362,6 +367,7 @@ impl Spec {
             workdir: None,
             stop_signal: None,
             stop_grace: None,
+            limits: Default::default(),
             restarted_at: None,
         }
     }
@@ -461,6 +467,9 @@ impl Spec {
         {
             return Err(bad("stop_grace", "at most 1h"));
         }
+        self.limits
+            .validate()
+            .map_err(|(field, why)| bad(field, &why))?;
         if let Some(r) = &self.restarted_at
             && !crate::record::printable(r, 64)
         {

@@ -38,6 +38,7 @@ pub mod feed;
 pub mod gc;
 pub mod identity;
 pub mod journal;
+pub mod limits;
 pub mod manifest;
 pub mod marker;
 pub mod node;

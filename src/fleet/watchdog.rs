@@ -67,6 +67,9 @@ pub struct Args {
     pub grace_ms: u64,
     pub deadline_ns: u64,
     pub cgroup: Option<PathBuf>,
+    /// Further cgroups the session joins before exec: the v1 cgroups that
+    /// hold its limits (see [`super::limits::enforce`]).
+    pub joins: Vec<PathBuf>,
     pub log: Option<PathBuf>,
     pub log_max: u64,
     /// The credentials the session takes before its command runs (both or
@@ -93,6 +96,9 @@ impl Args {
         if let Some(c) = &self.cgroup {
             v.extend(["--cgroup".into(), c.display().to_string()]);
         }
+        for j in &self.joins {
+            v.extend(["--join".into(), j.display().to_string()]);
+        }
         if let Some(l) = &self.log {
             v.extend(["--log".into(), l.display().to_string()]);
             v.extend(["--log-max".into(), self.log_max.to_string()]);
@@ -117,6 +123,7 @@ impl Args {
             grace_ms: 0,
             deadline_ns: 0,
             cgroup: None,
+            joins: Vec::new(),
             log: None,
             log_max: 8 << 20,
             uid: None,
@@ -146,6 +153,7 @@ impl Args {
                 }
                 "--log-max" => a.log_max = num(it.next(), arg)?,
                 "--cgroup" => a.cgroup = it.next().map(PathBuf::from),
+                "--join" => a.joins.push(PathBuf::from(it.next().ok_or("--join needs a cgroup")?)),
                 "--log" => a.log = it.next().map(PathBuf::from),
                 "--uid" => a.uid = Some(id(it.next(), arg)?),
                 "--gid" => a.gid = Some(id(it.next(), arg)?),
@@ -170,7 +178,7 @@ impl Args {
             }
         }
         if !deadline || a.program.is_empty() || a.uid.is_some() != a.gid.is_some() {
-            return Err("usage: leasehold __watchdog --grace-ms N --deadline-ns N [--cgroup DIR] [--log FILE --log-max BYTES] [--uid N --gid N] [--workdir DIR] [--stop-signal N] -- PROGRAM [ARGS...]".into());
+            return Err("usage: leasehold __watchdog --grace-ms N --deadline-ns N [--cgroup DIR] [--join DIR]... [--log FILE --log-max BYTES] [--uid N --gid N] [--workdir DIR] [--stop-signal N] -- PROGRAM [ARGS...]".into());
         }
         Ok(a)
     }
@@ -221,6 +229,10 @@ struct Session {
     pgid: i32,
     leader_status: Option<i32>,
     cgroup: Option<contain::Cgroup>,
+    /// The v1 cgroups holding its limits.
+    joins: Vec<PathBuf>,
+    /// What the kernel counted against its limits, read when it ended.
+    events: crate::fleet::limits::enforce::LimitEvents,
 }
 
 impl Session {
@@ -256,8 +268,17 @@ impl Session {
         if got.is_some() {
             self.leader_status = got;
         }
+        // Read before the cgroups go: an out-of-memory kill, forks refused.
+        let mut dirs: Vec<&std::path::Path> = self.joins.iter().map(PathBuf::as_path).collect();
+        if let Some(cg) = &self.cgroup {
+            dirs.push(cg.path());
+        }
+        self.events = crate::fleet::limits::enforce::limit_events(&dirs);
         if let Some(cg) = &self.cgroup {
             cg.kill_and_remove(Duration::from_secs(2));
+        }
+        for j in &self.joins {
+            crate::fleet::limits::enforce::remove_v1(j);
         }
     }
 
@@ -347,6 +368,11 @@ pub fn main(argv: &[String]) -> ExitCode {
         {
             return fail("session cgroup", &e);
         }
+        for j in &a.joins {
+            if let Err(e) = contain::join_before_exec(&mut cmd, &contain::Cgroup(j.clone())) {
+                return fail("session limits cgroup", &e);
+            }
+        }
         if let Some(w) = &a.workdir {
             cmd.current_dir(w);
         }
@@ -424,6 +450,8 @@ pub fn main(argv: &[String]) -> ExitCode {
         pgid: leader,
         leader_status: None,
         cgroup,
+        joins: a.joins.clone(),
+        events: Default::default(),
     };
 
     let (tx, rx) = mpsc::channel();
@@ -469,10 +497,13 @@ pub fn main(argv: &[String]) -> ExitCode {
         let _ = tx.send(Msg::Gone);
     });
 
-    let finish = |reason: &str, code: i32| {
+    let finish = |reason: &str, code: i32, ev: crate::fleet::limits::enforce::LimitEvents| {
         // Every process of the session is dead, so the pipe is at its end
         // (bounded: a process we could not kill must not hold us here).
         let _ = copied.recv_timeout(Duration::from_millis(500));
+        if ev != Default::default() {
+            say(&format!("limit {} {}", ev.oom_kills, ev.forks_refused));
+        }
         say(&format!("end {reason} {code}"));
         ExitCode::from(code.clamp(0, 255) as u8)
     };
@@ -481,12 +512,12 @@ pub fn main(argv: &[String]) -> ExitCode {
         if let Some(st) = s.leader_status {
             // The leader exited; the rest of its tree goes with it.
             s.contain();
-            return finish("exited", contain::code_of_status(st));
+            return finish("exited", contain::code_of_status(st), s.events);
         }
         let now = monotonic_ns();
         if now >= deadline {
             s.contain();
-            return finish("deadline", 137);
+            return finish("deadline", 137, s.events);
         }
         let wait = Duration::from_nanos((deadline - now).min(20_000_000));
         match rx.recv_timeout(wait) {
@@ -507,13 +538,13 @@ pub fn main(argv: &[String]) -> ExitCode {
                     if s.leader_status.is_some() || now >= until || now >= deadline {
                         s.contain();
                         let code = s.leader_status.map_or(137, contain::code_of_status);
-                        return finish("stopped", code);
+                        return finish("stopped", code, s.events);
                     }
                     match rx.recv_timeout(Duration::from_millis(10)) {
                         Ok(Msg::Deadline(d)) => deadline = d,
                         Ok(Msg::Gone) | Err(mpsc::RecvTimeoutError::Disconnected) => {
                             s.contain();
-                            return finish("node-gone", 137);
+                            return finish("node-gone", 137, s.events);
                         }
                         Ok(Msg::Stop | Msg::Exited) | Err(mpsc::RecvTimeoutError::Timeout) => {}
                     }
@@ -522,7 +553,7 @@ pub fn main(argv: &[String]) -> ExitCode {
             Ok(Msg::Exited) => {} // reaped at the top of the loop
             Ok(Msg::Gone) | Err(mpsc::RecvTimeoutError::Disconnected) => {
                 s.contain();
-                return finish("node-gone", 137);
+                return finish("node-gone", 137, s.events);
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {}
         }
@@ -539,6 +570,7 @@ mod tests {
             grace_ms: 500,
             deadline_ns: 42,
             cgroup: Some("/sys/fs/cgroup/x".into()),
+            joins: vec!["/sys/fs/cgroup/memory/a".into(), "/sys/fs/cgroup/pids/a".into()],
             log: Some("/tmp/web.log".into()),
             log_max: 1024,
             uid: Some(65534),

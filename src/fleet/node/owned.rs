@@ -187,11 +187,13 @@ impl Node {
                 "code {}{}",
                 x.code,
                 if x.deadline {
-                    " (deadline)"
+                    " (deadline)".to_string()
                 } else if x.watchdog_lost {
-                    " (its watchdog was killed; every process of it was killed)"
+                    " (its watchdog was killed; every process of it was killed)".to_string()
+                } else if let Some(r) = &x.reason {
+                    format!(": {r}")
                 } else {
-                    ""
+                    String::new()
                 }
             ),
         );
@@ -220,16 +222,20 @@ impl Node {
         match core::after_exit(&rule, x.code, x.deadline, ran_for, quick, counted) {
             core::AfterExit::LeaseLapsed => {} // the loop notices and stops all
             core::AfterExit::Finish(state) => {
-                let _ = self.set_state(&x.name, state, Some(x.code)).await;
+                let reason = x.reason.clone().filter(|_| state == ClaimState::Failed);
+                let _ = self
+                    .set_state_why(&x.name, state, Some(x.code), reason)
+                    .await;
             }
             core::AfterExit::GiveUp { restarts } => {
                 let reason = format!(
-                    "gave up after {restarts} restart{}{} (last exit {})",
+                    "gave up after {restarts} restart{}{} (last exit {}{})",
                     if restarts == 1 { "" } else { "s" },
                     rule.window
                         .map(|w| format!(" in {}", humantime::format_duration(w)))
                         .unwrap_or_default(),
-                    x.code
+                    x.code,
+                    x.reason.as_ref().map(|r| format!(": {r}")).unwrap_or_default()
                 );
                 self.event(
                     EventKind::Failed,
@@ -251,6 +257,9 @@ impl Node {
                     let mut next = o.record.clone();
                     next.restarts += 1;
                     next.exit_code = Some(x.code);
+                    // The last run's end, where its code does not say it
+                    // (a memory limit): `ls` and `describe` show it.
+                    next.reason = x.reason.clone();
                     next.backoff_until_ms = (!delay.is_zero()).then(|| {
                         self.deps
                             .clock

@@ -87,6 +87,9 @@ pub struct ExecRunner {
     log_dir: Option<PathBuf>,
     log_max: u64,
     cgroups: Option<crate::fleet::contain::CgroupRoot>,
+    /// Where each limit is enforced; declared after `cgroups` so that its
+    /// v1 roots go first at drop.
+    limits: crate::fleet::limits::enforce::Enforcer,
     users: crate::fleet::identity::SessionUsers,
     /// Wakes the monitor: each watchdog's reader sends when the watchdog's
     /// output ends (it is exiting), so its end is seen at once.
@@ -121,6 +124,13 @@ struct Proc {
     stdin: Option<ChildStdin>,
     pgid: i32,
     cgroup: Option<crate::fleet::contain::Cgroup>,
+    /// Its v1 limit cgroups (removed by the watchdog; again here, should it
+    /// be killed).
+    limit_cgroups: crate::fleet::limits::enforce::RunCgroups,
+    /// Its spec's limits, to name the one that ended it.
+    limits: crate::fleet::limits::Limits,
+    /// The watchdog's `limit <oom kills> <forks refused>`, if it sent one.
+    events: Arc<Mutex<crate::fleet::limits::enforce::LimitEvents>>,
     /// The watchdog's `end <reason> <code>`, once its reader saw it.
     end: Arc<Mutex<Option<(String, i32)>>>,
     /// The last deadline announced (absolute CLOCK_MONOTONIC ns): the
@@ -146,6 +156,35 @@ impl Proc {
             // SAFETY: the session's process group, which we started.
             unsafe { libc::kill(-self.pgid, libc::SIGKILL) };
         }
+        self.limit_cgroups.remove();
+    }
+
+    /// The limit that ended a run with `code`, as the session's reason:
+    /// only a failed run has one (a session that met its pids limit and
+    /// still exited 0 did its job).
+    fn limit_reason(&self, code: i32) -> Option<String> {
+        let ev = *self.events.lock().unwrap();
+        if code == 0 {
+            return None;
+        }
+        use crate::fleet::limits::format_bytes;
+        if ev.oom_kills > 0 {
+            return Some(format!(
+                "memory limit {} reached: the kernel's out-of-memory killer ended {} process{}",
+                self.limits.memory.map(format_bytes).unwrap_or_else(|| "(unset)".into()),
+                ev.oom_kills,
+                if ev.oom_kills == 1 { "" } else { "es" }
+            ));
+        }
+        if ev.forks_refused > 0 {
+            return Some(format!(
+                "pids limit {} reached: {} fork{} refused",
+                self.limits.pids.map(|p| p.to_string()).unwrap_or_default(),
+                ev.forks_refused,
+                if ev.forks_refused == 1 { " was" } else { "s were" }
+            ));
+        }
+        None
     }
 }
 
@@ -170,6 +209,9 @@ impl ExecRunner {
             log_dir: None,
             log_max: 8 << 20,
             cgroups: None,
+            limits: crate::fleet::limits::enforce::Enforcer::off(
+                "this runner contains sessions by the subreaper sweep alone (--containment subreaper); limits need cgroups",
+            ),
             users: crate::fleet::identity::SessionUsers::default(),
             wake: Mutex::new(wake),
             shared,
@@ -219,13 +261,18 @@ impl ExecRunner {
         self.cgroups = match mode {
             Mode::Subreaper => None,
             Mode::Auto | Mode::Cgroup => {
-                let root = CgroupRoot::new(ROOTS.fetch_add(1, Ordering::Relaxed));
+                let n = ROOTS.fetch_add(1, Ordering::Relaxed);
+                let root = CgroupRoot::new(n);
                 if root.is_none() && mode == Mode::Cgroup {
                     return Err(Error::invalid(
                         "--containment",
                         "cgroup: no writable cgroup v2 hierarchy here (use auto or subreaper)",
                     ));
                 }
+                self.limits = crate::fleet::limits::enforce::Enforcer::discover(
+                    root.as_ref().map(|r| r.dir()),
+                    n,
+                );
                 root
             }
         };
@@ -239,6 +286,12 @@ impl ExecRunner {
         } else {
             "subreaper"
         }
+    }
+
+    /// The limits this runner can enforce, and where: `memory (v1), cpu
+    /// (v1), pids (v1)`, or `none`.
+    pub fn enforced_limits(&self) -> String {
+        self.limits.describe()
     }
 
     /// The log file of session `name` (when logs are kept).
@@ -371,6 +424,7 @@ fn monitor(shared: std::sync::Weak<Shared>, woken: std::sync::mpsc::Receiver<()>
                 code,
                 deadline: reason == "deadline",
                 watchdog_lost: lost,
+                reason: p.limit_reason(code),
             });
             shared.exiting.lock().unwrap().remove(&p_name);
             shared.exited.notify_one();
@@ -427,22 +481,47 @@ impl Runner for ExecRunner {
                 }
             }
         }
+        // Limits this node cannot enforce, or its host cannot hold: not
+        // started here (never run without them).
+        self.limits
+            .admit(&s.spec.limits)
+            .map_err(|reason| Error::invalid(format!("spec.limits of session {}", s.name), reason))?;
         // The spec's own stop grace, else the node's.
         let grace = s.spec.stop_grace.unwrap_or(self.grace);
         let n = self.runs.fetch_add(1, Ordering::Relaxed);
+        let tag = format!("{}-e{}-{n}", s.name, s.epoch);
         let cgroup = match &self.cgroups {
             Some(root) => Some(
-                crate::fleet::contain::Cgroup::create(
-                    root.dir().join(format!("{}-e{}-{n}", s.name, s.epoch)),
-                )
-                .map_err(|e| Error::Internal(format!("session cgroup: {e}")))?,
+                crate::fleet::contain::Cgroup::create(root.dir().join(&tag))
+                    .map_err(|e| Error::Internal(format!("session cgroup: {e}")))?,
             ),
             None => None,
+        };
+        let limit_cgroups = if s.spec.limits.is_empty() {
+            Default::default()
+        } else {
+            match self.limits.apply(
+                &s.spec.limits,
+                cgroup.as_ref().map(|c| c.path()),
+                &tag,
+            ) {
+                Ok(r) => r,
+                Err(e) => {
+                    if let Some(cg) = &cgroup {
+                        cg.kill_and_remove(Duration::from_secs(1));
+                    }
+                    return Err(Error::invalid(
+                        format!("spec.limits of session {}", s.name),
+                        format!("its limits could not be set: {e}"),
+                    ));
+                }
+            }
         };
         let args = crate::fleet::watchdog::Args {
             grace_ms: u64::try_from(grace.as_millis()).unwrap_or(u64::MAX),
             deadline_ns: self.absolute(s.deadline),
             cgroup: cgroup.as_ref().map(|c| c.path().to_path_buf()),
+            joins: limit_cgroups.v1.clone(),
             log: self.log_path(&s.name),
             log_max: self.log_max,
             uid: run_as.as_ref().map(|r| r.uid),
@@ -493,9 +572,11 @@ impl Runner for ExecRunner {
         }
         let stdout = BufReader::new(child.stdout.take().expect("piped"));
         let end = Arc::new(Mutex::new(None));
+        let events = Arc::new(Mutex::new(Default::default()));
         let (first_tx, first) = tokio::sync::oneshot::channel::<String>();
         let (done_tx, reader_done) = std::sync::mpsc::channel();
         let end2 = end.clone();
+        let events2 = events.clone();
         let wake = self.wake.lock().unwrap().clone();
         std::thread::spawn(move || {
             let mut first_tx = Some(first_tx);
@@ -506,6 +587,14 @@ impl Runner for ExecRunner {
                     let reason = parts.next().unwrap_or("unknown").to_string();
                     let code = parts.next().and_then(|c| c.parse().ok()).unwrap_or(137);
                     *end2.lock().unwrap() = Some((reason, code));
+                }
+                if let Some(rest) = line.strip_prefix("limit ") {
+                    let mut n = rest.split_whitespace().map(|x| x.parse().unwrap_or(0));
+                    *events2.lock().unwrap() = crate::fleet::limits::enforce::LimitEvents {
+                        oom_kills: n.next().unwrap_or(0),
+                        forks_refused: n.next().unwrap_or(0),
+                    };
+                    continue; // not the first line: that is `pid` or `end`
                 }
                 if let Some(tx) = first_tx.take() {
                     let _ = tx.send(line);
@@ -540,6 +629,7 @@ impl Runner for ExecRunner {
                 if let Some(cg) = &cgroup {
                     cg.kill_and_remove(Duration::from_secs(1));
                 }
+                limit_cgroups.remove();
                 return Err(Error::invalid(
                     format!("spec.command of session {}", s.name),
                     if line.is_empty() {
@@ -561,6 +651,9 @@ impl Runner for ExecRunner {
                 stdin,
                 pgid,
                 cgroup,
+                limit_cgroups,
+                limits: s.spec.limits,
+                events,
                 end,
                 reader_done,
                 deadline_ns: args.deadline_ns,
@@ -651,6 +744,7 @@ impl Runner for ExecRunner {
                 code,
                 deadline: false,
                 watchdog_lost: false,
+                reason: p.limit_reason(code),
             }),
             _ => None,
         }

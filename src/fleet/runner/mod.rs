@@ -72,6 +72,9 @@ pub struct Exit {
     /// Its watchdog died without reporting (killed from outside): the
     /// session's processes were killed when that was seen.
     pub watchdog_lost: bool,
+    /// What ended it, where the code alone does not say: `memory limit
+    /// 64 MiB reached: ...` (the node records it as the session's reason).
+    pub reason: Option<String>,
 }
 
 /// Runs sessions. See the module docs for the contract.

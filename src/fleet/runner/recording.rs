@@ -97,6 +97,7 @@ impl RecordingRunner {
                 code: 137,
                 deadline: true,
                 watchdog_lost: false,
+                reason: None,
             });
         }
         s.earliest = s.running.values().map(|(_, _, d)| *d).min();
@@ -151,6 +152,7 @@ impl Runner for RecordingRunner {
             code,
             deadline: false,
             watchdog_lost: false,
+                reason: None,
         })
     }
 
@@ -168,6 +170,7 @@ impl Runner for RecordingRunner {
                     code,
                     deadline: false,
                     watchdog_lost: false,
+                reason: None,
                 });
             }
         }
