@@ -66,7 +66,11 @@ pub enum Owned {
     Claimed {
         node: String,
         instance: String,
+        /// The owner node's API.
         address: Option<String>,
+        /// The session's own address (`host:port`), when its spec names a
+        /// port.
+        endpoint: Option<String>,
         epoch: u64,
         status: ClaimState,
     },
@@ -100,6 +104,8 @@ pub enum WakeOutcome {
     Reachable {
         node: String,
         address: String,
+        /// The session's own address, when its spec names a port.
+        endpoint: Option<String>,
         epoch: u64,
         status: ClaimState,
     },
@@ -224,6 +230,7 @@ impl Resolver {
                 node: c.owner.node,
                 instance: c.owner.instance,
                 address: c.address,
+                endpoint: c.endpoint,
                 epoch: c.epoch,
                 status: c.state,
             },
@@ -319,6 +326,7 @@ impl Resolver {
                 node,
                 instance,
                 address,
+                endpoint,
                 epoch,
                 status,
             } => {
@@ -330,6 +338,7 @@ impl Resolver {
                     Ok(()) => WakeOutcome::Reachable {
                         node,
                         address: address.unwrap_or_default(),
+                        endpoint,
                         epoch,
                         status,
                     },

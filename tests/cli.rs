@@ -1582,6 +1582,8 @@ fn one_shot_readers_call_a_silent_owner_expired_within_the_skew_bound() {
             exit_code: None,
             reason: None,
             backoff_until_ms: None,
+            health: None,
+            endpoint: None,
             restarts: 0,
             updated_at_ms: renewed,
             nonce: format!("c-{node}"),

@@ -2790,6 +2790,8 @@ async fn foreign_claim(
         exit_code: None,
         reason: None,
         backoff_until_ms: None,
+        health: None,
+        endpoint: None,
         restarts: 0,
         updated_at_ms: 0,
         nonce: "c1".into(),

@@ -44,11 +44,17 @@ pub async fn resolve(
                 WakeOutcome::Reachable {
                     node,
                     address,
+                    endpoint,
                     epoch,
                     status,
+                    ..
                 } => {
                     println!(
-                        "{name}: on {node} at {address}, epoch {epoch} {} (reachable)",
+                        "{name}: {}on {node} (node API {address}), epoch {epoch} {} (reachable)",
+                        endpoint
+                            .as_ref()
+                            .map(|e| format!("at {e} "))
+                            .unwrap_or_default(),
                         status.as_str()
                     )
                 }
@@ -111,15 +117,24 @@ pub async fn resolve(
             Owned::Claimed {
                 node,
                 address,
+                endpoint,
                 epoch,
                 status,
                 ..
             } => println!(
-                "{name}: {node} epoch {epoch} {}{}{}",
+                "{name}: {node} epoch {epoch} {}{}{}{}",
                 status.as_str(),
+                endpoint
+                    .as_ref()
+                    .map(|e| format!(" at {e}"))
+                    .unwrap_or_default(),
                 address
                     .as_ref()
-                    .map(|a| format!(" at {a}"))
+                    .map(|a| if endpoint.is_some() {
+                        format!(" (node API {a})")
+                    } else {
+                        format!(" (node API {a}; the session publishes no port)")
+                    })
                     .unwrap_or_default(),
                 match lease {
                     Some(OwnerLease::Live) | None => String::new(),
@@ -940,6 +955,12 @@ pub async fn describe(
                     println!("  {label} {}", shown(v));
                 }
             }
+            if let Some(p) = m.spec.port {
+                println!("  Port:     {p}");
+            }
+            if let Some(c) = &m.spec.check {
+                println!("  Check:    {}", shown(&c.describe()));
+            }
             if !m.spec.limits.is_empty() {
                 println!("  Limits:   {}", m.spec.limits.describe());
             }
@@ -970,6 +991,9 @@ pub async fn describe(
                     l.as_str(),
                     max_skew
                 );
+            }
+            if let Some(e) = &c.endpoint {
+                println!("Endpoint:   {e}");
             }
             println!(
                 "Restarts:   {}{}",

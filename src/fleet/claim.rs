@@ -78,6 +78,11 @@ pub enum Status {
     /// Running, but between two runs: a crash-loop back-off holds the next
     /// start (no process runs now).
     Backoff,
+    /// Running, but its health check has not passed yet.
+    Starting,
+    /// Its health check failed `threshold` times in a row: it is being
+    /// stopped, and its restart policy applies.
+    Unhealthy,
     Succeeded,
     Failed,
 }
@@ -93,7 +98,11 @@ pub fn status(claim: Option<&ClaimRecord>, owner_live: bool) -> Status {
             ClaimState::Succeeded => Status::Succeeded,
             ClaimState::Failed => Status::Failed,
             ClaimState::Paused => Status::Paused,
-            ClaimState::Running if owner_live => Status::Running,
+            ClaimState::Running if owner_live => match c.health {
+                Some(super::check::Health::Starting) => Status::Starting,
+                Some(super::check::Health::Unhealthy) => Status::Unhealthy,
+                None => Status::Running,
+            },
             ClaimState::Running => Status::Interrupted,
         },
     }
@@ -110,8 +119,14 @@ pub struct ClaimRecord {
     pub state: ClaimState,
     /// Digest of the manifest spec this claim runs.
     pub digest: String,
+    /// The owner node's API (`http://host:port`), for logs and events.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub address: Option<String>,
+    /// The session's own address (`host:port`, from its spec's `port` and
+    /// its node's host), for whoever routes to it. Absent when the spec
+    /// names no port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i32>,
     /// Why the run ended where its exit code does not say (a session that
@@ -128,6 +143,11 @@ pub struct ClaimRecord {
     /// safety decision). Absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backoff_until_ms: Option<u64>,
+    /// A checked run's health while it is not simply running: `starting`
+    /// (its check has not passed yet) or `unhealthy` (being stopped after
+    /// failing it). Absent otherwise, and on every unchecked session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<super::check::Health>,
     /// Owner's wall clock; for humans.
     pub updated_at_ms: u64,
     pub nonce: String,
@@ -169,6 +189,13 @@ impl ClaimRecord {
                 "address must be 1-1024 printable characters".into(),
             ));
         }
+        if let Some(a) = &r.endpoint
+            && !crate::record::printable(a, 1024)
+        {
+            return Err(corrupt(
+                "endpoint must be 1-1024 printable characters".into(),
+            ));
+        }
         Ok(r)
     }
 
@@ -193,9 +220,11 @@ impl ClaimRecord {
             state: ClaimState::Released,
             digest: String::new(),
             address: None,
+            endpoint: None,
             exit_code: None,
             reason: None,
             backoff_until_ms: None,
+            health: None,
             restarts: 0,
             updated_at_ms: wall_ms,
             nonce,
@@ -275,9 +304,11 @@ pub(crate) mod tests {
             state,
             digest: "d".into(),
             address: None,
+            endpoint: None,
             exit_code: None,
             reason: None,
             backoff_until_ms: None,
+            health: None,
             restarts: 0,
             updated_at_ms: 0,
             nonce: "x".into(),
@@ -313,6 +344,9 @@ pub(crate) mod tests {
         let mut c = good.clone();
         c.address = Some("http://h:1\r\nfake row".into());
         bad.push((c, "address"));
+        let mut c = good.clone();
+        c.endpoint = Some("h:1\u{1b}[2J".into());
+        bad.push((c, "endpoint"));
         let mut c = good.clone();
         c.reason = Some("could not start\u{1b}]0;owned\u{7}".into());
         bad.push((c, "reason"));

@@ -124,6 +124,13 @@ pub fn explain(
             c.exit_code
                 .map(|e| format!(", last exit {e}"))
                 .unwrap_or_default()
+                // Why the last run ended, where its code does not say (a
+                // memory limit, a failed health check).
+                + &c.reason
+                    .as_ref()
+                    .filter(|_| c.state == ClaimState::Running)
+                    .map(|r| format!(": {r}"))
+                    .unwrap_or_default()
         )
     } else {
         String::new()
@@ -162,6 +169,25 @@ pub fn explain(
                     ),
                     &format!("({restarts})"),
                 ),
+            }
+        }
+        ClaimState::Running if live && c.health == Some(crate::fleet::check::Health::Starting) => {
+            Explained {
+                status: Status::Starting,
+                reason: join("its health check has not passed yet", &if restarts.is_empty() {
+                    String::new()
+                } else {
+                    format!("({restarts})")
+                }),
+            }
+        }
+        ClaimState::Running if live && c.health == Some(crate::fleet::check::Health::Unhealthy) => {
+            Explained {
+                status: Status::Unhealthy,
+                reason: c
+                    .reason
+                    .clone()
+                    .unwrap_or_else(|| "its health check failed".into()),
             }
         }
         ClaimState::Running if live => Explained {
@@ -375,6 +401,8 @@ mod tests {
             exit_code: exit,
             reason: None,
             backoff_until_ms: None,
+            health: None,
+            endpoint: None,
             restarts,
             updated_at_ms: NOW,
             nonce: "n".into(),

@@ -76,6 +76,11 @@ event_kinds! {
     Exited = "exited",
     /// A crash-looping session waits before its restart.
     Backoff = "backoff",
+    /// A checked session's health check passed (it was `starting`).
+    Healthy = "healthy",
+    /// A checked session failed its health check `threshold` times in a
+    /// row: it is stopped, and its restart policy applies.
+    Unhealthy = "unhealthy",
     /// A session (or, with no session, every session) was stopped.
     Stopped = "stopped",
     /// A claim was lost to another writer or a deletion.
@@ -303,7 +308,7 @@ mod tests {
             let json = serde_json::to_string(k).unwrap();
             assert_eq!(&serde_json::from_str::<EventKind>(&json).unwrap(), k);
         }
-        assert_eq!(EventKind::ALL.len(), 22);
+        assert_eq!(EventKind::ALL.len(), 24);
         let e: Event =
             serde_json::from_str(r#"{"seq":3,"at_ms":1,"kind":"teleported","detail":"x"}"#)
                 .unwrap();

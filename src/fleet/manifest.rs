@@ -198,7 +198,7 @@ struct RestartObject {
     max_delay: Option<std::time::Duration>,
 }
 
-mod opt_duration {
+pub(crate) mod opt_duration {
     use serde::{Deserialize, Deserializer, Serializer};
     use std::time::Duration;
 
@@ -316,6 +316,17 @@ pub struct Spec {
         with = "opt_duration"
     )]
     pub stop_grace: Option<std::time::Duration>,
+    /// The port the session listens on, on its node's host. Recorded in its
+    /// claim as `<node host>:<port>` (its `endpoint`), so `resolve` and the
+    /// wake path return the session's own address beside its node's; passed
+    /// to the session as LEASEHOLD_PORT.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+    /// The health check (see [`super::check`]): `starting` until it first
+    /// passes, and a run that fails it `threshold` times in a row is
+    /// stopped and restarted by its policy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check: Option<super::check::Check>,
     /// Memory, CPU and process limits, enforced through the session's
     /// cgroup (see [`super::limits`]). A node that cannot enforce them does
     /// not start the session, and its reason says why.
@@ -367,6 +378,8 @@ impl Spec {
             workdir: None,
             stop_signal: None,
             stop_grace: None,
+            port: None,
+            check: None,
             limits: Default::default(),
             restarted_at: None,
         }
@@ -466,6 +479,12 @@ impl Spec {
             && g > std::time::Duration::from_secs(3600)
         {
             return Err(bad("stop_grace", "at most 1h"));
+        }
+        if self.port == Some(0) {
+            return Err(bad("port", "a port from 1 to 65535"));
+        }
+        if let Some(c) = &self.check {
+            c.validate(self.port).map_err(|(field, why)| bad(field, &why))?;
         }
         self.limits
             .validate()

@@ -112,6 +112,9 @@ impl Node {
         next.state = state;
         next.exit_code = exit_code;
         next.reason = None; // a reason is the state's it was written with
+        if state != ClaimState::Running {
+            next.health = None; // a health is a running process's
+        }
         Ok(Some((o.version.clone(), next)))
     }
 

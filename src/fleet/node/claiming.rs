@@ -27,6 +27,11 @@ pub(super) struct ClaimTry {
     pub(super) read_spec: bool,
     pub(super) owner: Owner,
     pub(super) address: Option<String>,
+    /// The session's endpoint, when its spec came with the claim and names
+    /// a port (else set when it starts: `Node::start`).
+    pub(super) endpoint: Option<String>,
+    /// `starting`, for a spec with a health check that came with the claim.
+    pub(super) health: Option<crate::fleet::check::Health>,
     /// Whether it may still be sent when its turn comes.
     pub(super) live: Live,
 }
@@ -122,6 +127,8 @@ impl ClaimTry {
                 state: ClaimState::Running,
                 digest: self.digest.clone(),
                 address: self.address.clone(),
+                endpoint: self.endpoint.clone(),
+                health: self.health,
                 exit_code: None,
                 reason: None,
                 backoff_until_ms: None,
@@ -301,6 +308,11 @@ impl Node {
         // The spec is read with the claim when none came with it (the
         // manifest's, unless the listing found it corrupt: `spec_for`).
         let read_spec = spec.is_none() && !self.corrupt.contains_key(&crate::keys::manifest(name));
+        let endpoint = spec.as_ref().and_then(|s| self.endpoint_of(s));
+        let health = spec
+            .as_ref()
+            .and_then(|s| s.check.as_ref())
+            .map(|_| crate::fleet::check::Health::Starting);
         Some(ClaimTry {
             name: name.to_string(),
             key,
@@ -313,6 +325,8 @@ impl Node {
             read_spec,
             owner: self.me.clone(),
             address: self.cfg.address.clone(),
+            endpoint,
+            health,
             live: Live {
                 decided: self.valid_until(),
                 lease: self.validity.clone(),

@@ -23,6 +23,9 @@ pub struct NodeConfig {
     pub labels: BTreeMap<String, String>,
     /// Published in the node lease and in claims.
     pub address: Option<String>,
+    /// The host in a session's endpoint (`<host>:<port>` for a spec with a
+    /// `port`). Default: the host of `address`, else this machine's name.
+    pub session_host: Option<String>,
     /// Node lease TTL. Sessions move about ttl + margin + one poll after a
     /// node dies.
     pub ttl: Duration,
@@ -110,6 +113,7 @@ impl NodeConfig {
             capacity: 16,
             labels: BTreeMap::new(),
             address: None,
+            session_host: None,
             ttl,
             poll: ttl / 3,
             max_poll: ttl,

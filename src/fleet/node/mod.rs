@@ -42,6 +42,7 @@ use cached::{Cached, Tracked};
 
 mod absence;
 mod cached;
+mod checks;
 mod claim_now;
 mod claim_write;
 mod claiming;

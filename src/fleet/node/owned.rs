@@ -101,6 +101,20 @@ impl Node {
             // instance reclaims it.
             return;
         }
+        // The claim names the session's endpoint, and a checked run is
+        // `starting`, before it runs: one write, only where the claim does
+        // not say so already (the claim's own write or a restart's usually
+        // did).
+        let endpoint = self.endpoint_of(&spec);
+        let health = spec.check.as_ref().map(|_| crate::fleet::check::Health::Starting);
+        if o.record.endpoint != endpoint || o.record.health != health {
+            let (o, mut next) = (o.clone(), o.record.clone());
+            next.endpoint = endpoint;
+            next.health = health;
+            if self.write_claim(name, &o, next).await.is_err() {
+                return; // taken over, or the store is unreachable
+            }
+        }
         let start = SessionStart {
             name: name.to_string(),
             node: self.me.node.clone(),
@@ -117,6 +131,7 @@ impl Node {
                     o.restart_at = None;
                 }
                 self.event(EventKind::Started, Some(name), Some(epoch), "");
+                self.start_check(name, epoch, &spec);
             }
             Err(e) if e.kind() == crate::ErrorKind::Fenced => {
                 tracing::warn!(session = name, error = %e, "not started: the node's deadline passed");
@@ -142,7 +157,24 @@ impl Node {
         }
     }
 
+    /// Where session `spec` can be reached on this node: `<host>:<port>`
+    /// (see [`NodeConfig::session_host`]), when it names a port.
+    pub(super) fn endpoint_of(&self, spec: &Spec) -> Option<String> {
+        let port = spec.port?;
+        let host = match (&self.cfg.session_host, &self.cfg.address) {
+            (Some(h), _) => h.clone(),
+            (None, Some(a)) => host_of(a).to_string(),
+            (None, None) => crate::hostlock::hostname(),
+        };
+        Some(if host.contains(':') && !host.starts_with('[') {
+            format!("[{host}]:{port}")
+        } else {
+            format!("{host}:{port}")
+        })
+    }
+
     pub(super) async fn lose(&mut self, name: &str, why: &str) {
+        self.checks.stop(name);
         if let Some(o) = self.owned.remove(name) {
             if o.running {
                 self.deps.runner.stop(name).await;
@@ -179,6 +211,7 @@ impl Node {
             return;
         }
         o.running = false;
+        self.checks.stop(&x.name);
         self.event(
             EventKind::Exited,
             Some(&x.name),
@@ -260,6 +293,12 @@ impl Node {
                     // The last run's end, where its code does not say it
                     // (a memory limit): `ls` and `describe` show it.
                     next.reason = x.reason.clone();
+                    // The next run starts unproven.
+                    next.health = o
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.1.check.as_ref())
+                        .map(|_| crate::fleet::check::Health::Starting);
                     next.backoff_until_ms = (!delay.is_zero()).then(|| {
                         self.deps
                             .clock
@@ -528,5 +567,29 @@ impl Node {
             debug_assert_eq!(load, self.load());
         }
         changed
+    }
+}
+
+/// The host of an address (`http://host:port/path`, `host:port`,
+/// `[v6]:port`), brackets kept for IPv6.
+fn host_of(address: &str) -> &str {
+    let rest = address.split_once("://").map_or(address, |x| x.1);
+    let authority = rest.split('/').next().unwrap_or(rest);
+    if authority.starts_with('[') {
+        return authority.split_once(']').map_or(authority, |x| &authority[..x.0.len() + 1]);
+    }
+    authority.rsplit_once(':').map_or(authority, |x| x.0)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn hosts_of_addresses() {
+        use super::host_of;
+        assert_eq!(host_of("http://127.0.0.1:7401"), "127.0.0.1");
+        assert_eq!(host_of("http://n1.internal:7401/x"), "n1.internal");
+        assert_eq!(host_of("https://[::1]:7401"), "[::1]");
+        assert_eq!(host_of("n2"), "n2");
+        assert_eq!(host_of("n2:80"), "n2");
     }
 }

@@ -154,6 +154,8 @@ impl Node {
                     .map_or(pause, |t| t.saturating_since(self.deps.clock.now())),
             );
             tokio::pin!(restart);
+            // Health check results (`checks.rs`), held while we wait.
+            let mut probed = self.checks.rx.take();
             loop {
                 // `biased`: branches are tried in this order, not tokio's
                 // per-process random one, so a seeded simulation replays the
@@ -213,6 +215,10 @@ impl Node {
                             }
                         }
                     }
+                    Some(p) = async { probed.as_mut()?.recv().await }, if probed.is_some() => {
+                        self.on_check(p).await;
+                        self.publish_status(self.deps.clock.now() < valid_rx.borrow().until);
+                    }
                     _ = &mut watch, if watching => {
                         // The reads race what the pause waits for: a lost
                         // lease or a shutdown is not held up by a slow store,
@@ -266,6 +272,7 @@ impl Node {
                     }
                 }
             }
+            self.checks.rx = probed;
         };
         self.publish_status(false);
         self.deps.status.set_valid_until(&self.deps.clock, None);

@@ -168,6 +168,8 @@ pub(super) struct Node {
     /// restart comes when the journal said it would, not at the end of an
     /// idle pause.
     pub(super) next_restart: Option<MonoTime>,
+    /// The health checks of running sessions (`checks.rs`).
+    pub(super) checks: super::checks::Checks,
     /// Exits were recorded during the last claim batch (`send_claims`).
     pub(super) exits_mid_batch: bool,
     /// Draining (see `apply_control`): not even a predecessor's sessions
@@ -348,6 +350,7 @@ impl Node {
             predecessor_unproven_until: None,
             proven_predecessor: None,
             next_restart: None,
+            checks: Default::default(),
             exits_mid_batch: false,
             feed: crate::fleet::feed::FeedCursor::new(cfg_skew),
             last_full: None,

@@ -131,12 +131,24 @@ struct Proc {
     limits: crate::fleet::limits::Limits,
     /// The watchdog's `limit <oom kills> <forks refused>`, if it sent one.
     events: Arc<Mutex<crate::fleet::limits::enforce::LimitEvents>>,
+    /// How its exec health checks run (as the session does).
+    check_ctx: Arc<CheckCtx>,
     /// The watchdog's `end <reason> <code>`, once its reader saw it.
     end: Arc<Mutex<Option<(String, i32)>>>,
     /// The last deadline announced (absolute CLOCK_MONOTONIC ns): the
     /// monitor enforces it too, should the watchdog be stopped or stuck.
     deadline_ns: u64,
     reader_done: std::sync::mpsc::Receiver<()>,
+}
+
+/// What an exec health check of a run needs to run as the session does:
+/// its credentials, working directory, environment and cgroups.
+#[derive(Debug)]
+struct CheckCtx {
+    ids: Option<(u32, u32)>,
+    workdir: Option<PathBuf>,
+    env: Vec<(std::ffi::OsString, std::ffi::OsString)>,
+    cgroups: Vec<PathBuf>,
 }
 
 impl Proc {
@@ -343,6 +355,7 @@ impl ExecRunner {
             .env("LEASEHOLD_SESSION", &s.name)
             .env("LEASEHOLD_EPOCH", s.epoch.to_string())
             .env("LEASEHOLD_NODE", &s.node)
+            .envs(s.spec.port.map(|p| ("LEASEHOLD_PORT", p.to_string())))
             .env(
                 "LEASEHOLD_SPEC",
                 serde_json::to_string(&s.spec).expect("spec serialises"),
@@ -547,6 +560,15 @@ impl Runner for ExecRunner {
                 .collect(),
         };
         let mut cmd = self.command(&s, &args, run_as.as_ref());
+        let check_ctx = Arc::new(CheckCtx {
+            ids: run_as.as_ref().map(|r| (r.uid, r.gid)),
+            workdir: args.workdir.clone(),
+            env: cmd
+                .get_envs()
+                .filter_map(|(k, v)| Some((k.to_os_string(), v?.to_os_string())))
+                .collect(),
+            cgroups: args.cgroup.iter().chain(&args.joins).cloned().collect(),
+        });
         let mut child = {
             let mut registry = watchdogs().lock().unwrap();
             let child = cmd.spawn().map_err(|e| {
@@ -654,6 +676,7 @@ impl Runner for ExecRunner {
                 limit_cgroups,
                 limits: s.spec.limits,
                 events,
+                check_ctx,
                 end,
                 reader_done,
                 deadline_ns: args.deadline_ns,
@@ -756,6 +779,86 @@ impl Runner for ExecRunner {
 
     async fn exited(&self) {
         self.shared.exited.notified().await
+    }
+
+    async fn exec_check(
+        &self,
+        name: &str,
+        argv: &[String],
+        timeout: Duration,
+    ) -> std::result::Result<(), String> {
+        use std::os::unix::process::CommandExt as _;
+        let ctx = self
+            .shared
+            .children
+            .lock()
+            .unwrap()
+            .get(name)
+            .map(|p| p.check_ctx.clone())
+            .ok_or("the session is not running here")?;
+        let program = argv.first().ok_or("no command")?;
+        let mut std_cmd = Command::new(program);
+        std_cmd
+            .args(&argv[1..])
+            .env_clear()
+            .envs(ctx.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0);
+        if let Some(w) = &ctx.workdir {
+            std_cmd.current_dir(w);
+        }
+        // Into the session's cgroups (its limits hold the check too, and
+        // its end kills it), then its credentials: the order the watchdog
+        // uses, for the same reasons.
+        for dir in &ctx.cgroups {
+            crate::fleet::contain::join_before_exec(
+                &mut std_cmd,
+                &crate::fleet::contain::Cgroup(dir.clone()),
+            )
+            .map_err(|e| format!("session cgroup: {e}"))?;
+        }
+        if let Some((uid, gid)) = ctx.ids {
+            // SAFETY: setgroups, setgid and setuid are async-signal-safe.
+            unsafe {
+                std_cmd.pre_exec(move || {
+                    let groups = [gid as libc::gid_t];
+                    if libc::setgroups(1, groups.as_ptr()) != 0
+                        || libc::setgid(gid) != 0
+                        || libc::setuid(uid) != 0
+                    {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        let mut cmd = tokio::process::Command::from(std_cmd);
+        cmd.kill_on_drop(true);
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| format!("cannot start {program:?}: {}", e.kind()))?;
+        let pgid = child.id().map_or(0, |p| p as i32);
+        match tokio::time::timeout(timeout, child.wait()).await {
+            Ok(Ok(st)) if st.success() => Ok(()),
+            Ok(Ok(st)) => Err(match st.code() {
+                Some(c) => format!("exit {c}"),
+                None => "killed by a signal".into(),
+            }),
+            Ok(Err(e)) => Err(format!("waiting for it: {}", e.kind())),
+            Err(_) => {
+                if pgid > 1 {
+                    // SAFETY: the check's own process group, made above.
+                    unsafe { libc::kill(-pgid, libc::SIGKILL) };
+                }
+                let _ = child.wait().await;
+                Err(format!(
+                    "no exit within {}",
+                    humantime::format_duration(timeout)
+                ))
+            }
+        }
     }
 
     fn running(&self) -> Vec<(String, u64)> {

@@ -92,4 +92,17 @@ pub trait Runner: Send + Sync + Debug {
     }
     /// (name, epoch) of every running session.
     fn running(&self) -> Vec<(String, u64)>;
+    /// Runs an exec health check of session `name` (its `check.exec`
+    /// command) as the session runs: its user, working directory,
+    /// environment and cgroups. Ok on exit 0 within `timeout`; the error
+    /// says what happened. A runner without processes cannot.
+    async fn exec_check(
+        &self,
+        name: &str,
+        argv: &[String],
+        timeout: std::time::Duration,
+    ) -> std::result::Result<(), String> {
+        let _ = (name, argv, timeout);
+        Err("this runner cannot run exec checks".into())
+    }
 }
