@@ -73,6 +73,13 @@ pub enum Owned {
         endpoint: Option<String>,
         epoch: u64,
         status: ClaimState,
+        /// A checked run's health (`starting`, `unhealthy`), if not passing.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        health: Option<crate::fleet::check::Health>,
+        /// Until when a crash-loop back-off holds the next start (the
+        /// owner's wall clock, advisory).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        backoff_until_ms: Option<u64>,
     },
     /// The claim was released (its tombstone keeps the epoch).
     Released { epoch: u64 },
@@ -233,6 +240,8 @@ impl Resolver {
                 endpoint: c.endpoint,
                 epoch: c.epoch,
                 status: c.state,
+                health: c.health,
+                backoff_until_ms: c.backoff_until_ms,
             },
             None => {
                 round_trips += 1;
@@ -329,6 +338,7 @@ impl Resolver {
                 endpoint,
                 epoch,
                 status,
+                ..
             } => {
                 let dialled = match &address {
                     Some(a) => dial(a, timeout).await,

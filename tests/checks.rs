@@ -71,17 +71,33 @@ async fn a_checked_session_is_starting_until_it_answers_and_names_its_endpoint()
     let out = String::from_utf8_lossy(&o.stdout);
     let row = out.lines().find(|l| l.starts_with("web")).unwrap_or("");
     assert!(row.contains("starting"), "{out}");
-    wait_until("web answers its check", Duration::from_secs(20), async || {
-        claim(&s, "web")
-            .await
-            .is_some_and(|c| c.state == ClaimState::Running && c.health.is_none())
-    })
+    // `resolve` says the same word, in text and JSON.
+    let o = bin()
+        .args(["resolve", "web", "--json", "--store", &env.url])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["status"], "starting", "{v}");
+    wait_until(
+        "web answers its check",
+        Duration::from_secs(20),
+        async || {
+            claim(&s, "web")
+                .await
+                .is_some_and(|c| c.state == ClaimState::Running && c.health.is_none())
+        },
+    )
     .await;
     let c = claim(&s, "web").await.unwrap();
     assert_eq!(c.restarts, 0, "no failure counted within the grace");
-    assert_eq!(c.endpoint.as_deref(), Some(format!("127.0.0.1:{port}").as_str()));
     assert_eq!(
-        std::fs::read_to_string(env.path("web.port")).unwrap().trim(),
+        c.endpoint.as_deref(),
+        Some(format!("127.0.0.1:{port}").as_str())
+    );
+    assert_eq!(
+        std::fs::read_to_string(env.path("web.port"))
+            .unwrap()
+            .trim(),
         port.to_string(),
         "LEASEHOLD_PORT"
     );
@@ -96,7 +112,9 @@ async fn a_checked_session_is_starting_until_it_answers_and_names_its_endpoint()
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{out}");
     assert!(
-        out.contains(&format!("at 127.0.0.1:{port} (node API http://127.0.0.1:")),
+        out.contains(&format!(
+            "epoch 1 running at 127.0.0.1:{port} (node API http://127.0.0.1:"
+        )),
         "{out}"
     );
     let o = bin()
@@ -122,7 +140,10 @@ async fn a_checked_session_is_starting_until_it_answers_and_names_its_endpoint()
         out.contains("Check:    http / every 200ms (timeout 200ms, 2 failures, grace 10s)"),
         "{out}"
     );
-    assert!(out.contains(&format!("Endpoint:   127.0.0.1:{port}")), "{out}");
+    assert!(
+        out.contains(&format!("Endpoint:   127.0.0.1:{port}")),
+        "{out}"
+    );
     let healthy = out.lines().find(|l| l.contains("healthy ")).unwrap_or("");
     assert!(
         healthy.contains("Z (") && healthy.contains(" ago)"),
@@ -168,15 +189,20 @@ async fn an_unhealthy_run_is_stopped_and_its_policy_applies() {
     let c = claim(&s, "deaf").await.unwrap();
     assert_eq!(
         c.reason.as_deref(),
-        Some(format!("unhealthy: check failed 2 times in a row (tcp {dead}: connection refused)").as_str()),
+        Some(
+            format!("unhealthy: check failed 2 times in a row (tcp {dead}: connection refused)")
+                .as_str()
+        ),
         "{}",
         log_of(&n1)
     );
     assert_eq!(c.health, None, "a finished run has no health");
     let pid = env.pid("deaf.pid").unwrap();
-    wait_until("deaf's process is gone", Duration::from_secs(10), async || {
-        !alive(pid)
-    })
+    wait_until(
+        "deaf's process is gone",
+        Duration::from_secs(10),
+        async || !alive(pid),
+    )
     .await;
 
     wait_until("flaky was restarted", Duration::from_secs(20), async || {
@@ -185,22 +211,30 @@ async fn an_unhealthy_run_is_stopped_and_its_policy_applies() {
     .await;
     let c = claim(&s, "flaky").await.unwrap();
     assert!(
-        c.reason
-            .as_deref()
-            .is_some_and(|r| r.starts_with("unhealthy: check failed 2 times in a row (exec sh: exit 1)")),
+        c.reason.as_deref().is_some_and(
+            |r| r.starts_with("unhealthy: check failed 2 times in a row (exec sh: exit 1)")
+        ),
         "{c:?}"
     );
     // SAFETY: geteuid cannot fail.
     if unsafe { libc::geteuid() } == 0 {
         let uid = std::fs::read_to_string(env.path("check.uid")).unwrap_or_default();
-        assert_eq!(uid.trim(), "65534", "the exec check runs as the session's user");
+        assert_eq!(
+            uid.trim(),
+            "65534",
+            "the exec check runs as the session's user"
+        );
     }
     std::fs::write(env.path("ok"), "").unwrap();
-    wait_until("flaky passes its check", Duration::from_secs(20), async || {
-        claim(&s, "flaky")
-            .await
-            .is_some_and(|c| c.state == ClaimState::Running && c.health.is_none())
-    })
+    wait_until(
+        "flaky passes its check",
+        Duration::from_secs(20),
+        async || {
+            claim(&s, "flaky")
+                .await
+                .is_some_and(|c| c.state == ClaimState::Running && c.health.is_none())
+        },
+    )
     .await;
 }
 
@@ -211,10 +245,22 @@ fn bad_checks_and_ports_are_refused_by_apply() {
     for (extra, field) in [
         (serde_json::json!({"check": {"tcp": 70000}}), "spec.check"),
         (serde_json::json!({"check": {"tcp": 0}}), "spec.check.tcp"),
-        (serde_json::json!({"check": {"exec": []}}), "spec.check.exec"),
-        (serde_json::json!({"check": {"http": "/h"}}), "spec.check.http"),
-        (serde_json::json!({"check": {"tcp": 1, "http": "http://h/"}}), "spec.check"),
-        (serde_json::json!({"check": {"tcp": 1, "interval": "1ms"}}), "spec.check.interval"),
+        (
+            serde_json::json!({"check": {"exec": []}}),
+            "spec.check.exec",
+        ),
+        (
+            serde_json::json!({"check": {"http": "/h"}}),
+            "spec.check.http",
+        ),
+        (
+            serde_json::json!({"check": {"tcp": 1, "http": "http://h/"}}),
+            "spec.check",
+        ),
+        (
+            serde_json::json!({"check": {"tcp": 1, "interval": "1ms"}}),
+            "spec.check.interval",
+        ),
         (serde_json::json!({"port": 0}), "spec.port"),
         (serde_json::json!({"port": 65536}), "spec.port"),
     ] {

@@ -1641,16 +1641,18 @@ fn one_shot_readers_call_a_silent_owner_expired_within_the_skew_bound() {
     // A session whose owner was fenced (its lease released by a peer that
     // is taking it over) is interrupted, not running.
     assert_eq!(status("on-gone"), Some("interrupted".into()), "{ls}");
-    let o = run(&["resolve", "on-dead", "--store", &s, "--json"]);
-    assert_eq!(code(&o), 1, "{}", stdout(&o));
-    assert_eq!(json(&o)["owner_lease"], "expired");
-    assert_eq!(json(&o)["live"], false);
+    let d = run(&["resolve", "on-dead", "--store", &s, "--json"]);
+    assert_eq!(code(&d), 1, "{}", stdout(&d));
+    assert_eq!(json(&d)["owner_lease"], "expired");
+    assert_eq!(json(&d)["live"], false);
+    assert_eq!(json(&d)["status"], "interrupted", "the word `ls` says");
     let o = run(&["resolve", "on-ahead", "--store", &s, "--json"]);
     assert_eq!(code(&o), 0, "{}", stdout(&o));
     assert_eq!(json(&o)["owner_lease"], "live");
     let o = run(&["resolve", "on-dead", "--store", &s]);
     assert!(
-        stdout(&o).contains("owner expired by wall clock: interrupted"),
+        stdout(&o)
+            .contains("epoch 4 interrupted (owner expired by wall clock; its claim says running)"),
         "{}",
         stdout(&o)
     );

@@ -86,7 +86,11 @@ fn cpu_ticks(pid: i32) -> u64 {
     let rest = s.rsplit_once(')').map(|x| x.1).unwrap_or("");
     let f: Vec<&str> = rest.split_whitespace().collect();
     // After the command: state is field 3, utime 14, stime 15 (1-based).
-    let n = |i: usize| f.get(i - 3).and_then(|x| x.parse::<u64>().ok()).unwrap_or(0);
+    let n = |i: usize| {
+        f.get(i - 3)
+            .and_then(|x| x.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
     n(14) + n(15)
 }
 
@@ -139,9 +143,11 @@ async fn limits_are_enforced_and_the_limit_that_ended_a_run_is_its_reason() {
     );
     assert_eq!(c.exit_code, Some(137), "killed by the kernel");
 
-    wait_until("the fork loop and the spinner run", Duration::from_secs(30), async || {
-        env.pid("forker.pid").is_some() && env.pid("spinner.pid").is_some()
-    })
+    wait_until(
+        "the fork loop and the spinner run",
+        Duration::from_secs(30),
+        async || env.pid("forker.pid").is_some() && env.pid("spinner.pid").is_some(),
+    )
     .await;
     let spinner = env.pid("spinner.pid").unwrap();
     let (lease_before, v_before) = node_record(&s, "n1").await.unwrap();
@@ -156,7 +162,10 @@ async fn limits_are_enforced_and_the_limit_that_ended_a_run_is_its_reason() {
     // would be up to 300. The kernel's own count says it was throttled.
     assert!(used < 120, "the spinner used {used} ticks in 3 s");
     let t = throttled(spinner);
-    assert!(t.is_some_and(|t| t > 0), "the spinner's cgroup was never throttled: {t:?}");
+    assert!(
+        t.is_some_and(|t| t > 0),
+        "the spinner's cgroup was never throttled: {t:?}"
+    );
     // The fork loop is held at its limit (the shell counts as one of the
     // 8), and the node keeps its lease all along.
     assert!(most > 0, "the fork loop started nothing");
@@ -185,9 +194,11 @@ async fn limits_are_enforced_and_the_limit_that_ended_a_run_is_its_reason() {
     assert!(out.contains("Limits:   memory 32 MiB"), "{out}");
     assert!(out.contains("memory limit 32 MiB reached"), "{out}");
     drop(n1);
-    wait_until("the fork loop is gone", Duration::from_secs(10), async || {
-        processes_named("^sleep 3131") == 0
-    })
+    wait_until(
+        "the fork loop is gone",
+        Duration::from_secs(10),
+        async || processes_named("^sleep 3131") == 0,
+    )
     .await;
 }
 
@@ -215,7 +226,11 @@ async fn limits_a_node_cannot_keep_are_refused_with_a_reason() {
     };
     env.apply_spec(
         "sub-mem",
-        spec("subreaper", serde_json::json!({"memory": "64Mi"}), "sub-mem"),
+        spec(
+            "subreaper",
+            serde_json::json!({"memory": "64Mi"}),
+            "sub-mem",
+        ),
     );
     env.apply_spec(
         "sub-pids",
@@ -229,14 +244,15 @@ async fn limits_a_node_cannot_keep_are_refused_with_a_reason() {
         "huge-cpu",
         spec("auto", serde_json::json!({"cpu": 900}), "huge-cpu"),
     );
-    env.apply_spec(
-        "fits",
-        spec("subreaper", serde_json::json!({}), "fits"),
-    );
+    env.apply_spec("fits", spec("subreaper", serde_json::json!({}), "fits"));
     for (name, node, words) in [
         ("sub-mem", "n1", "cannot enforce its memory limit"),
         ("sub-pids", "n1", "cannot enforce its pids limit"),
-        ("huge-mem", "n2", "memory limit 512 TiB is above this host's"),
+        (
+            "huge-mem",
+            "n2",
+            "memory limit 512 TiB is above this host's",
+        ),
         ("huge-cpu", "n2", "cpu limit 900 is above this host's"),
     ] {
         wait_until(name, Duration::from_secs(20), async || {
@@ -256,9 +272,11 @@ async fn limits_a_node_cannot_keep_are_refused_with_a_reason() {
         assert_eq!(c.restarts, 0, "{name} is not a crash loop");
         assert!(!env.path(&format!("{name}.ran")).exists(), "{name} ran");
     }
-    wait_until("a session without limits runs there", Duration::from_secs(20), async || {
-        env.path("fits.ran").exists()
-    })
+    wait_until(
+        "a session without limits runs there",
+        Duration::from_secs(20),
+        async || env.path("fits.ran").exists(),
+    )
     .await;
 }
 

@@ -105,9 +105,28 @@ pub async fn resolve(
         _ => None,
     };
     let live = lease == Some(OwnerLease::Live);
+    // The word `ls` and `describe` print for it (`Status::of`).
+    let word = match &r.owner {
+        Owned::Claimed {
+            status,
+            health,
+            backoff_until_ms,
+            ..
+        } => leasehold::fleet::claim::Status::of(
+            *status,
+            *health,
+            *backoff_until_ms,
+            live,
+            SystemClock::new().wall_ms(),
+        )
+        .as_str(),
+        Owned::Released { .. } | Owned::Unowned => "queued",
+        _ => "none",
+    };
     if json {
         let mut v = serde_json::to_value(&r).expect("json");
         v["live"] = live.into();
+        v["status"] = word.into();
         if let Some(l) = lease {
             v["owner_lease"] = serde_json::to_value(l).expect("json");
         }
@@ -122,8 +141,7 @@ pub async fn resolve(
                 status,
                 ..
             } => println!(
-                "{name}: {node} epoch {epoch} {}{}{}{}",
-                status.as_str(),
+                "{name}: {node} epoch {epoch} {word}{}{}{}",
                 endpoint
                     .as_ref()
                     .map(|e| format!(" at {e}"))
@@ -138,7 +156,11 @@ pub async fn resolve(
                     .unwrap_or_default(),
                 match lease {
                     Some(OwnerLease::Live) | None => String::new(),
-                    Some(l) => format!(" (owner {}: interrupted)", lease_text(l)),
+                    Some(l) => format!(
+                        " (owner {}; its claim says {})",
+                        lease_text(l),
+                        status.as_str()
+                    ),
                 }
             ),
             Owned::Released { epoch } => println!("{name}: released (epoch {epoch}); queued"),

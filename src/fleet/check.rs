@@ -52,9 +52,7 @@ impl Check {
         self.interval.unwrap_or(DEFAULT_INTERVAL)
     }
     pub fn timeout(&self) -> Duration {
-        self.timeout
-            .unwrap_or(DEFAULT_TIMEOUT)
-            .min(self.interval())
+        self.timeout.unwrap_or(DEFAULT_TIMEOUT).min(self.interval())
     }
     pub fn threshold(&self) -> u32 {
         self.threshold.unwrap_or(DEFAULT_THRESHOLD)
@@ -88,7 +86,10 @@ impl Check {
                     }
                 }
                 if u.len() > 2048 || u.chars().any(char::is_control) {
-                    return Err(("check.http", "at most 2048 bytes, no control characters".into()));
+                    return Err((
+                        "check.http",
+                        "at most 2048 bytes, no control characters".into(),
+                    ));
                 }
             }
             Probe::Exec(argv) => {
@@ -320,11 +321,13 @@ pub fn unhealthy_reason(check: &Check, failures: u32, last: &str) -> String {
 
 /// A TCP connect to 127.0.0.1:`port` within `timeout`.
 pub async fn probe_tcp(port: u16, timeout: Duration) -> Result<(), String> {
-    match tokio::time::timeout(timeout, tokio::net::TcpStream::connect(("127.0.0.1", port))).await
-    {
+    match tokio::time::timeout(timeout, tokio::net::TcpStream::connect(("127.0.0.1", port))).await {
         Ok(Ok(_)) => Ok(()),
         Ok(Err(e)) => Err(e.kind().to_string()),
-        Err(_) => Err(format!("no answer within {}", humantime::format_duration(timeout))),
+        Err(_) => Err(format!(
+            "no answer within {}",
+            humantime::format_duration(timeout)
+        )),
     }
 }
 

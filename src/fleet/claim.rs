@@ -87,24 +87,57 @@ pub enum Status {
     Failed,
 }
 
-/// The status a reader shows for a session, from its claim (if any) and
-/// whether the claim's owner is alive (its node lease live with the claim's
-/// instance, judged by observation).
-pub fn status(claim: Option<&ClaimRecord>, owner_live: bool) -> Status {
-    match claim {
-        None => Status::Queued,
-        Some(c) => match c.state {
+impl Status {
+    /// The word `ls`, `describe`, `resolve` and JSON print, as serialised.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Queued => "queued",
+            Status::Running => "running",
+            Status::Paused => "paused",
+            Status::Interrupted => "interrupted",
+            Status::Backoff => "backoff",
+            Status::Starting => "starting",
+            Status::Unhealthy => "unhealthy",
+            Status::Succeeded => "succeeded",
+            Status::Failed => "failed",
+        }
+    }
+
+    /// The status of a claim in `state` with `health` and a back-off until
+    /// `backoff_until_ms` (the owner's wall clock), whose owner is alive or
+    /// not (its node lease live with the claim's instance, judged by
+    /// observation), at `now_ms` (the reader's wall clock: only the
+    /// back-off, which is advisory, reads it). One derivation for every
+    /// reader, so `ls`, `describe` and `resolve` say the same word.
+    pub fn of(
+        state: ClaimState,
+        health: Option<super::check::Health>,
+        backoff_until_ms: Option<u64>,
+        owner_live: bool,
+        now_ms: u64,
+    ) -> Status {
+        match state {
             ClaimState::Released => Status::Queued,
             ClaimState::Succeeded => Status::Succeeded,
             ClaimState::Failed => Status::Failed,
             ClaimState::Paused => Status::Paused,
-            ClaimState::Running if owner_live => match c.health {
+            ClaimState::Running if !owner_live => Status::Interrupted,
+            ClaimState::Running if backoff_until_ms.is_some_and(|t| t > now_ms) => Status::Backoff,
+            ClaimState::Running => match health {
                 Some(super::check::Health::Starting) => Status::Starting,
                 Some(super::check::Health::Unhealthy) => Status::Unhealthy,
                 None => Status::Running,
             },
-            ClaimState::Running => Status::Interrupted,
-        },
+        }
+    }
+}
+
+/// The status a reader shows for a session, from its claim (if any) and
+/// whether the claim's owner is alive, at `now_ms` (see [`Status::of`]).
+pub fn status(claim: Option<&ClaimRecord>, owner_live: bool, now_ms: u64) -> Status {
+    match claim {
+        None => Status::Queued,
+        Some(c) => Status::of(c.state, c.health, c.backoff_until_ms, owner_live, now_ms),
     }
 }
 
@@ -319,13 +352,46 @@ pub(crate) mod tests {
     fn derived_status() {
         use super::{Status, status};
         let c = claim_in;
-        assert_eq!(status(None, false), Status::Queued);
-        assert_eq!(status(Some(&c(Released)), true), Status::Queued);
-        assert_eq!(status(Some(&c(Running)), true), Status::Running);
-        assert_eq!(status(Some(&c(Running)), false), Status::Interrupted);
-        assert_eq!(status(Some(&c(Paused)), false), Status::Paused);
-        assert_eq!(status(Some(&c(Succeeded)), false), Status::Succeeded);
-        assert_eq!(status(Some(&c(Failed)), true), Status::Failed);
+        assert_eq!(status(None, false, 0), Status::Queued);
+        assert_eq!(status(Some(&c(Released)), true, 0), Status::Queued);
+        assert_eq!(status(Some(&c(Running)), true, 0), Status::Running);
+        assert_eq!(status(Some(&c(Running)), false, 0), Status::Interrupted);
+        assert_eq!(status(Some(&c(Paused)), false, 0), Status::Paused);
+        assert_eq!(status(Some(&c(Succeeded)), false, 0), Status::Succeeded);
+        assert_eq!(status(Some(&c(Failed)), true, 0), Status::Failed);
+        use crate::fleet::check::Health;
+        let mut r = c(Running);
+        r.health = Some(Health::Starting);
+        assert_eq!(status(Some(&r), true, 0), Status::Starting);
+        assert_eq!(
+            status(Some(&r), false, 0),
+            Status::Interrupted,
+            "a dead owner first"
+        );
+        r.health = Some(Health::Unhealthy);
+        assert_eq!(status(Some(&r), true, 0), Status::Unhealthy);
+        r.backoff_until_ms = Some(100);
+        assert_eq!(status(Some(&r), true, 99), Status::Backoff);
+        r.health = None;
+        assert_eq!(
+            status(Some(&r), true, 100),
+            Status::Running,
+            "the back-off is over"
+        );
+        // The word each prints is the one serde writes.
+        for s in [
+            Status::Queued,
+            Status::Running,
+            Status::Paused,
+            Status::Interrupted,
+            Status::Backoff,
+            Status::Starting,
+            Status::Unhealthy,
+            Status::Succeeded,
+            Status::Failed,
+        ] {
+            assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
+        }
     }
 
     /// Fields `ls`, `describe` and `resolve` print are checked as a node

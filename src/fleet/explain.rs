@@ -174,11 +174,14 @@ pub fn explain(
         ClaimState::Running if live && c.health == Some(crate::fleet::check::Health::Starting) => {
             Explained {
                 status: Status::Starting,
-                reason: join("its health check has not passed yet", &if restarts.is_empty() {
-                    String::new()
-                } else {
-                    format!("({restarts})")
-                }),
+                reason: join(
+                    "its health check has not passed yet",
+                    &if restarts.is_empty() {
+                        String::new()
+                    } else {
+                        format!("({restarts})")
+                    },
+                ),
             }
         }
         ClaimState::Running if live && c.health == Some(crate::fleet::check::Health::Unhealthy) => {
@@ -552,6 +555,53 @@ mod tests {
             Status::Running,
             "3 restarts",
         );
+        // A checked run: `starting` until its check passes, `unhealthy`
+        // with the check's words while it is stopped; a dead owner's is
+        // interrupted, whatever its health. Each is the word `Status::of`
+        // gives (what `resolve` prints).
+        use crate::fleet::check::Health;
+        let starting = ClaimRecord {
+            health: Some(Health::Starting),
+            reason: Some("unhealthy: check failed 3 times in a row (tcp 1: refused)".into()),
+            ..claim("n1", ClaimState::Running, 1, Some(137))
+        };
+        says(
+            x(Some(&m), Some(&starting), &fleet),
+            Status::Starting,
+            "its health check has not passed yet (1 restart, last exit 137: unhealthy: check failed",
+        );
+        let sick = ClaimRecord {
+            health: Some(Health::Unhealthy),
+            reason: Some("unhealthy: check failed 3 times in a row (tcp 1: refused)".into()),
+            ..claim("n1", ClaimState::Running, 0, None)
+        };
+        says(
+            x(Some(&m), Some(&sick), &fleet),
+            Status::Unhealthy,
+            "unhealthy: check failed 3 times",
+        );
+        let sick_dead = ClaimRecord {
+            health: Some(Health::Unhealthy),
+            ..claim("n2", ClaimState::Running, 0, None)
+        };
+        says(
+            x(Some(&m), Some(&sick_dead), &fleet),
+            Status::Interrupted,
+            "n2",
+        );
+        for (c, live) in [
+            (&starting, true),
+            (&sick, true),
+            (&sick_dead, false),
+            (&waiting, true),
+            (&over, true),
+        ] {
+            assert_eq!(
+                x(Some(&m), Some(c), &fleet).unwrap().status,
+                Status::of(c.state, c.health, c.backoff_until_ms, live, NOW),
+                "{c:?}"
+            );
+        }
         // Deleted: a tombstone says nothing; a live owner is stopping it; a
         // dead owner's leftover is gc's.
         assert!(

@@ -484,7 +484,8 @@ impl Spec {
             return Err(bad("port", "a port from 1 to 65535"));
         }
         if let Some(c) = &self.check {
-            c.validate(self.port).map_err(|(field, why)| bad(field, &why))?;
+            c.validate(self.port)
+                .map_err(|(field, why)| bad(field, &why))?;
         }
         self.limits
             .validate()

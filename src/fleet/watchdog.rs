@@ -153,7 +153,9 @@ impl Args {
                 }
                 "--log-max" => a.log_max = num(it.next(), arg)?,
                 "--cgroup" => a.cgroup = it.next().map(PathBuf::from),
-                "--join" => a.joins.push(PathBuf::from(it.next().ok_or("--join needs a cgroup")?)),
+                "--join" => a
+                    .joins
+                    .push(PathBuf::from(it.next().ok_or("--join needs a cgroup")?)),
                 "--log" => a.log = it.next().map(PathBuf::from),
                 "--uid" => a.uid = Some(id(it.next(), arg)?),
                 "--gid" => a.gid = Some(id(it.next(), arg)?),
@@ -570,7 +572,10 @@ mod tests {
             grace_ms: 500,
             deadline_ns: 42,
             cgroup: Some("/sys/fs/cgroup/x".into()),
-            joins: vec!["/sys/fs/cgroup/memory/a".into(), "/sys/fs/cgroup/pids/a".into()],
+            joins: vec![
+                "/sys/fs/cgroup/memory/a".into(),
+                "/sys/fs/cgroup/pids/a".into(),
+            ],
             log: Some("/tmp/web.log".into()),
             log_max: 1024,
             uid: Some(65534),

@@ -178,10 +178,7 @@ impl Enforcer {
                 continue;
             }
             if let Some(why) = self.off {
-                return Err(format!(
-                    "cannot enforce its {} limit: {why}",
-                    c.name()
-                ));
+                return Err(format!("cannot enforce its {} limit: {why}", c.name()));
             }
             if self.place(c).is_none() {
                 return Err(format!(
@@ -213,9 +210,7 @@ impl Enforcer {
         if let (Some(p), Some(max)) = (l.pids, self.host.pid_max)
             && p > max
         {
-            return Err(format!(
-                "pids limit {p} is above this host's pid_max {max}"
-            ));
+            return Err(format!("pids limit {p} is above this host's pid_max {max}"));
         }
         Ok(())
     }
@@ -416,11 +411,7 @@ impl V1Hierarchies {
                 let mut pre = pre.split_whitespace();
                 let root = pre.nth(3)?.to_string();
                 let point = PathBuf::from(pre.next()?);
-                Some((
-                    opts.split(',').map(str::to_string).collect(),
-                    point,
-                    root,
-                ))
+                Some((opts.split(',').map(str::to_string).collect(), point, root))
             })
             .collect();
         let own = cgroup
@@ -557,8 +548,14 @@ mod tests {
             Some(PathBuf::from("/sys/fs/cgroup/memory/api/x")),
             "the mount's root is stripped from our path"
         );
-        assert_eq!(h.own_dir(Controller::Cpu), Some(PathBuf::from("/sys/fs/cgroup/cpu")));
-        assert_eq!(h.own_dir(Controller::Pids), Some(PathBuf::from("/sys/fs/cgroup/pids")));
+        assert_eq!(
+            h.own_dir(Controller::Cpu),
+            Some(PathBuf::from("/sys/fs/cgroup/cpu"))
+        );
+        assert_eq!(
+            h.own_dir(Controller::Pids),
+            Some(PathBuf::from("/sys/fs/cgroup/pids"))
+        );
         // cgroup2 is not a v1 hierarchy, and cpuacct is not cpu.
         let only_v2 = V1Hierarchies::parse(
             "41 31 0:38 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n33 31 0:30 / /a rw - cgroup cgroup rw,cpuacct",
@@ -577,7 +574,10 @@ mod tests {
         };
         let e = off.admit(&l).unwrap_err();
         assert!(e.contains("memory limit") && e.contains("subreaper"), "{e}");
-        assert!(off.admit(&Limits::default()).is_ok(), "no limit, nothing to enforce");
+        assert!(
+            off.admit(&Limits::default()).is_ok(),
+            "no limit, nothing to enforce"
+        );
 
         let none = Enforcer {
             memory: None,
@@ -590,7 +590,12 @@ mod tests {
                 pid_max: Some(1000),
             },
         };
-        let e = none.admit(&Limits { pids: Some(5), ..Limits::default() }).unwrap_err();
+        let e = none
+            .admit(&Limits {
+                pids: Some(5),
+                ..Limits::default()
+            })
+            .unwrap_err();
         assert!(e.contains("pids limit") && e.contains("controller"), "{e}");
 
         let all = Enforcer {
@@ -600,11 +605,36 @@ mod tests {
             off: None,
             host: none.host,
         };
-        assert!(all.admit(&Limits { memory: Some(1 << 30), cpu: Some(2000), pids: Some(1000) }).is_ok());
+        assert!(
+            all.admit(&Limits {
+                memory: Some(1 << 30),
+                cpu: Some(2000),
+                pids: Some(1000)
+            })
+            .is_ok()
+        );
         for (l, words) in [
-            (Limits { memory: Some(2 << 30), ..Limits::default() }, "memory limit 2 GiB is above this host's 1 GiB"),
-            (Limits { cpu: Some(2500), ..Limits::default() }, "cpu limit 2500m is above this host's 2 CPUs"),
-            (Limits { pids: Some(1001), ..Limits::default() }, "pids limit 1001 is above this host's pid_max 1000"),
+            (
+                Limits {
+                    memory: Some(2 << 30),
+                    ..Limits::default()
+                },
+                "memory limit 2 GiB is above this host's 1 GiB",
+            ),
+            (
+                Limits {
+                    cpu: Some(2500),
+                    ..Limits::default()
+                },
+                "cpu limit 2500m is above this host's 2 CPUs",
+            ),
+            (
+                Limits {
+                    pids: Some(1001),
+                    ..Limits::default()
+                },
+                "pids limit 1001 is above this host's pid_max 1000",
+            ),
         ] {
             assert_eq!(all.admit(&l).unwrap_err(), words);
         }
@@ -619,11 +649,25 @@ mod tests {
         let v1 = d.path().join("v1");
         std::fs::create_dir_all(&v2).unwrap();
         std::fs::create_dir_all(&v1).unwrap();
-        std::fs::write(v2.join("memory.events"), "low 0\nhigh 0\nmax 9\noom 1\noom_kill 1\n").unwrap();
-        std::fs::write(v1.join("memory.oom_control"), "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n").unwrap();
+        std::fs::write(
+            v2.join("memory.events"),
+            "low 0\nhigh 0\nmax 9\noom 1\noom_kill 1\n",
+        )
+        .unwrap();
+        std::fs::write(
+            v1.join("memory.oom_control"),
+            "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n",
+        )
+        .unwrap();
         std::fs::write(v1.join("pids.events"), "max 7\n").unwrap();
         let ev = limit_events(&[&v2, &v1]);
-        assert_eq!(ev, LimitEvents { oom_kills: 3, forks_refused: 7 });
+        assert_eq!(
+            ev,
+            LimitEvents {
+                oom_kills: 3,
+                forks_refused: 7
+            }
+        );
         assert_eq!(limit_events(&[d.path()]), LimitEvents::default());
     }
 }

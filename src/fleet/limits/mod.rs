@@ -294,9 +294,18 @@ mod tests {
         assert_eq!(l.memory, Some(64 << 20));
         assert_eq!(l.cpu, Some(500));
         assert_eq!(l.pids, Some(20));
-        assert_eq!(parse(r#"{"memory": "1G"}"#).unwrap().memory, Some(1_000_000_000));
-        assert_eq!(parse(r#"{"memory": "1.5GiB"}"#).unwrap().memory, Some(3 << 29));
-        assert_eq!(parse(r#"{"memory": 8388608}"#).unwrap().memory, Some(8 << 20));
+        assert_eq!(
+            parse(r#"{"memory": "1G"}"#).unwrap().memory,
+            Some(1_000_000_000)
+        );
+        assert_eq!(
+            parse(r#"{"memory": "1.5GiB"}"#).unwrap().memory,
+            Some(3 << 29)
+        );
+        assert_eq!(
+            parse(r#"{"memory": 8388608}"#).unwrap().memory,
+            Some(8 << 20)
+        );
         assert_eq!(parse(r#"{"cpu": 0.25}"#).unwrap().cpu, Some(250));
         assert_eq!(parse(r#"{"cpu": 2}"#).unwrap().cpu, Some(2000));
         assert_eq!(parse(r#"{"cpu": "1.5"}"#).unwrap().cpu, Some(1500));

@@ -106,7 +106,10 @@ impl Node {
         // not say so already (the claim's own write or a restart's usually
         // did).
         let endpoint = self.endpoint_of(&spec);
-        let health = spec.check.as_ref().map(|_| crate::fleet::check::Health::Starting);
+        let health = spec
+            .check
+            .as_ref()
+            .map(|_| crate::fleet::check::Health::Starting);
         if o.record.endpoint != endpoint || o.record.health != health {
             let (o, mut next) = (o.clone(), o.record.clone());
             next.endpoint = endpoint;
@@ -268,7 +271,10 @@ impl Node {
                         .map(|w| format!(" in {}", humantime::format_duration(w)))
                         .unwrap_or_default(),
                     x.code,
-                    x.reason.as_ref().map(|r| format!(": {r}")).unwrap_or_default()
+                    x.reason
+                        .as_ref()
+                        .map(|r| format!(": {r}"))
+                        .unwrap_or_default()
                 );
                 self.event(
                     EventKind::Failed,
@@ -576,7 +582,9 @@ fn host_of(address: &str) -> &str {
     let rest = address.split_once("://").map_or(address, |x| x.1);
     let authority = rest.split('/').next().unwrap_or(rest);
     if authority.starts_with('[') {
-        return authority.split_once(']').map_or(authority, |x| &authority[..x.0.len() + 1]);
+        return authority
+            .split_once(']')
+            .map_or(authority, |x| &authority[..x.0.len() + 1]);
     }
     authority.rsplit_once(':').map_or(authority, |x| x.0)
 }

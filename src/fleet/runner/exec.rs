@@ -183,7 +183,10 @@ impl Proc {
         if ev.oom_kills > 0 {
             return Some(format!(
                 "memory limit {} reached: the kernel's out-of-memory killer ended {} process{}",
-                self.limits.memory.map(format_bytes).unwrap_or_else(|| "(unset)".into()),
+                self.limits
+                    .memory
+                    .map(format_bytes)
+                    .unwrap_or_else(|| "(unset)".into()),
                 ev.oom_kills,
                 if ev.oom_kills == 1 { "" } else { "es" }
             ));
@@ -193,7 +196,11 @@ impl Proc {
                 "pids limit {} reached: {} fork{} refused",
                 self.limits.pids.map(|p| p.to_string()).unwrap_or_default(),
                 ev.forks_refused,
-                if ev.forks_refused == 1 { " was" } else { "s were" }
+                if ev.forks_refused == 1 {
+                    " was"
+                } else {
+                    "s were"
+                }
             ));
         }
         None
@@ -496,9 +503,9 @@ impl Runner for ExecRunner {
         }
         // Limits this node cannot enforce, or its host cannot hold: not
         // started here (never run without them).
-        self.limits
-            .admit(&s.spec.limits)
-            .map_err(|reason| Error::invalid(format!("spec.limits of session {}", s.name), reason))?;
+        self.limits.admit(&s.spec.limits).map_err(|reason| {
+            Error::invalid(format!("spec.limits of session {}", s.name), reason)
+        })?;
         // The spec's own stop grace, else the node's.
         let grace = s.spec.stop_grace.unwrap_or(self.grace);
         let n = self.runs.fetch_add(1, Ordering::Relaxed);
@@ -513,11 +520,10 @@ impl Runner for ExecRunner {
         let limit_cgroups = if s.spec.limits.is_empty() {
             Default::default()
         } else {
-            match self.limits.apply(
-                &s.spec.limits,
-                cgroup.as_ref().map(|c| c.path()),
-                &tag,
-            ) {
+            match self
+                .limits
+                .apply(&s.spec.limits, cgroup.as_ref().map(|c| c.path()), &tag)
+            {
                 Ok(r) => r,
                 Err(e) => {
                     if let Some(cg) = &cgroup {

@@ -152,7 +152,7 @@ impl Runner for RecordingRunner {
             code,
             deadline: false,
             watchdog_lost: false,
-                reason: None,
+            reason: None,
         })
     }
 
@@ -170,7 +170,7 @@ impl Runner for RecordingRunner {
                     code,
                     deadline: false,
                     watchdog_lost: false,
-                reason: None,
+                    reason: None,
                 });
             }
         }
