@@ -320,6 +320,7 @@ pub fn unhealthy_reason(check: &Check, failures: u32, last: &str) -> String {
 }
 
 /// A TCP connect to 127.0.0.1:`port` within `timeout`.
+#[allow(clippy::disallowed_methods)] // an I/O bound on a probe, not protocol time
 pub async fn probe_tcp(port: u16, timeout: Duration) -> Result<(), String> {
     match tokio::time::timeout(timeout, tokio::net::TcpStream::connect(("127.0.0.1", port))).await {
         Ok(Ok(_)) => Ok(()),

@@ -787,6 +787,7 @@ impl Runner for ExecRunner {
         self.shared.exited.notified().await
     }
 
+    #[allow(clippy::disallowed_methods)] // an I/O bound on a probe, not protocol time
     async fn exec_check(
         &self,
         name: &str,
