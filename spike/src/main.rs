@@ -662,6 +662,8 @@ async fn latency(url: &str, iterations: usize, json: bool) -> leasehold::Result<
                     state: leasehold::fleet::claim::ClaimState::Running,
                     digest: "d".into(),
                     address: Some(format!("http://{dial_addr}")),
+                    endpoint: None,
+                    health: None,
                     exit_code: None,
                     reason: None,
                     backoff_until_ms: None,
