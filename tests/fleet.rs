@@ -1164,13 +1164,15 @@ async fn a_restart_rule_gives_up_after_its_attempts() {
     f.finish().await;
 }
 
-/// A store that refuses every write of one key while `deny` is set
-/// (unavailable before anything lands), passing everything else through.
+/// A store that refuses every write of one key while `deny` is set, and
+/// the next `deny_next` writes of it (unavailable before anything lands),
+/// passing everything else through.
 #[derive(Debug)]
 struct DenyWrites {
     inner: Arc<dyn Store>,
     key: &'static str,
     deny: std::sync::atomic::AtomicBool,
+    deny_next: std::sync::atomic::AtomicU32,
 }
 
 impl std::fmt::Display for DenyWrites {
@@ -1190,7 +1192,13 @@ impl leasehold::store::Forward for DenyWrites {
         bytes: bytes::Bytes,
         cond: leasehold::store::Cond,
     ) -> Result<leasehold::store::Version, leasehold::store::StoreError> {
-        if key == self.key && self.deny.load(std::sync::atomic::Ordering::SeqCst) {
+        use std::sync::atomic::Ordering::SeqCst;
+        let counted = key == self.key
+            && self
+                .deny_next
+                .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
+                .is_ok();
+        if key == self.key && (counted || self.deny.load(SeqCst)) {
             return Err(leasehold::store::StoreError::Unavailable {
                 message: "denied by the test".into(),
             });
@@ -1212,6 +1220,7 @@ async fn no_run_starts_under_an_epoch_the_bucket_does_not_hold() {
         inner: f.hinting(1, 0.0),
         key: "sessions/svc",
         deny: std::sync::atomic::AtomicBool::new(false),
+        deny_next: Default::default(),
     });
     f.start("n1", Duration::from_secs(3600), store.clone());
     f.step(600).await;
@@ -1261,6 +1270,97 @@ async fn no_run_starts_under_an_epoch_the_bucket_does_not_hold() {
     );
     assert_eq!(claim_of(&f.bucket, "svc").await.epoch, 2);
     f.finish().await;
+}
+
+/// A finished run whose end cannot be written (the store refuses the
+/// claim's write) is never run again: not restarted by the next passes,
+/// which retry the write until it lands, and not released when its node
+/// stops meanwhile (a released claim would run the job on the next node).
+/// (Before: the claim kept saying running, and the next pass started the
+/// finished job again.)
+#[tokio::test(flavor = "current_thread")]
+async fn a_finish_that_cannot_be_written_is_retried_never_rerun() {
+    let mut f = FeedFleet::new().await;
+    let job_store = Arc::new(DenyWrites {
+        inner: f.hinting(1, 0.0),
+        key: "sessions/job",
+        deny: std::sync::atomic::AtomicBool::new(false),
+        deny_next: Default::default(),
+    });
+    f.start("n1", Duration::from_secs(3600), job_store.clone());
+    f.step(600).await;
+    let mut job = spec("once");
+    job.restart = RestartPolicy::Never.into();
+    let writer = f.hinting(2, 0.0);
+    apply(&writer, "job", &job).await;
+    assert!(f.step_until(200, || f.running(0) == 1).await, "placed");
+    let runner = f.nodes[0].runner.clone();
+    let runs = || runner.history().iter().filter(|(n, ..)| n == "job").count();
+    assert_eq!(runs(), 1);
+    job_store
+        .deny
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    runner.exit("job", 0);
+    for _ in 0..300 {
+        f.step(1).await;
+        assert_eq!(runs(), 1, "the finished job ran again");
+    }
+    assert_eq!(claim_of(&f.bucket, "job").await.state, ClaimState::Running);
+    job_store
+        .deny
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    let mut c = claim_of(&f.bucket, "job").await;
+    for _ in 0..300 {
+        if c.state != ClaimState::Running {
+            break;
+        }
+        f.step(1).await;
+        c = claim_of(&f.bucket, "job").await;
+    }
+    assert_eq!(c.state, ClaimState::Succeeded, "{c:?}");
+    assert_eq!((c.exit_code, c.epoch), (Some(0), 1));
+    assert_eq!(runs(), 1);
+
+    // Again (a new spec is a new run), and the node stops while that run's
+    // end is unwritten: the claim is left running at its epoch, not
+    // released, and the job does not run again.
+    let (_, v) = manifest::get(&writer, &Name::new("job").unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    job.args = vec!["2".into()];
+    manifest::apply(
+        &writer,
+        &OsEntropy::new(),
+        &Name::new("job").unwrap(),
+        &job,
+        Some(&v),
+    )
+    .await
+    .unwrap();
+    assert!(f.step_until(300, || runs() == 2).await, "the new run");
+    job_store
+        .deny
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    runner.exit("job", 0);
+    f.step(50).await;
+    assert_eq!(runs(), 2);
+    // The outage lasts through the stop's three tries, then ends: the
+    // release that would come next must not be written.
+    job_store
+        .deny
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    job_store
+        .deny_next
+        .store(3, std::sync::atomic::Ordering::SeqCst);
+    let bucket = f.bucket.clone();
+    f.finish().await;
+    let c = claim_of(&bucket, "job").await;
+    assert_eq!(
+        (c.state, c.epoch),
+        (ClaimState::Running, 2),
+        "left as it was, not released: {c:?}"
+    );
 }
 
 /// Issue #14: an idle pass skips the scan of its owned sessions while none

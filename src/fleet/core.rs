@@ -139,6 +139,9 @@ pub struct Owned<'a> {
     pub running: bool,
     /// A crash-loop back-off is still waiting.
     pub backoff_pending: bool,
+    /// Its run finished but the write that records it has not landed: the
+    /// claim still says running.
+    pub finish_pending: bool,
     /// This node is at capacity.
     pub full: bool,
 }
@@ -163,6 +166,11 @@ pub enum OwnedAction {
     AdoptDigest,
     /// Fenced write of the claim's state.
     SetState(ClaimState),
+    /// Retry the write of a finished run's end (its state, code and
+    /// reason, kept by the shell). Nothing else happens to the session
+    /// until it lands: starting it again, or releasing it, would run a
+    /// finished job again.
+    Finish,
     /// Start the session.
     Start,
     /// A crash-loop back-off holds the restart; keep the brisk pace.
@@ -217,6 +225,13 @@ pub fn reconcile_owned(o: &Owned) -> Vec<OwnedAction> {
             // it to placement instead.
             if o.state.is_terminal() && new_spec && o.full {
                 out.push(SetState(ClaimState::Released));
+                return out;
+            }
+            // A finished run whose end is not written yet: write it, and
+            // nothing more (a new spec is a new run, which needs no record
+            // of the old one's end).
+            if o.finish_pending && !new_spec && !running {
+                out.push(Finish);
                 return out;
             }
             // A back-off still running holds the restart (a new spec does
@@ -1156,6 +1171,7 @@ mod tests {
             digest: "d1",
             running: true,
             backoff_pending: false,
+            finish_pending: false,
             full: false,
         }
     }
@@ -1188,6 +1204,12 @@ mod tests {
             ("finished, new spec: runs again", Owned { manifest: spec2, running: false, state: Succeeded, ..base }, vec![AdoptDigest, SetState(Running), Start]),
             ("finished, new spec, node full: released", Owned { manifest: spec2, running: false, state: Succeeded, full: true, ..base }, vec![SetState(Released)]),
             ("running and full is no reason to release", Owned { manifest: spec2, full: true, ..base }, vec![Stop(Some("manifest changed")), AdoptDigest, SetState(Running), Start]),
+            // The end of a finished run not written yet: written, and the
+            // session neither started again nor released meanwhile.
+            ("finished, end unwritten: write it, start nothing", Owned { running: false, finish_pending: true, ..base }, vec![Finish]),
+            ("... even on a full node", Owned { running: false, finish_pending: true, full: true, ..base }, vec![Finish]),
+            ("... a new spec is a new run", Owned { manifest: spec2, running: false, finish_pending: true, ..base }, vec![AdoptDigest, SetState(Running), Start]),
+            ("... a deleted manifest releases it", Owned { manifest: OwnManifest::Deleted, running: false, finish_pending: true, ..base }, vec![SetState(Released)]),
         ];
         for (what, o, want) in rows {
             assert_eq!(reconcile_owned(&o), want, "{what}");
@@ -1833,9 +1855,14 @@ mod tests {
         for claim in claims {
             for manifest in manifests {
                 for state in [Running, Paused, Succeeded, Failed, Released] {
-                    for (running, backoff_pending) in
-                        [(false, false), (false, true), (true, false), (true, true)]
-                    {
+                    for (running, backoff_pending, finish_pending) in [
+                        (false, false, false),
+                        (false, true, false),
+                        (true, false, false),
+                        (true, true, false),
+                        (false, false, true),
+                        (true, false, true),
+                    ] {
                         let facts = |full| Owned {
                             claim,
                             manifest,
@@ -1843,6 +1870,7 @@ mod tests {
                             digest: "d1",
                             running,
                             backoff_pending,
+                            finish_pending,
                             full,
                         };
                         let (a, b) = (
@@ -1875,6 +1903,6 @@ mod tests {
                 }
             }
         }
-        assert_eq!(checked, 7 * 4 * 5 * 4);
+        assert_eq!(checked, 7 * 4 * 5 * 6);
     }
 }

@@ -473,6 +473,7 @@ impl Node {
                         restart_at: None,
                         restart_times: Default::default(),
                         spec: t.spec.map(|s| (plan::Digest::new(&t.digest), s)),
+                        pending_finish: None,
                     },
                 );
                 if let Some(m) = manifest {

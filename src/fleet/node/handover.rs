@@ -157,10 +157,32 @@ impl Node {
     /// (forgotten by a live node, it waited for that node's end, as peers
     /// take nothing from a live owner).
     pub(super) async fn release_claims(&mut self, forget_the_rest: bool) {
+        // A finished run whose end is not written yet is never released
+        // (the next node would run it again): its write is tried a few
+        // more times, and if the store is still down it is left as it is
+        // (forgotten at shutdown, retried by the next pass after a drain).
+        let mut pending: Vec<String> = self
+            .owned
+            .iter()
+            .filter(|(_, o)| o.pending_finish.is_some())
+            .map(|(n, _)| n.clone())
+            .collect();
+        pending.sort_unstable();
+        for name in pending {
+            // Back to back: a stop must not wait on the store (each try is
+            // a round trip, and a supervisor's stop timeout is short).
+            for _ in 0..3 {
+                if self.write_pending_finish(&name).await {
+                    break;
+                }
+            }
+        }
         let mut names: Vec<String> = self
             .owned
             .iter()
-            .filter(|(_, o)| o.running || !o.record.state.is_terminal())
+            .filter(|(_, o)| {
+                (o.running || !o.record.state.is_terminal()) && o.pending_finish.is_none()
+            })
             .map(|(n, _)| n.clone())
             .collect();
         names.sort_unstable(); // see `stop_all`

@@ -160,6 +160,50 @@ impl Node {
         }
     }
 
+    /// Records a finished run's end (a fenced write of its claim). If the
+    /// write does not land and the claim is still ours (the store was
+    /// unreachable, not a peer's takeover), the end is kept as pending:
+    /// each pass retries it, and meanwhile the session is neither started
+    /// again nor released (`core::reconcile_owned`, `release_claims`).
+    pub(super) async fn finish(
+        &mut self,
+        name: &str,
+        state: ClaimState,
+        exit_code: Option<i32>,
+        reason: Option<String>,
+    ) -> bool {
+        let r = self
+            .set_state_why(name, state, exit_code, reason.clone())
+            .await;
+        match self.owned.get_mut(name) {
+            Some(o) if r.is_err() || o.record.state != state => {
+                tracing::warn!(
+                    session = name,
+                    "the end of its run is not recorded yet (the store is unreachable): retried each pass; it is not run again meanwhile"
+                );
+                o.pending_finish = Some(PendingFinish {
+                    state,
+                    exit_code,
+                    reason,
+                });
+                false
+            }
+            Some(o) => {
+                o.pending_finish = None;
+                true
+            }
+            None => false, // taken over meanwhile
+        }
+    }
+
+    /// Retries a pending finish (see [`Node::finish`]); whether it landed.
+    pub(super) async fn write_pending_finish(&mut self, name: &str) -> bool {
+        let Some(p) = self.owned.get(name).and_then(|o| o.pending_finish.clone()) else {
+            return true;
+        };
+        self.finish(name, p.state, p.exit_code, p.reason).await
+    }
+
     /// Where session `spec` can be reached on this node: `<host>:<port>`
     /// (see [`NodeConfig::session_host`]), when it names a port.
     pub(super) fn endpoint_of(&self, spec: &Spec) -> Option<String> {
@@ -259,9 +303,7 @@ impl Node {
             core::AfterExit::LeaseLapsed => {} // the loop notices and stops all
             core::AfterExit::Finish(state) => {
                 let reason = x.reason.clone().filter(|_| state == ClaimState::Failed);
-                let _ = self
-                    .set_state_why(&x.name, state, Some(x.code), reason)
-                    .await;
+                self.finish(&x.name, state, Some(x.code), reason).await;
             }
             core::AfterExit::GiveUp { restarts } => {
                 let reason = format!(
@@ -282,8 +324,7 @@ impl Node {
                     Some(x.epoch),
                     reason.clone(),
                 );
-                let _ = self
-                    .set_state_why(&x.name, ClaimState::Failed, Some(x.code), Some(reason))
+                self.finish(&x.name, ClaimState::Failed, Some(x.code), Some(reason))
                     .await;
             }
             core::AfterExit::Restart { .. } if !restart => {}
@@ -408,6 +449,7 @@ impl Node {
                     digest: &o.record.digest,
                     running: o.running,
                     backoff_pending: o.restart_at.is_some_and(|t| now < t),
+                    finish_pending: o.pending_finish.is_some(),
                     full,
                 })
                 .is_empty()
@@ -492,6 +534,7 @@ impl Node {
                 digest: &o.record.digest,
                 running: o.running,
                 backoff_pending: o.restart_at.is_some_and(|t| self.deps.clock.now() < t),
+                finish_pending: o.pending_finish.is_some(),
                 full: full(load),
             };
             let actions = core::reconcile_owned(&facts);
@@ -542,6 +585,7 @@ impl Node {
                             x.record.restarts = 0;
                             x.record.backoff_until_ms = None;
                             x.restart_times.clear();
+                            x.pending_finish = None; // a new run
                         }
                     }
                     OwnedAction::SetState(state) => {
@@ -556,6 +600,12 @@ impl Node {
                             }
                             changed = was_changed;
                             break; // lost (rejected) or unwritable: no more steps
+                        }
+                    }
+                    OwnedAction::Finish => {
+                        if !self.write_pending_finish(&name).await {
+                            changed = was_changed; // the store is still down
+                            break;
                         }
                     }
                     OwnedAction::Start => {

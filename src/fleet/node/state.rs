@@ -55,6 +55,19 @@ pub(super) struct Owned {
     pub(super) restart_times: std::collections::VecDeque<MonoTime>,
     /// The spec last read for it, with its digest (`Node::spec_for`).
     pub(super) spec: Option<(plan::Digest, Arc<Spec>)>,
+    /// Its run finished, but the write that records it did not land (the
+    /// store was unreachable): the claim still says running. Until it is
+    /// written, the session is neither started again nor released (either
+    /// would run a finished job again); each pass retries the write.
+    pub(super) pending_finish: Option<PendingFinish>,
+}
+
+/// A finish to record (see [`Owned::pending_finish`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct PendingFinish {
+    pub(super) state: ClaimState,
+    pub(super) exit_code: Option<i32>,
+    pub(super) reason: Option<String>,
 }
 
 /// What a node keeps of a manifest: what placement and the restart rules
