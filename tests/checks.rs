@@ -225,6 +225,53 @@ async fn an_unhealthy_run_is_stopped_and_its_policy_applies() {
             "the exec check runs as the session's user"
         );
     }
+    // An exec check that times out and leaves a child behind: each check
+    // runs under a watchdog of its own that kills its whole tree at the
+    // timeout, so nothing of it piles up (no process, no zombie left to
+    // the node, which adopts orphans).
+    env.apply_spec(
+        "hung",
+        serde_json::json!({
+            "command": "sh", "args": ["-c", "exec sleep 1000"],
+            "restart": "always",
+            "check": {"exec": ["sh", "-c", "sleep 4242 & exec sleep 4243"],
+                      "interval": "300ms", "timeout": "200ms", "threshold": 100}
+        }),
+    );
+    let node_pid = n1.child.id() as i32;
+    let zombies = || {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
+            .filter(|s| {
+                let rest = s.rsplit_once(')').map(|x| x.1).unwrap_or("");
+                let f: Vec<&str> = rest.split_whitespace().collect();
+                f.first() == Some(&"Z") && f.get(1) == Some(&node_pid.to_string().as_str())
+            })
+            .count()
+    };
+    let mut most = 0;
+    for _ in 0..30 {
+        pause(100).await;
+        most = most.max(
+            std::process::Command::new("pgrep")
+                .args(["-f", "^sleep 424[23]"])
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).lines().count())
+                .unwrap_or(0),
+        );
+    }
+    assert!(most > 0, "the hung check never ran");
+    assert!(most <= 2, "{most} processes of timed-out checks at once");
+    // Ten timed-out checks so far: none left a zombie that stays (one may
+    // be caught in the instant before it is reaped).
+    let mut least = usize::MAX;
+    for _ in 0..5 {
+        least = least.min(zombies());
+        pause(50).await;
+    }
+    assert_eq!(least, 0, "zombies left to the node");
     std::fs::write(env.path("ok"), "").unwrap();
     wait_until(
         "flaky passes its check",

@@ -1363,6 +1363,71 @@ async fn a_finish_that_cannot_be_written_is_retried_never_rerun() {
     );
 }
 
+/// A run whose health check fails just as it ends by itself: the end the
+/// runner already took is applied once, to that run, never to the run the
+/// check's restart starts. (Before: the check's stop found nothing, the
+/// node restarted it, and the next pass applied the old end to the new run:
+/// started again while it ran, or failed with the new run going on.)
+#[tokio::test(flavor = "current_thread")]
+async fn an_unhealthy_run_that_just_ended_is_ended_once() {
+    let mut f = FeedFleet::new().await;
+    f.start("n1", Duration::from_secs(3600), f.hinting(1, 0.0));
+    f.step(600).await;
+    // A TCP check against a port the test holds open, then closes.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let mut svc = spec("sleep");
+    svc.restart = RestartPolicy::Always.into();
+    svc.check = Some(
+        serde_json::from_value(serde_json::json!({
+            "tcp": port, "interval": "100ms", "threshold": 1
+        }))
+        .unwrap(),
+    );
+    let writer = f.hinting(2, 0.0);
+    apply(&writer, "svc", &svc).await;
+    assert!(f.step_until(200, || f.running(0) == 1).await, "placed");
+    let mut passed = false;
+    for _ in 0..50 {
+        f.step(1).await;
+        if claim_of(&f.bucket, "svc").await.health.is_none() {
+            passed = true;
+            break;
+        }
+    }
+    assert!(passed, "the check passed while the port was open");
+    let runner = f.nodes[0].runner.clone();
+    // It ends by itself, its exit taken by the runner, and its port closes,
+    // all before the next probe (100 ms) and far from the next pass; the
+    // port opens again for the run the check's restart starts.
+    runner.exit_taken("svc", 3);
+    drop(listener);
+    assert!(
+        f.step_until(50, || runner
+            .history()
+            .iter()
+            .filter(|(n, ..)| n == "svc")
+            .count()
+            == 2)
+            .await,
+        "restarted after the unhealthy run"
+    );
+    let listener = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    for _ in 0..400 {
+        f.step(1).await;
+    }
+    let runs: Vec<_> = runner
+        .history()
+        .into_iter()
+        .filter(|(n, ..)| n == "svc")
+        .collect();
+    assert_eq!(runs.len(), 2, "the second run goes on: {runs:?}");
+    let c = claim_of(&f.bucket, "svc").await;
+    assert_eq!((c.state, c.health), (ClaimState::Running, None), "{c:?}");
+    drop(listener);
+    f.finish().await;
+}
+
 /// Issue #14: an idle pass skips the scan of its owned sessions while none
 /// of the maps that scan reads has changed (`owned_due`: the owned
 /// sessions, the claim and manifest caches, the corrupt keys). Between full

@@ -84,6 +84,21 @@ impl Check {
                             "an http:// URL with a host, or a path such as /healthz".into(),
                         ));
                     }
+                    // The node sends it: a spec must not aim its node at
+                    // other hosts (a cloud's metadata service, an internal
+                    // API) and read their answers from its reason.
+                    let loopback = match parsed.host() {
+                        Some(url::Host::Ipv4(a)) => a.is_loopback(),
+                        Some(url::Host::Ipv6(a)) => a.is_loopback(),
+                        Some(url::Host::Domain(d)) => d == "localhost",
+                        None => false,
+                    };
+                    if !loopback {
+                        return Err((
+                            "check.http",
+                            "the session's own host only: 127.0.0.1, [::1] or localhost".into(),
+                        ));
+                    }
                 }
                 if u.len() > 2048 || u.chars().any(char::is_control) {
                     return Err((
@@ -379,6 +394,11 @@ mod tests {
             (r#"{"tcp": 0}"#, "check.tcp"),
             (r#"{"http": "ftp://x/"}"#, "check.http"),
             (r#"{"http": "/healthz"}"#, "check.http"),
+            (
+                r#"{"http": "http://169.254.169.254/latest/meta-data/"}"#,
+                "check.http",
+            ),
+            (r#"{"http": "http://10.0.0.1:80/"}"#, "check.http"),
             (r#"{"exec": []}"#, "check.exec"),
             (r#"{"tcp": 1, "interval": "1ms"}"#, "check.interval"),
             (r#"{"tcp": 1, "threshold": 0}"#, "check.threshold"),

@@ -294,6 +294,25 @@ impl ClaimRecord {
     }
 }
 
+/// A reason as a claim may hold it: control characters dropped, at most
+/// 1,000 bytes (cut at a character boundary, marked with `...`), never
+/// empty. See [`ClaimRecord::decode`].
+pub fn clean_reason(s: &str) -> String {
+    let mut out: String = s.chars().filter(|c| !c.is_control()).collect();
+    if out.len() > 1000 {
+        let mut cut = 997;
+        while !out.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        out.truncate(cut);
+        out.push_str("...");
+    }
+    if out.trim().is_empty() {
+        out = "(no reason given)".into();
+    }
+    out
+}
+
 /// The owner of a placeholder claim. No node instance is ever named so
 /// (instances are random hex), so it is never taken for a live owner.
 pub const QUEUED: &str = "queued";
@@ -421,6 +440,23 @@ pub(crate) mod tests {
             assert_eq!(e.kind(), crate::ErrorKind::Data, "{e}");
             assert!(e.to_string().contains(why), "{why}: {e}");
         }
+    }
+
+    #[test]
+    fn reasons_are_kept_to_what_a_claim_may_hold() {
+        let key = "sessions/web";
+        for raw in [
+            "sh\tx".to_string(),
+            "é".repeat(900),
+            format!("unhealthy: {}", "u".repeat(5000)),
+            "\u{1b}[2J".into(),
+            String::new(),
+        ] {
+            let mut c = sample_claim();
+            c.reason = Some(super::clean_reason(&raw));
+            ClaimRecord::decode(key, &c.encode()).unwrap_or_else(|e| panic!("{raw:?}: {e}"));
+        }
+        assert_eq!(super::clean_reason("a\nb"), "ab");
     }
 
     #[test]

@@ -197,6 +197,17 @@ pub fn reconcile_owned(o: &Owned) -> Vec<OwnedAction> {
         }
         OwnClaim::Ours | OwnClaim::Unreadable => {}
     }
+    // A finished run whose end is not written yet: write it, and nothing
+    // more, whatever else changed (a pause, a resume), short of a deleted
+    // manifest (released) or a new spec (a new run, which needs no record
+    // of the old one's end).
+    if o.finish_pending && !o.running {
+        match o.manifest {
+            OwnManifest::Deleted => {}
+            OwnManifest::Spec { digest } if *digest != *o.digest => {}
+            _ => return vec![Finish],
+        }
+    }
     let mut out = Vec::new();
     match o.manifest {
         OwnManifest::Deleted => {
@@ -209,7 +220,9 @@ pub fn reconcile_owned(o: &Owned) -> Vec<OwnedAction> {
             if o.running {
                 out.push(Stop(None));
             }
-            if o.state != ClaimState::Paused {
+            // A finished session stays finished: pausing it changes
+            // nothing (and its claim may not become paused).
+            if o.state != ClaimState::Paused && !o.state.is_terminal() {
                 out.push(SetState(ClaimState::Paused));
             }
         }
@@ -225,13 +238,6 @@ pub fn reconcile_owned(o: &Owned) -> Vec<OwnedAction> {
             // it to placement instead.
             if o.state.is_terminal() && new_spec && o.full {
                 out.push(SetState(ClaimState::Released));
-                return out;
-            }
-            // A finished run whose end is not written yet: write it, and
-            // nothing more (a new spec is a new run, which needs no record
-            // of the old one's end).
-            if o.finish_pending && !new_spec && !running {
-                out.push(Finish);
                 return out;
             }
             // A back-off still running holds the restart (a new spec does
@@ -1210,6 +1216,8 @@ mod tests {
             ("... even on a full node", Owned { running: false, finish_pending: true, full: true, ..base }, vec![Finish]),
             ("... a new spec is a new run", Owned { manifest: spec2, running: false, finish_pending: true, ..base }, vec![AdoptDigest, SetState(Running), Start]),
             ("... a deleted manifest releases it", Owned { manifest: OwnManifest::Deleted, running: false, finish_pending: true, ..base }, vec![SetState(Released)]),
+            ("... a pause waits for it", Owned { manifest: OwnManifest::Paused, running: false, finish_pending: true, ..base }, vec![Finish]),
+            ("a finished session is not paused", Owned { manifest: OwnManifest::Paused, running: false, state: Succeeded, ..base }, vec![]),
         ];
         for (what, o, want) in rows {
             assert_eq!(reconcile_owned(&o), want, "{what}");

@@ -70,6 +70,10 @@ pub struct Args {
     /// Further cgroups the session joins before exec: the v1 cgroups that
     /// hold its limits (see [`super::limits::enforce`]).
     pub joins: Vec<PathBuf>,
+    /// Cgroups the session joins before exec that are not its own: never
+    /// killed, read or removed here (an exec health check runs in its
+    /// session's cgroups, which outlive it).
+    pub members: Vec<PathBuf>,
     pub log: Option<PathBuf>,
     pub log_max: u64,
     /// The credentials the session takes before its command runs (both or
@@ -99,6 +103,9 @@ impl Args {
         for j in &self.joins {
             v.extend(["--join".into(), j.display().to_string()]);
         }
+        for m in &self.members {
+            v.extend(["--member".into(), m.display().to_string()]);
+        }
         if let Some(l) = &self.log {
             v.extend(["--log".into(), l.display().to_string()]);
             v.extend(["--log-max".into(), self.log_max.to_string()]);
@@ -124,6 +131,7 @@ impl Args {
             deadline_ns: 0,
             cgroup: None,
             joins: Vec::new(),
+            members: Vec::new(),
             log: None,
             log_max: 8 << 20,
             uid: None,
@@ -156,6 +164,9 @@ impl Args {
                 "--join" => a
                     .joins
                     .push(PathBuf::from(it.next().ok_or("--join needs a cgroup")?)),
+                "--member" => a
+                    .members
+                    .push(PathBuf::from(it.next().ok_or("--member needs a cgroup")?)),
                 "--log" => a.log = it.next().map(PathBuf::from),
                 "--uid" => a.uid = Some(id(it.next(), arg)?),
                 "--gid" => a.gid = Some(id(it.next(), arg)?),
@@ -180,7 +191,7 @@ impl Args {
             }
         }
         if !deadline || a.program.is_empty() || a.uid.is_some() != a.gid.is_some() {
-            return Err("usage: leasehold __watchdog --grace-ms N --deadline-ns N [--cgroup DIR] [--join DIR]... [--log FILE --log-max BYTES] [--uid N --gid N] [--workdir DIR] [--stop-signal N] -- PROGRAM [ARGS...]".into());
+            return Err("usage: leasehold __watchdog --grace-ms N --deadline-ns N [--cgroup DIR] [--join DIR]... [--member DIR]... [--log FILE --log-max BYTES] [--uid N --gid N] [--workdir DIR] [--stop-signal N] -- PROGRAM [ARGS...]".into());
         }
         Ok(a)
     }
@@ -370,7 +381,7 @@ pub fn main(argv: &[String]) -> ExitCode {
         {
             return fail("session cgroup", &e);
         }
-        for j in &a.joins {
+        for j in a.joins.iter().chain(&a.members) {
             if let Err(e) = contain::join_before_exec(&mut cmd, &contain::Cgroup(j.clone())) {
                 return fail("session limits cgroup", &e);
             }
@@ -576,6 +587,7 @@ mod tests {
                 "/sys/fs/cgroup/memory/a".into(),
                 "/sys/fs/cgroup/pids/a".into(),
             ],
+            members: vec!["/sys/fs/cgroup/x/y".into()],
             log: Some("/tmp/web.log".into()),
             log_max: 1024,
             uid: Some(65534),

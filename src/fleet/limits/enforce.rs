@@ -231,9 +231,13 @@ impl Enforcer {
                     std::io::Error::other("the session has no v2 cgroup for its limits")
                 }),
                 Some(Place::V1(root)) => {
+                    // Controllers mounted together share one hierarchy,
+                    // and so one cgroup for the run.
                     let d = root.join(tag);
-                    std::fs::create_dir(&d)?;
-                    run.v1.push(d.clone());
+                    if !run.v1.contains(&d) {
+                        std::fs::create_dir(&d)?;
+                        run.v1.push(d.clone());
+                    }
                     Ok(d)
                 }
                 None => Err(std::io::Error::other(format!(

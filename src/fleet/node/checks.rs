@@ -17,6 +17,9 @@ use crate::fleet::check::{self, Check, Health, Probe, Tracker, Verdict};
 pub(super) struct Probed {
     pub(super) name: String,
     pub(super) epoch: u64,
+    /// Which run of it (restarts keep the epoch): a result of an earlier
+    /// run still queued is not the new run's.
+    pub(super) run: u64,
     pub(super) result: std::result::Result<(), String>,
 }
 
@@ -28,10 +31,13 @@ pub(super) struct Checks {
     pub(super) rx: Option<tokio::sync::mpsc::UnboundedReceiver<Probed>>,
     runs: HashMap<String, Run>,
     http: Option<reqwest::Client>,
+    /// Runs probed so far (the next run's id).
+    started: u64,
 }
 
 struct Run {
     epoch: u64,
+    id: u64,
     started: MonoTime,
     tracker: Tracker,
     task: tokio::task::AbortHandle,
@@ -45,6 +51,7 @@ impl Default for Checks {
             rx: Some(rx),
             runs: HashMap::new(),
             http: None,
+            started: 0,
         }
     }
 }
@@ -68,7 +75,9 @@ impl Checks {
 
     /// Whether a result can still matter (a probe of the run we track).
     fn current(&self, p: &Probed) -> bool {
-        self.runs.get(&p.name).is_some_and(|r| r.epoch == p.epoch)
+        self.runs
+            .get(&p.name)
+            .is_some_and(|r| r.epoch == p.epoch && r.id == p.run)
     }
 }
 
@@ -101,6 +110,8 @@ impl Node {
             self.deps.runner.clone(),
         );
         let (name2, port) = (name.to_string(), spec.port);
+        self.checks.started += 1;
+        let run = self.checks.started;
         let task = tokio::spawn(async move {
             // The first probe soon after the start (a quick starter is
             // `running` within a fraction of a second), then every
@@ -113,6 +124,7 @@ impl Node {
                 let p = Probed {
                     name: name2.clone(),
                     epoch,
+                    run,
                     result,
                 };
                 if tx.send(p).is_err() {
@@ -124,6 +136,7 @@ impl Node {
             name.to_string(),
             Run {
                 epoch,
+                id: run,
                 started: self.deps.clock.now(),
                 tracker: Tracker::default(),
                 task: task.abort_handle(),
@@ -170,10 +183,16 @@ impl Node {
                 let Some(o) = self.owned.get(&p.name).cloned() else {
                     return;
                 };
-                if o.record.health.is_some() {
+                if o.record.health.is_some() || o.record.reason.is_some() {
                     let mut next = o.record.clone();
                     next.health = None;
+                    // The last run's end is history once this one passes.
+                    next.reason = None;
                     if self.write_claim(&p.name, &o, next).await.is_err() {
+                        // Not written: the next passing probe tries again.
+                        if let Some(r) = self.checks.runs.get_mut(&p.name) {
+                            r.tracker.passing = false;
+                        }
                         return;
                     }
                 }
@@ -193,29 +212,44 @@ impl Node {
                     reason.clone(),
                 );
                 // Recorded before the stop, so readers see `unhealthy`
-                // while it stops (its grace may be long).
+                // while it stops (its grace may be long). Unwritten (the
+                // store is down), it is stopped all the same.
                 if let Some(o) = self.owned.get(&p.name).cloned() {
                     let mut next = o.record.clone();
                     next.health = Some(Health::Unhealthy);
                     next.reason = Some(reason.clone());
-                    if self.write_claim(&p.name, &o, next).await.is_err() {
-                        return;
+                    if self.write_claim(&p.name, &o, next).await.is_err()
+                        && !self.owned.contains_key(&p.name)
+                    {
+                        return; // taken over: already stopped and forgotten
                     }
                 }
                 self.checks.stop(&p.name);
                 let own = self.deps.runner.stop(&p.name).await;
+                // It may have ended by itself just before the stop (the
+                // monitor took it first): that end is this run's, and is
+                // taken here, never applied a second time to the next run.
+                let mut others = self.deps.runner.take_exits();
+                let raced = others
+                    .iter()
+                    .position(|x| x.name == p.name && x.epoch == p.epoch)
+                    .map(|i| others.remove(i));
                 // As a failed run: its policy restarts it (or, with
                 // `never`, it is failed with this reason). An exit of its
                 // own that raced the stop keeps its code.
                 let x = Exit {
                     name: p.name.clone(),
                     epoch: p.epoch,
-                    code: own.as_ref().map_or(137, |x| x.code).max(1),
+                    code: own.or(raced).as_ref().map_or(137, |x| x.code).max(1),
                     deadline: false,
                     watchdog_lost: false,
                     reason: Some(reason),
                 };
                 self.on_exit(x, true).await;
+                others.sort_by(|a, b| a.name.cmp(&b.name)); // see `stop_all`
+                for x in others {
+                    self.on_exit(x, true).await;
+                }
             }
         }
     }

@@ -28,6 +28,10 @@ impl ClaimWrite {
             let sent = deps.clock.now();
             next.updated_at_ms = deps.clock.wall_ms();
             next.nonce = deps.entropy.hex_id();
+            // A reason holds words from the spec (a check's command or
+            // URL, a path): kept to what a claim may hold, or the node
+            // would write a claim it then reads as corrupt.
+            next.reason = next.reason.map(|r| crate::fleet::claim::clean_reason(&r));
             let put = put_checked(
                 &deps.store,
                 &key,

@@ -175,7 +175,17 @@ impl Node {
         let r = self
             .set_state_why(name, state, exit_code, reason.clone())
             .await;
+        // Only an unwritten end is kept: a transition the claim refuses
+        // would be refused at every retry.
+        let refused = matches!(&r, Err(e) if e.kind() == crate::ErrorKind::Invalid);
+        if refused {
+            tracing::warn!(session = name, "its run's end was not recorded: {:?}", r);
+        }
         match self.owned.get_mut(name) {
+            Some(o) if refused => {
+                o.pending_finish = None;
+                false
+            }
             Some(o) if r.is_err() || o.record.state != state => {
                 tracing::warn!(
                     session = name,

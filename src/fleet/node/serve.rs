@@ -218,6 +218,13 @@ impl Node {
                     Some(p) = async { probed.as_mut()?.recv().await }, if probed.is_some() => {
                         self.on_check(p).await;
                         self.publish_status(self.deps.clock.now() < valid_rx.borrow().until);
+                        // An unhealthy run's back-off ends this wait too.
+                        if let Some(t) = self.next_restart {
+                            restart.set(self.deps.clock.sleep(
+                                t.saturating_since(self.deps.clock.now()),
+                            ));
+                            restart_due = true;
+                        }
                     }
                     _ = &mut watch, if watching => {
                         // The reads race what the pause waits for: a lost

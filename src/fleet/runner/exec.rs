@@ -181,15 +181,19 @@ impl Proc {
         }
         use crate::fleet::limits::format_bytes;
         if ev.oom_kills > 0 {
-            return Some(format!(
-                "memory limit {} reached: the kernel's out-of-memory killer ended {} process{}",
-                self.limits
-                    .memory
-                    .map(format_bytes)
-                    .unwrap_or_else(|| "(unset)".into()),
+            let n = format!(
+                "{} process{}",
                 ev.oom_kills,
                 if ev.oom_kills == 1 { "" } else { "es" }
-            ));
+            );
+            return Some(match self.limits.memory {
+                Some(m) => format!(
+                    "memory limit {} reached: the kernel's out-of-memory killer ended {n}",
+                    format_bytes(m)
+                ),
+                // No limit of its own: the host or a parent cgroup ran out.
+                None => format!("out of memory: the kernel's out-of-memory killer ended {n}"),
+            });
         }
         if ev.forks_refused > 0 {
             return Some(format!(
@@ -506,6 +510,19 @@ impl Runner for ExecRunner {
         self.limits.admit(&s.spec.limits).map_err(|reason| {
             Error::invalid(format!("spec.limits of session {}", s.name), reason)
         })?;
+        // A session running as the node's own user owns the cgroup files
+        // that hold its limits, and could raise them: that is no limit.
+        let session_uid = run_as.as_ref().map_or(uid, |r| r.uid);
+        if !s.spec.limits.is_empty() && session_uid == uid {
+            return Err(Error::invalid(
+                format!("spec.limits of session {}", s.name),
+                format!(
+                    "cannot enforce its limits: it would run as uid {uid}, the node's own user, \
+                     who may rewrite its cgroup's limits (a node running as root runs sessions \
+                     as another user)"
+                ),
+            ));
+        }
         // The spec's own stop grace, else the node's.
         let grace = s.spec.stop_grace.unwrap_or(self.grace);
         let n = self.runs.fetch_add(1, Ordering::Relaxed);
@@ -541,6 +558,7 @@ impl Runner for ExecRunner {
             deadline_ns: self.absolute(s.deadline),
             cgroup: cgroup.as_ref().map(|c| c.path().to_path_buf()),
             joins: limit_cgroups.v1.clone(),
+            members: Vec::new(),
             log: self.log_path(&s.name),
             log_max: self.log_max,
             uid: run_as.as_ref().map(|r| r.uid),
@@ -794,7 +812,6 @@ impl Runner for ExecRunner {
         argv: &[String],
         timeout: Duration,
     ) -> std::result::Result<(), String> {
-        use std::os::unix::process::CommandExt as _;
         let ctx = self
             .shared
             .children
@@ -804,67 +821,102 @@ impl Runner for ExecRunner {
             .map(|p| p.check_ctx.clone())
             .ok_or("the session is not running here")?;
         let program = argv.first().ok_or("no command")?;
-        let mut std_cmd = Command::new(program);
+        // Under a watchdog of its own, as the session runs: its launcher,
+        // user, working directory, environment and cgroups (joined, never
+        // owned: the check's end kills only its own tree), in a session of
+        // its own that the watchdog kills whole at the deadline, with every
+        // descriptor closed and every signal reset.
+        let args = crate::fleet::watchdog::Args {
+            grace_ms: 0,
+            deadline_ns: crate::fleet::watchdog::monotonic_ns()
+                .saturating_add(u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX)),
+            cgroup: None,
+            joins: Vec::new(),
+            members: ctx.cgroups.clone(),
+            log: None,
+            log_max: 0,
+            uid: ctx.ids.map(|i| i.0),
+            gid: ctx.ids.map(|i| i.1),
+            workdir: ctx.workdir.clone(),
+            stop_signal: None,
+            program: self.launcher.first().unwrap_or(program).clone(),
+            args: self
+                .launcher
+                .iter()
+                .skip(1)
+                .chain(if self.launcher.is_empty() {
+                    None
+                } else {
+                    Some(program)
+                })
+                .chain(&argv[1..])
+                .cloned()
+                .collect(),
+        };
+        let mut std_cmd = Command::new(&self.watchdog);
         std_cmd
-            .args(&argv[1..])
+            .arg("__watchdog")
+            .args(args.to_argv())
             .env_clear()
             .envs(ctx.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .process_group(0);
-        if let Some(w) = &ctx.workdir {
-            std_cmd.current_dir(w);
-        }
-        // Into the session's cgroups (its limits hold the check too, and
-        // its end kills it), then its credentials: the order the watchdog
-        // uses, for the same reasons.
-        for dir in &ctx.cgroups {
-            crate::fleet::contain::join_before_exec(
-                &mut std_cmd,
-                &crate::fleet::contain::Cgroup(dir.clone()),
-            )
-            .map_err(|e| format!("session cgroup: {e}"))?;
-        }
-        if let Some((uid, gid)) = ctx.ids {
-            // SAFETY: setgroups, setgid and setuid are async-signal-safe.
-            unsafe {
-                std_cmd.pre_exec(move || {
-                    let groups = [gid as libc::gid_t];
-                    if libc::setgroups(1, groups.as_ptr()) != 0
-                        || libc::setgid(gid) != 0
-                        || libc::setuid(uid) != 0
-                    {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    Ok(())
-                });
-            }
-        }
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
         let mut cmd = tokio::process::Command::from(std_cmd);
         cmd.kill_on_drop(true);
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| format!("cannot start {program:?}: {}", e.kind()))?;
-        let pgid = child.id().map_or(0, |p| p as i32);
-        match tokio::time::timeout(timeout, child.wait()).await {
-            Ok(Ok(st)) if st.success() => Ok(()),
-            Ok(Ok(st)) => Err(match st.code() {
-                Some(c) => format!("exit {c}"),
-                None => "killed by a signal".into(),
-            }),
-            Ok(Err(e)) => Err(format!("waiting for it: {}", e.kind())),
-            Err(_) => {
-                if pgid > 1 {
-                    // SAFETY: the check's own process group, made above.
-                    unsafe { libc::kill(-pgid, libc::SIGKILL) };
-                }
-                let _ = child.wait().await;
-                Err(format!(
-                    "no exit within {}",
-                    humantime::format_duration(timeout)
-                ))
+        // Registered as a watchdog while it runs: the node's orphan sweep
+        // kills children of ours it does not know.
+        let mut child = {
+            let mut registry = watchdogs().lock().unwrap();
+            let child = cmd
+                .spawn()
+                .map_err(|e| format!("cannot start its watchdog: {}", e.kind()))?;
+            if let Some(pid) = child.id() {
+                registry.insert(pid as i32);
             }
+            child
+        };
+        let wd = child.id().map(|p| p as i32);
+        // Its stdin stays open until it ends: a closed one means the node
+        // is gone, and it kills the check.
+        let _stdin = child.stdin.take();
+        let stdout = child.stdout.take();
+        let report = async {
+            use tokio::io::AsyncBufReadExt;
+            let mut end = None;
+            if let Some(out) = stdout {
+                let mut lines = tokio::io::BufReader::new(out).lines();
+                while let Ok(Some(l)) = lines.next_line().await {
+                    if let Some(rest) = l.strip_prefix("end ") {
+                        let mut p = rest.split_whitespace();
+                        let reason = p.next().unwrap_or("").to_string();
+                        let code: i32 = p.next().and_then(|c| c.parse().ok()).unwrap_or(137);
+                        end = Some((reason, code));
+                    }
+                }
+            }
+            end
+        };
+        // The watchdog ends the check at its deadline; a second more for
+        // it to report, then it is killed.
+        let limit = timeout + Duration::from_secs(1);
+        let end = tokio::time::timeout(limit, report).await.ok().flatten();
+        if end.is_none() {
+            let _ = child.start_kill();
+        }
+        let _ = child.wait().await;
+        if let Some(pid) = wd {
+            watchdogs().lock().unwrap().remove(&pid);
+        }
+        match end {
+            Some((r, 0)) if r == "exited" => Ok(()),
+            Some((r, 127)) if r == "spawn-failed" => Err(format!("cannot start {program:?}")),
+            Some((r, _)) if r == "deadline" => Err(format!(
+                "no exit within {}",
+                humantime::format_duration(timeout)
+            )),
+            Some((_, c)) => Err(format!("exit {c}")),
+            None => Err("its watchdog did not report".into()),
         }
     }
 

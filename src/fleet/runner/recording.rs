@@ -65,6 +65,29 @@ impl RecordingRunner {
         }
     }
 
+    /// Ends session `name` with `code` as the exec runner's monitor ends a
+    /// run: its exit is queued for `take_exits` at once, and a `stop` that
+    /// comes before the node takes it finds nothing running (and returns
+    /// no exit). The node must still apply that exit once, to that run.
+    pub fn exit_taken(&self, name: &str, code: i32) {
+        let now = self.clock.now();
+        let mut s = self.state.lock().unwrap();
+        if let Some((e, start, _)) = s.running.remove(name) {
+            s.history.push((name.to_string(), e, start, now));
+            s.exits.push(Exit {
+                name: name.to_string(),
+                epoch: e,
+                code,
+                deadline: false,
+                watchdog_lost: false,
+                reason: None,
+            });
+        }
+        if let Some(w) = &self.wake {
+            w.notify_one();
+        }
+    }
+
     /// Every run so far, including the ones still going (ended = now):
     /// (name, epoch, started, ended).
     pub fn history(&self) -> Vec<(String, u64, MonoTime, MonoTime)> {
