@@ -2,6 +2,7 @@
 pub mod checked;
 pub mod clock;
 pub mod error;
+pub mod fenced;
 pub mod fleet;
 pub mod hostlock;
 pub mod http;

@@ -26,6 +26,7 @@ async fn the_exec_runner_refuses_a_second_start_of_a_running_session() {
         epoch,
         spec: Spec::new("sleep", &["30"]),
         deadline: clock.now() + Duration::from_secs(60),
+        channel: None,
     };
     runner.start(start(1)).await.unwrap();
     let err = runner.start(start(2)).await.unwrap_err();
@@ -69,6 +70,7 @@ async fn a_stop_with_the_longest_grace_lets_the_session_finish() {
             epoch: 1,
             spec: Spec::new("sh", &["-c", &script]),
             deadline: clock.now() + Duration::from_secs(60),
+            channel: None,
         })
         .await
         .unwrap();

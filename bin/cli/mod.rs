@@ -16,6 +16,7 @@
 //! | 70 | internal error |
 
 mod demo;
+mod fence;
 mod inventory;
 mod logs;
 mod watch;
@@ -85,6 +86,13 @@ enum Command {
     Lease {
         #[command(subcommand)]
         op: LeaseOp,
+    },
+    /// Ask this session's node whether its run still holds its claim (inside
+    /// a session). Exit 0: yes; 3: no (superseded, stopped, or the node's
+    /// lease too short for the margin); 4: no answer (do not acknowledge).
+    Fence {
+        #[command(subcommand)]
+        op: FenceOp,
     },
     /// Run a fleet node: register nodes/<ID>, claim sessions from manifests,
     /// run them under a dead-man switch, until SIGTERM or SIGINT.
@@ -670,6 +678,25 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("{s:?}: {e} (examples: 500ms, 10s, 2m)"))
 }
 
+#[derive(Subcommand, Debug)]
+enum FenceOp {
+    /// This run as its node sees it (session, epoch, node, lease validity
+    /// left), from memory: no bucket request.
+    Check {
+        #[arg(long)]
+        json: bool,
+    },
+    /// The ack gate: the node reads the claim (one GET) and answers yes
+    /// only if it still names this run, with the node's lease valid for
+    /// --margin after the read.
+    Ack {
+        #[arg(long, default_value = "1s", value_parser = parse_duration, allow_hyphen_values = true)]
+        margin: Duration,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
 /// What a command failed with: a library error, or a plain negative answer.
 pub(crate) enum Failure {
     Error(Error),
@@ -977,6 +1004,10 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             json,
         } => inventory::describe(name, &store, token_file.as_deref(), json, max_skew).await,
         Command::Lease { op } => lease(op, max_skew).await,
+        Command::Fence { op } => match op {
+            FenceOp::Check { json } => fence::check(json).await,
+            FenceOp::Ack { margin, json } => fence::ack(margin, json).await,
+        },
         Command::Demo {
             store,
             ttl,
@@ -2188,6 +2219,22 @@ async fn node(op: NodeOp) -> Result<(), Failure> {
         }
         _ => None,
     };
+    // The sessions' own channel to this node (`leasehold fence`): an
+    // abstract Unix socket, a credential per run.
+    let channel_address = leasehold::fleet::channel::server::abstract_name(0);
+    let channel_listener = leasehold::fleet::channel::server::bind(&channel_address)
+        .map_err(|e| Error::Internal(format!("the session channel {channel_address}: {e}")))?;
+    let registry = Arc::new(leasehold::fleet::channel::Registry::new(
+        channel_address.clone(),
+    ));
+    let channel_state = leasehold::fleet::channel::server::ChannelState {
+        registry: registry.clone(),
+        store: store.clone(),
+        status: status.clone(),
+        runner: runner.clone(),
+        clock: clock.clone(),
+        journal: journal.clone(),
+    };
     let deps = fleet_node::NodeDeps {
         host_lock: Some(Arc::new(lock)),
         journal: journal.clone(),
@@ -2196,9 +2243,16 @@ async fn node(op: NodeOp) -> Result<(), Failure> {
         nudge,
         renew_on: Some(renew_thread.handle()),
         hint_forms,
+        channel: Some(registry),
         ..fleet_node::NodeDeps::new(store, clock, runner)
     };
     let shutdown = tokio_util::sync::CancellationToken::new();
+    tracing::info!(address = %channel_address, "serving the session channel");
+    let channel_server = tokio::spawn(leasehold::fleet::channel::server::serve(
+        channel_listener,
+        channel_state,
+        shutdown.clone(),
+    ));
     let server = match http {
         Some((listener, token, bound)) => {
             let state = leasehold::http::HttpState::new(journal, status, Some(counting), token)?
@@ -2247,6 +2301,7 @@ async fn node(op: NodeOp) -> Result<(), Failure> {
     if let Some(server) = server {
         let _ = server.await;
     }
+    let _ = channel_server.await;
     r?;
     Ok(())
 }

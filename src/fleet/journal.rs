@@ -76,6 +76,9 @@ event_kinds! {
     Exited = "exited",
     /// A crash-looping session waits before its restart.
     Backoff = "backoff",
+    /// A session's call on its node's channel was refused: its run ended,
+    /// or the ack gate said no (the reason says which).
+    Refused = "refused",
     /// A checked session's health check passed (it was `starting`).
     Healthy = "healthy",
     /// A checked session failed its health check `threshold` times in a
@@ -308,7 +311,7 @@ mod tests {
             let json = serde_json::to_string(k).unwrap();
             assert_eq!(&serde_json::from_str::<EventKind>(&json).unwrap(), k);
         }
-        assert_eq!(EventKind::ALL.len(), 24);
+        assert_eq!(EventKind::ALL.len(), 25);
         let e: Event =
             serde_json::from_str(r#"{"seq":3,"at_ms":1,"kind":"teleported","detail":"x"}"#)
                 .unwrap();

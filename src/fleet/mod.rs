@@ -28,6 +28,7 @@
 //!   epoch floor; [`renew_thread`]: renewals on a thread of their own.
 
 pub mod attrs;
+pub mod channel;
 pub mod check;
 pub mod claim;
 pub mod contain;

@@ -170,6 +170,14 @@ impl NodeStatus {
         }
     }
 
+    /// How long the node lease stays valid from now (None: not registered,
+    /// lost or released; zero: past).
+    pub fn valid_for(&self) -> Option<Duration> {
+        let l = self.live.lock().unwrap();
+        let (clock, until) = (l.clock.as_ref()?, l.valid_until?);
+        Some(until.saturating_since(clock.now()))
+    }
+
     /// The renew task: the node lease is valid until `until` (None: lost,
     /// released or not yet registered).
     pub fn set_valid_until(&self, clock: &Arc<dyn Clock>, until: Option<MonoTime>) {

@@ -163,6 +163,9 @@ pub struct NodeDeps {
     /// (`HintingStore::forms`), which then never lists `nodes/` itself to
     /// decide.
     pub hint_forms: Arc<crate::fleet::feed::HintForms>,
+    /// The session channel's registry (`crate::fleet::channel`), when this
+    /// node serves one: each run gets a credential registered here.
+    pub channel: Option<Arc<crate::fleet::channel::Registry>>,
 }
 
 impl NodeDeps {
@@ -182,6 +185,7 @@ impl NodeDeps {
             claims: None,
             nudge: None,
             renew_on: None,
+            channel: None,
             hint_forms: crate::fleet::feed::HintForms::auto(),
         }
     }

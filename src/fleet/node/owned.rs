@@ -118,12 +118,29 @@ impl Node {
                 return; // taken over, or the store is unreachable
             }
         }
+        // A credential for this run on the node's channel.
+        let channel = self.deps.channel.as_ref().map(|reg| {
+            let token = crate::fleet::channel::new_token();
+            reg.register(
+                &token,
+                crate::fleet::channel::RunId {
+                    session: name.to_string(),
+                    epoch,
+                    instance: self.me.instance.clone(),
+                },
+            );
+            crate::fleet::channel::RunChannel {
+                address: reg.address().to_string(),
+                token,
+            }
+        });
         let start = SessionStart {
             name: name.to_string(),
             node: self.me.node.clone(),
             epoch,
             spec: (*spec).clone(),
             deadline: valid_until,
+            channel,
         };
         match self.deps.runner.start(start).await {
             Ok(()) => {
@@ -233,6 +250,9 @@ impl Node {
     pub(super) async fn lose(&mut self, name: &str, why: &str) {
         self.checks.stop(name);
         if let Some(o) = self.owned.remove(name) {
+            if let Some(reg) = &self.deps.channel {
+                reg.retire(name, o.record.epoch, &format!("its claim was lost ({why})"));
+            }
             if o.running {
                 self.deps.runner.stop(name).await;
             }
@@ -269,6 +289,9 @@ impl Node {
         }
         o.running = false;
         self.checks.stop(&x.name);
+        if let Some(reg) = &self.deps.channel {
+            reg.retire(&x.name, x.epoch, &format!("it exited (code {})", x.code));
+        }
         self.event(
             EventKind::Exited,
             Some(&x.name),

@@ -367,6 +367,12 @@ impl ExecRunner {
             .env("LEASEHOLD_EPOCH", s.epoch.to_string())
             .env("LEASEHOLD_NODE", &s.node)
             .envs(s.spec.port.map(|p| ("LEASEHOLD_PORT", p.to_string())))
+            .envs(s.channel.iter().flat_map(|c| {
+                [
+                    (crate::fleet::channel::ENV_SOCKET, c.address.clone()),
+                    (crate::fleet::channel::ENV_TOKEN, c.token.clone()),
+                ]
+            }))
             .env(
                 "LEASEHOLD_SPEC",
                 serde_json::to_string(&s.spec).expect("spec serialises"),

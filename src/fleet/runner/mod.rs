@@ -59,6 +59,10 @@ pub struct SessionStart {
     pub epoch: u64,
     pub spec: Spec,
     pub deadline: MonoTime,
+    /// The run's channel to its node (its address and credential), when
+    /// the node serves one: passed as LEASEHOLD_NODE_SOCKET and
+    /// LEASEHOLD_RUN_TOKEN.
+    pub channel: Option<crate::fleet::channel::RunChannel>,
 }
 
 /// A session that ended without being asked to.

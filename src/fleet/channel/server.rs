@@ -1,0 +1,391 @@
+//! The node's side of the session channel (see [`super`]): an HTTP/1 server
+//! on an abstract Unix socket.
+
+use super::{AckAnswer, DEFAULT_MARGIN, Lookup, Registry, RunId, SelfView};
+use crate::clock::Clock;
+use crate::fleet::claim::ClaimState;
+use crate::fleet::journal::{EventKind, Journal};
+use crate::fleet::runner::Runner;
+use crate::fleet::status::NodeStatus;
+use crate::store::Store;
+use axum::Router;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What the channel's handlers read.
+#[derive(Clone)]
+pub struct ChannelState {
+    pub registry: Arc<Registry>,
+    pub store: Arc<dyn Store>,
+    pub status: Arc<NodeStatus>,
+    pub runner: Arc<dyn Runner>,
+    pub clock: Arc<dyn Clock>,
+    pub journal: Arc<Journal>,
+}
+
+impl std::fmt::Debug for ChannelState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChannelState")
+            .field("address", &self.registry.address())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A socket name in the abstract namespace for this process:
+/// `@leasehold-<pid>-<n>`.
+pub fn abstract_name(n: u32) -> String {
+    format!("@leasehold-{}-{n}", std::process::id())
+}
+
+/// Binds `address` (`@name`: the abstract namespace; else a path).
+pub fn bind(address: &str) -> std::io::Result<tokio::net::UnixListener> {
+    let std = match address.strip_prefix('@') {
+        Some(name) => {
+            use std::os::linux::net::SocketAddrExt;
+            let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
+            std::os::unix::net::UnixListener::bind_addr(&addr)?
+        }
+        None => std::os::unix::net::UnixListener::bind(address)?,
+    };
+    std.set_nonblocking(true)?;
+    tokio::net::UnixListener::from_std(std)
+}
+
+/// Serves the channel on `listener` until `shutdown`.
+pub async fn serve(
+    listener: tokio::net::UnixListener,
+    state: ChannelState,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> std::io::Result<()> {
+    let app = Router::new()
+        .route("/v1/self", get(get_self))
+        .route("/v1/self/ack", post(ack))
+        .with_state(state);
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move { shutdown.cancelled().await })
+        .await
+}
+
+fn error(status: StatusCode, code: &str, message: impl Into<String>) -> Response {
+    (
+        status,
+        axum::Json(serde_json::json!({"error": code, "message": message.into()})),
+    )
+        .into_response()
+}
+
+/// The run a request's credential names, still running here under this
+/// node instance; else the refusal to send (journalled for a known run).
+fn caller(s: &ChannelState, headers: &HeaderMap) -> Result<RunId, Box<Response>> {
+    let token = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+        .filter(|t| !t.is_empty());
+    let Some(token) = token else {
+        return Err(Box::new(error(
+            StatusCode::UNAUTHORIZED,
+            "no_credential",
+            "no run credential (Authorization: Bearer $LEASEHOLD_RUN_TOKEN)",
+        )));
+    };
+    let run = match s.registry.lookup(token) {
+        Lookup::Run(r) => r,
+        Lookup::Retired(why) => {
+            return Err(Box::new(error(StatusCode::GONE, "run_ended", why)));
+        }
+        Lookup::Unknown => {
+            return Err(Box::new(error(
+                StatusCode::UNAUTHORIZED,
+                "unknown_credential",
+                "not a credential of any run on this node",
+            )));
+        }
+    };
+    let refuse = |why: String| {
+        s.journal.record(
+            s.clock.wall_ms(),
+            EventKind::Refused,
+            Some(&run.session),
+            Some(run.epoch),
+            why.clone(),
+        );
+        Box::new(error(StatusCode::GONE, "run_ended", why))
+    };
+    if !s
+        .runner
+        .running()
+        .iter()
+        .any(|(n, e)| *n == run.session && *e == run.epoch)
+    {
+        return Err(refuse(format!(
+            "this run of {} (epoch {}) has ended: it does not run on this node",
+            run.session, run.epoch
+        )));
+    }
+    if s.status.snapshot().instance != run.instance {
+        return Err(refuse(format!(
+            "this run of {} (epoch {}) was started by an earlier instance of this node",
+            run.session, run.epoch
+        )));
+    }
+    Ok(run)
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+async fn get_self(State(s): State<ChannelState>, headers: HeaderMap) -> Response {
+    let run = match caller(&s, &headers) {
+        Ok(r) => r,
+        Err(resp) => return *resp,
+    };
+    axum::Json(SelfView {
+        node: s.status.snapshot().node,
+        session: run.session,
+        epoch: run.epoch,
+        instance: run.instance,
+        valid_for_ms: s.status.valid_for().map_or(0, ms),
+    })
+    .into_response()
+}
+
+#[derive(serde::Deserialize)]
+struct AckQuery {
+    margin: Option<String>,
+    epoch: Option<u64>,
+}
+
+async fn ack(
+    State(s): State<ChannelState>,
+    headers: HeaderMap,
+    q: Result<Query<AckQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let Ok(Query(q)) = q else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "bad_query",
+            "query: margin=DURATION (e.g. 1s), epoch=N",
+        );
+    };
+    let margin = match q.margin.as_deref().map(humantime::parse_duration) {
+        None => DEFAULT_MARGIN,
+        Some(Ok(m)) if m <= Duration::from_secs(3600) => m,
+        Some(_) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "bad_margin",
+                "margin is a duration of at most 1h (250ms, 2s)",
+            );
+        }
+    };
+    let run = match caller(&s, &headers) {
+        Ok(r) => r,
+        Err(resp) => return *resp,
+    };
+    let no = |reason: String| {
+        s.journal.record(
+            s.clock.wall_ms(),
+            EventKind::Refused,
+            Some(&run.session),
+            Some(run.epoch),
+            format!("ack refused: {reason}"),
+        );
+        (
+            StatusCode::CONFLICT,
+            axum::Json(AckAnswer {
+                ack: false,
+                session: run.session.clone(),
+                epoch: run.epoch,
+                valid_for_ms: None,
+                reason: Some(reason),
+            }),
+        )
+            .into_response()
+    };
+    if let Some(e) = q.epoch
+        && e != run.epoch
+    {
+        return no(format!("the credential is of epoch {}, not {e}", run.epoch));
+    }
+    let me = s.status.snapshot();
+    // One GET of the claim, never a cache: the bucket is the witness.
+    let claim = match crate::fleet::claim::get(&s.store, &run.session).await {
+        Ok(c) => c,
+        Err(e) => {
+            return error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "store_unavailable",
+                format!("the claim could not be read: {e}"),
+            );
+        }
+    };
+    // The validity that counts is the one left once the read is back.
+    let valid_for = s.status.valid_for().unwrap_or(Duration::ZERO);
+    match claim {
+        None => no("its claim is gone from the bucket".into()),
+        Some((c, _)) if c.owner.node != me.node || c.owner.instance != run.instance => no(format!(
+            "its claim names {} (instance {}) at epoch {}",
+            c.owner.node, c.owner.instance, c.epoch
+        )),
+        Some((c, _)) if c.epoch != run.epoch => no(format!(
+            "its claim is at epoch {}, this run at {}",
+            c.epoch, run.epoch
+        )),
+        Some((c, _)) if c.state != ClaimState::Running => {
+            no(format!("its claim is {}", c.state.as_str()))
+        }
+        Some(_) if valid_for < margin => no(format!(
+            "the node's lease stays valid for {}, less than the margin {}",
+            humantime::format_duration(Duration::from_millis(ms(valid_for))),
+            humantime::format_duration(margin)
+        )),
+        Some(_) => axum::Json(AckAnswer {
+            ack: true,
+            session: run.session,
+            epoch: run.epoch,
+            valid_for_ms: Some(ms(valid_for)),
+            reason: None,
+        })
+        .into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::{ManualClock, MonoTime};
+    use crate::fleet::channel::client::SessionClient;
+    use crate::fleet::claim::{ClaimRecord, Owner};
+    use crate::fleet::runner::{RecordingRunner, SessionStart};
+    use crate::fleet::status::StatusSnapshot;
+    use crate::store::{Cond, ObjectStoreBackend};
+    use bytes::Bytes;
+
+    async fn put_claim(
+        store: &Arc<dyn Store>,
+        node: &str,
+        instance: &str,
+        epoch: u64,
+        state: ClaimState,
+    ) {
+        let key = crate::keys::session("w");
+        let mut c = ClaimRecord::placeholder("n".into(), 0);
+        c.owner = Owner {
+            node: node.into(),
+            instance: instance.into(),
+        };
+        c.epoch = epoch;
+        c.state = state;
+        c.digest = "d".into();
+        let cond = match store.get(&key).await.unwrap() {
+            Some(o) => Cond::Match(o.version),
+            None => Cond::Create,
+        };
+        store
+            .put(&key, Bytes::from(c.encode()), cond)
+            .await
+            .unwrap();
+    }
+
+    /// The gate reads the claim, not the node's memory: a claim that names
+    /// another node (a takeover this node has not noticed yet), another
+    /// epoch, or a finished state is a no; a lease shorter than the margin
+    /// is a no; an epoch the run does not hold is a no; a store that cannot
+    /// be read is no answer. Only a claim naming this run is a yes.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_gate_answers_from_the_claim_not_from_memory() {
+        let clock = Arc::new(ManualClock::new());
+        let dyn_clock: Arc<dyn Clock> = clock.clone();
+        let store: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());
+        let runner = Arc::new(RecordingRunner::new(dyn_clock.clone()));
+        runner
+            .start(SessionStart {
+                name: "w".into(),
+                node: "n1".into(),
+                epoch: 2,
+                spec: crate::fleet::manifest::Spec::new("sleep", &[]),
+                deadline: MonoTime::ZERO + Duration::from_secs(3600),
+                channel: None,
+            })
+            .await
+            .unwrap();
+        let status: Arc<NodeStatus> = Default::default();
+        status.set(StatusSnapshot {
+            node: "n1".into(),
+            instance: "i1".into(),
+            ..Default::default()
+        });
+        status.set_valid_until(&dyn_clock, Some(clock.now() + Duration::from_secs(10)));
+        let address = format!("@leasehold-test-{}-gate", std::process::id());
+        let registry = Arc::new(Registry::new(address.clone()));
+        registry.register(
+            "tok",
+            RunId {
+                session: "w".into(),
+                epoch: 2,
+                instance: "i1".into(),
+            },
+        );
+        let journal = Arc::new(Journal::new(100, 1 << 20));
+        let state = ChannelState {
+            registry,
+            store: store.clone(),
+            status: status.clone(),
+            runner: runner.clone(),
+            clock: dyn_clock.clone(),
+            journal: journal.clone(),
+        };
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let server = tokio::spawn(serve(bind(&address).unwrap(), state, shutdown.clone()));
+        let client = SessionClient::new(address.clone(), "tok").with_epoch(2);
+        let margin = Duration::from_secs(1);
+        let no = |r: crate::Result<crate::fleet::channel::AckAnswer>| {
+            let e = r.unwrap_err();
+            assert_eq!(e.kind(), crate::ErrorKind::Fenced, "{e}");
+            format!("{e:?}")
+        };
+
+        put_claim(&store, "n1", "i1", 2, ClaimState::Running).await;
+        let yes = client.ack(margin).await.unwrap();
+        assert!(yes.ack && yes.epoch == 2);
+        assert_eq!(client.check().await.unwrap().epoch, 2);
+        // Taken over in the bucket; this node has not noticed yet.
+        put_claim(&store, "n2", "i9", 3, ClaimState::Running).await;
+        assert!(no(client.ack(margin).await).contains("names n2"));
+        put_claim(&store, "n1", "i1", 3, ClaimState::Running).await;
+        assert!(no(client.ack(margin).await).contains("at epoch 3"));
+        put_claim(&store, "n1", "i1", 2, ClaimState::Succeeded).await;
+        assert!(no(client.ack(margin).await).contains("succeeded"));
+        put_claim(&store, "n1", "i1", 2, ClaimState::Running).await;
+        assert!(no(client.ack(Duration::from_secs(30)).await).contains("less than the margin"));
+        let stale_epoch = SessionClient::new(address.clone(), "tok").with_epoch(1);
+        assert!(no(stale_epoch.ack(margin).await).contains("not 1"));
+        // The lease runs out: a no, though the claim still names the run.
+        clock.advance(Duration::from_secs(10));
+        assert!(no(client.ack(margin).await).contains("less than the margin"));
+        // Each no is journalled with the run.
+        let refused = journal
+            .after(0, 100)
+            .unwrap()
+            .events
+            .iter()
+            .filter(|e| e.kind == EventKind::Refused && e.session.as_deref() == Some("w"))
+            .count();
+        assert_eq!(refused, 6);
+        // A credential of no run, or none.
+        let e = SessionClient::new(address.clone(), "forged")
+            .check()
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), crate::ErrorKind::Permission);
+        shutdown.cancel();
+        let _ = server.await;
+    }
+}
