@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod fencing;
+mod gate;
 mod fleet;
 mod footprint;
 
@@ -111,6 +112,16 @@ enum Cmd {
         attempts: usize,
         #[arg(long, default_value = "50")]
         ttl_ms: u64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The ack gate's cost: POST /v1/self/ack through a session channel
+    /// against a raw GET of the same claim, interleaved.
+    Gate {
+        #[arg(long)]
+        store: String,
+        #[arg(long, default_value_t = 1000)]
+        iterations: usize,
         #[arg(long)]
         json: bool,
     },
@@ -326,6 +337,11 @@ async fn async_main() {
             fencing::contention(&store, nodes, attempts, Duration::from_millis(ttl_ms), json).await
         }
         Cmd::Inventory { store, sizes, json } => fencing::inventory(&store, &sizes, json).await,
+        Cmd::Gate {
+            store,
+            iterations,
+            json,
+        } => gate::gate(&store, iterations, json).await,
         Cmd::Cost {
             nodes,
             sessions,
