@@ -61,14 +61,20 @@ fn append(path: &str, epoch: u64, line: &str) -> Result<(), String> {
 }
 
 fn main() {
-    let path = std::env::args()
-        .nth(1)
-        .unwrap_or_else(|| std::env::temp_dir().join("leasehold-fenced-ledger.txt").display().to_string());
+    let path = std::env::args().nth(1).unwrap_or_else(|| {
+        std::env::temp_dir()
+            .join("leasehold-fenced-ledger.txt")
+            .display()
+            .to_string()
+    });
     let _ = std::fs::remove_file(&path);
     let steps: [(u64, &str); 4] = [
         (1, "debit 10 (the first run)"),
         (2, "debit 5 (the run that took over)"),
-        (1, "debit 10 again (the first run, woken after the takeover)"),
+        (
+            1,
+            "debit 10 again (the first run, woken after the takeover)",
+        ),
         (2, "credit 1 (the holder goes on)"),
     ];
     let mut refused = 0;

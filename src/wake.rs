@@ -83,6 +83,10 @@ pub enum Owned {
     },
     /// The claim was released (its tombstone keeps the epoch).
     Released { epoch: u64 },
+    /// Asleep (see [`crate::fleet::sleep`]): no owner until a wake; its
+    /// next run's epoch is above `epoch`. `since_ms`: when it fell asleep,
+    /// by its last owner's wall clock.
+    Sleeping { epoch: u64, since_ms: u64 },
     /// No claim, but a manifest: queued, waiting for a node.
     Unowned,
     /// Neither claim nor manifest.
@@ -135,6 +139,11 @@ pub enum WakeOutcome {
     NoOwner { owner: Owned },
     /// The caller's own node (see [`Resolver::with_claimer`]) claimed it.
     ClaimedHere { node: String, epoch: u64 },
+    /// It was asleep, and this wake released its claim to be placed (or
+    /// found another wake had: `by_us` false): a node claims it at an epoch
+    /// above `epoch`. With a claimer attached, the caller's node is asked
+    /// first.
+    Woken { epoch: u64, by_us: bool },
 }
 
 /// The answer to `wake`.
@@ -233,6 +242,10 @@ impl Resolver {
                 }
             }
             Some(c) if c.state == ClaimState::Released => Owned::Released { epoch: c.epoch },
+            Some(c) if c.state == ClaimState::Sleeping => Owned::Sleeping {
+                epoch: c.epoch,
+                since_ms: c.updated_at_ms,
+            },
             Some(c) => Owned::Claimed {
                 node: c.owner.node,
                 instance: c.owner.instance,
@@ -365,12 +378,19 @@ impl Resolver {
                     }
                 }
             }
+            Owned::Sleeping { epoch, .. } => {
+                round_trips += 1;
+                let by_us = self.release_sleeping(name).await?;
+                WakeOutcome::Woken { epoch, by_us }
+            }
             other => WakeOutcome::NoOwner { owner: other },
         };
         let wants_claim = match &outcome {
             WakeOutcome::Reachable { .. } | WakeOutcome::ClaimedHere { .. } => false,
             WakeOutcome::NoOwner { owner } => !matches!(owner, Owned::NoManifest),
-            WakeOutcome::Unreachable { .. } | WakeOutcome::OwnerGone { .. } => true,
+            WakeOutcome::Unreachable { .. }
+            | WakeOutcome::OwnerGone { .. }
+            | WakeOutcome::Woken { .. } => true,
         };
         let mut claim = None;
         let mut outcome = outcome;
@@ -407,6 +427,42 @@ impl Resolver {
     }
 }
 
+impl Resolver {
+    /// A wake request for a sleeping session: its claim written `released`
+    /// (one conditional write on the version just read, epoch kept), so a
+    /// node claims it, above its epoch. True if this call wrote it; false
+    /// if another wake (or anything else) changed the claim first: N
+    /// concurrent wakes write once, and start one run.
+    async fn release_sleeping(&self, name: &Name) -> Result<bool> {
+        use crate::clock::Entropy as _;
+        let key = crate::keys::session(name);
+        let Some((version, claim)) = self.cache.lock().unwrap().get(&key).cloned() else {
+            return Ok(false);
+        };
+        if claim.state != ClaimState::Sleeping {
+            return Ok(false);
+        }
+        let mut next = claim;
+        next.state = ClaimState::Released;
+        next.reason = None;
+        next.updated_at_ms = self.clock.wall_ms();
+        next.nonce = crate::clock::OsEntropy::new().hex_id();
+        match crate::fleet::put_checked(
+            &self.store,
+            &key,
+            bytes::Bytes::from(next.encode()),
+            crate::store::Cond::Match(version),
+            &next.nonce,
+            crate::fleet::json_nonce,
+        )
+        .await?
+        {
+            crate::fleet::Put::Committed(_) => Ok(true),
+            crate::fleet::Put::Rejected(_) => Ok(false),
+        }
+    }
+}
+
 /// How a one-shot reader sees a claim owner's node lease: the one liveness
 /// vocabulary ([`crate::liveness`]), judged by wall clock within the skew
 /// bound (advisory: a peer takes over only once it has *observed* expiry).
@@ -429,20 +485,32 @@ pub fn owner_lease_of(
     )
 }
 
-/// A TCP connect to the host:port of `address` (`http://host:port[/...]` or
-/// `host:port`).
-// A TCP connect is bounded in real time (I/O, not protocol time).
-#[allow(clippy::disallowed_methods)]
+/// The owner's API must answer: `GET <address>/healthz` within `timeout`
+/// (`http://host:port[/...]` or `host:port`). A TCP connect alone is not
+/// enough: the kernel accepts connections for a stopped process, so a
+/// frozen node would look reachable; an answer needs the node running.
 async fn dial(address: &str, timeout: Duration) -> Result<(), String> {
     let rest = address
         .strip_prefix("http://")
         .or_else(|| address.strip_prefix("https://"))
         .unwrap_or(address);
     let hostport = rest.split('/').next().unwrap_or(rest);
-    match tokio::time::timeout(timeout, tokio::net::TcpStream::connect(hostport)).await {
-        Ok(Ok(_)) => Ok(()),
-        Ok(Err(e)) => Err(format!("connect {hostport}: {e}")),
-        Err(_) => Err(format!("connect {hostport}: timed out after {timeout:?}")),
+    let client = reqwest::Client::builder()
+        .connect_timeout(timeout)
+        .timeout(timeout)
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .map_err(|e| format!("http client: {e}"))?;
+    match client
+        .get(format!("http://{hostport}/healthz"))
+        .send()
+        .await
+    {
+        Ok(r) if r.status().is_success() => Ok(()),
+        Ok(r) => Err(format!("{hostport} answered HTTP {}", r.status().as_u16())),
+        Err(e) if e.is_timeout() => Err(format!("{hostport} did not answer within {timeout:?}")),
+        Err(_) => Err(format!("{hostport} did not answer (connection failed)")),
     }
 }
 

@@ -19,6 +19,7 @@ mod demo;
 mod fence;
 mod inventory;
 mod logs;
+mod wake;
 mod watch;
 
 use clap::{Args, Parser, Subcommand};
@@ -131,6 +132,22 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Wake a session and wait until it is ready (a live owner runs it and
+    /// its health check passes): a sleeping one is released to be placed
+    /// (one conditional write; concurrent wakes start one run). Exit 0 when
+    /// ready, 1 when not within --wait.
+    Wake {
+        name: String,
+        #[command(flatten)]
+        store: StoreArgs,
+        #[arg(long, default_value = "30s", value_parser = parse_duration, allow_hyphen_values = true)]
+        wait: Duration,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Inside a session: ask its node to put it to sleep now (its run is
+    /// stopped; a wake runs it again, at a higher epoch).
+    Sleep,
     /// List sessions (default), nodes or manifests.
     Ls {
         #[arg(value_enum, default_value = "sessions")]
@@ -1046,6 +1063,13 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             wake,
             json,
         } => inventory::resolve(name, &store, wake, json, max_skew).await,
+        Command::Wake {
+            name,
+            store,
+            wait,
+            json,
+        } => wake::wake(name, &store, wait, json, max_skew).await,
+        Command::Sleep => wake::sleep().await,
         Command::Ls {
             what,
             store,

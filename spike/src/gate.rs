@@ -13,7 +13,7 @@ use leasehold::fleet::runner::{Exit, Runner, SessionStart};
 use leasehold::fleet::status::{NodeStatus, StatusSnapshot};
 use leasehold::store::{Cond, CountingStore, OpenOptions, Store, open_store};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A runner that runs nothing and says one session runs (the gate asks).
 #[derive(Debug)]
@@ -54,7 +54,11 @@ pub async fn gate(url: &str, iterations: usize, json: bool) -> leasehold::Result
     c.epoch = 1;
     c.state = ClaimState::Running;
     c.digest = "d".into();
-    let cond = match raw.get(&key).await.map_err(|e| leasehold::Error::from_store("get", &key, e))? {
+    let cond = match raw
+        .get(&key)
+        .await
+        .map_err(|e| leasehold::Error::from_store("get", &key, e))?
+    {
         Some(o) => Cond::Match(o.version),
         None => Cond::Create,
     };
@@ -88,7 +92,7 @@ pub async fn gate(url: &str, iterations: usize, json: bool) -> leasehold::Result
             store,
             status,
             runner: Arc::new(OneRun),
-            clock,
+            clock: clock.clone(),
             journal: Arc::new(Journal::new(100, 1 << 20)),
         },
         shutdown.clone(),
@@ -101,17 +105,20 @@ pub async fn gate(url: &str, iterations: usize, json: bool) -> leasehold::Result
         let _ = raw.get(&key).await;
     }
     let before = counting.counts();
-    let (mut acks, mut gets) = (Vec::with_capacity(iterations), Vec::with_capacity(iterations));
+    let (mut acks, mut gets) = (
+        Vec::with_capacity(iterations),
+        Vec::with_capacity(iterations),
+    );
     for _ in 0..iterations {
-        let t = Instant::now();
+        let t = clock.now();
         let a = client.ack(margin).await?;
-        acks.push(t.elapsed());
+        acks.push(clock.now().saturating_since(t));
         assert!(a.ack);
-        let t = Instant::now();
+        let t = clock.now();
         raw.get(&key)
             .await
             .map_err(|e| leasehold::Error::from_store("get", &key, e))?;
-        gets.push(t.elapsed());
+        gets.push(clock.now().saturating_since(t));
     }
     let used = counting.counts().since(&before);
     shutdown.cancel();

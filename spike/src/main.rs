@@ -22,9 +22,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod fencing;
-mod gate;
 mod fleet;
 mod footprint;
+mod gate;
 
 #[derive(Parser)]
 #[command(name = "spike", about = "Bucket-lease measurements against any store")]

@@ -30,6 +30,9 @@ pub enum ClaimState {
     Succeeded,
     Failed,
     Released,
+    /// Asleep: no process, no owner (the claim names nobody), its epoch
+    /// kept. No node claims it until a wake request turns it `released`.
+    Sleeping,
 }
 
 impl ClaimState {
@@ -41,6 +44,7 @@ impl ClaimState {
             ClaimState::Succeeded => "succeeded",
             ClaimState::Failed => "failed",
             ClaimState::Released => "released",
+            ClaimState::Sleeping => "sleeping",
         }
     }
 
@@ -56,8 +60,9 @@ impl ClaimState {
             (a, b) if a == b => true,
             (Running, _) => true,
             (Paused, Running | Released) => true,
+            (Sleeping, Released) => true, // a wake request
             (Succeeded | Failed, Released | Running) => true, // Running: manifest changed
-            (Released, _) => false, // a released claim is taken over (epoch + 1), not revived
+            (Released, _) => false,       // a released claim is taken over (epoch + 1), not revived
             _ => false,
         }
     }
@@ -83,6 +88,8 @@ pub enum Status {
     /// Its health check failed `threshold` times in a row: it is being
     /// stopped, and its restart policy applies.
     Unhealthy,
+    /// Asleep: no process and no owner until a wake request.
+    Sleeping,
     Succeeded,
     Failed,
 }
@@ -98,6 +105,7 @@ impl Status {
             Status::Backoff => "backoff",
             Status::Starting => "starting",
             Status::Unhealthy => "unhealthy",
+            Status::Sleeping => "sleeping",
             Status::Succeeded => "succeeded",
             Status::Failed => "failed",
         }
@@ -121,6 +129,7 @@ impl Status {
             ClaimState::Succeeded => Status::Succeeded,
             ClaimState::Failed => Status::Failed,
             ClaimState::Paused => Status::Paused,
+            ClaimState::Sleeping => Status::Sleeping,
             ClaimState::Running if !owner_live => Status::Interrupted,
             ClaimState::Running if backoff_until_ms.is_some_and(|t| t > now_ms) => Status::Backoff,
             ClaimState::Running => match health {
@@ -408,6 +417,7 @@ pub(crate) mod tests {
             Status::Unhealthy,
             Status::Succeeded,
             Status::Failed,
+            Status::Sleeping,
         ] {
             assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
         }
@@ -470,6 +480,13 @@ pub(crate) mod tests {
             "released claims are taken over, not revived"
         );
         assert!(Succeeded.can_become(Running));
+        assert!(Running.can_become(Sleeping));
+        assert!(Sleeping.can_become(Released), "a wake request");
+        assert!(
+            !Sleeping.can_become(Running),
+            "woken through released, at a higher epoch"
+        );
+        assert!(!Sleeping.is_terminal());
         assert!(Succeeded.is_terminal() && Failed.is_terminal() && !Running.is_terminal());
     }
 }

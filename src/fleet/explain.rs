@@ -159,6 +159,21 @@ pub fn explain(
             status: Status::Paused,
             reason: "paused by its manifest".into(),
         },
+        ClaimState::Sleeping => Explained {
+            status: Status::Sleeping,
+            reason: join(
+                &format!(
+                    "asleep for {}",
+                    humantime::format_duration(Duration::from_secs(
+                        now_ms.saturating_sub(c.updated_at_ms) / 1000
+                    ))
+                ),
+                &c.reason
+                    .as_ref()
+                    .map(|r| format!("({r}); a wake runs it at epoch {}", c.epoch + 1))
+                    .unwrap_or_else(|| format!("; a wake runs it at epoch {}", c.epoch + 1)),
+            ),
+        },
         ClaimState::Running if live && c.backoff_until_ms.is_some_and(|t| t > now_ms) => {
             Explained {
                 status: Status::Backoff,

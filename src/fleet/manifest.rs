@@ -327,6 +327,9 @@ pub struct Spec {
     /// stopped and restarted by its policy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub check: Option<super::check::Check>,
+    /// When the session falls asleep (see [`super::sleep`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sleep: Option<super::sleep::SleepRule>,
     /// Memory, CPU and process limits, enforced through the session's
     /// cgroup (see [`super::limits`]). A node that cannot enforce them does
     /// not start the session, and its reason says why.
@@ -380,6 +383,7 @@ impl Spec {
             stop_grace: None,
             port: None,
             check: None,
+            sleep: None,
             limits: Default::default(),
             restarted_at: None,
         }
@@ -482,6 +486,9 @@ impl Spec {
         }
         if self.port == Some(0) {
             return Err(bad("port", "a port from 1 to 65535"));
+        }
+        if let Some(r) = &self.sleep {
+            r.validate().map_err(|(field, why)| bad(field, &why))?;
         }
         if let Some(c) = &self.check {
             c.validate(self.port)

@@ -48,6 +48,7 @@ pub mod nudge;
 pub mod plan;
 pub mod renew_thread;
 pub mod runner;
+pub mod sleep;
 pub mod status;
 pub mod watchdog;
 

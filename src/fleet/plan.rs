@@ -259,6 +259,9 @@ pub fn claimable(
     if c.state == ClaimState::Released {
         return Some(Claimable::Orphaned);
     }
+    if c.state == ClaimState::Sleeping {
+        return None; // until a wake releases it
+    }
     if c.state.is_terminal() && c.digest == manifest.digest {
         return None; // done; runs again only if the manifest changes
     }

@@ -119,6 +119,15 @@ impl SessionClient {
         }
     }
 
+    /// Asks the node to put this run to sleep (its run is then stopped).
+    pub async fn sleep(&self) -> Result<()> {
+        let (status, body) = self.call(Method::POST, "/v1/self/sleep").await?;
+        match status {
+            StatusCode::ACCEPTED | StatusCode::OK => Ok(()),
+            s => Err(self.refusal(s, &body)),
+        }
+    }
+
     fn lost(&self, reason: String) -> Error {
         Error::Lost {
             key: std::env::var("LEASEHOLD_SESSION")

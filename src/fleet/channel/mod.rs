@@ -12,6 +12,7 @@
 //! | route | what |
 //! |---|---|
 //! | `GET /v1/self` | the run as its node sees it: session, epoch, node, instance, and how long the node's lease stays valid (`valid_for_ms`) |
+//! | `POST /v1/self/sleep` | the run asks to sleep: its node stops it and writes its claim asleep (see [`crate::fleet::sleep`]); 202 |
 //! | `POST /v1/self/ack?margin=1s&epoch=N` | the ack gate: the node reads the claim (one GET, never a cache) and answers yes only if it still names this node, this instance and this epoch, running, and the node's lease stays valid for at least `margin` after the read. `epoch`, when given, must be the credential's |
 //!
 //! What a yes means: when the claim was read, the run held it, and no other
@@ -96,10 +97,13 @@ fn hash(token: &str) -> Hash {
 pub struct Registry {
     address: String,
     inner: Mutex<Inner>,
+    sleep: tokio::sync::Notify,
 }
 
 #[derive(Debug, Default)]
 struct Inner {
+    /// Runs that asked to sleep (`POST /v1/self/sleep`), for the node.
+    sleep_requests: Vec<RunId>,
     by_hash: HashMap<Hash, RunId>,
     by_session: HashMap<String, Hash>,
     retired: HashMap<Hash, String>,
@@ -123,6 +127,7 @@ impl Registry {
         Registry {
             address: address.into(),
             inner: Mutex::default(),
+            sleep: tokio::sync::Notify::new(),
         }
     }
 
@@ -170,6 +175,23 @@ impl Registry {
                 format!("this run of {session} (epoch {epoch}) has ended: {why}"),
             );
         }
+    }
+
+    /// A run asks to sleep: the node's loop hears of it at once
+    /// ([`sleep_requested`](Self::sleep_requested)).
+    pub fn request_sleep(&self, run: RunId) {
+        self.inner.lock().unwrap().sleep_requests.push(run);
+        self.sleep.notify_one();
+    }
+
+    /// The runs that asked to sleep since the last call.
+    pub fn take_sleep_requests(&self) -> Vec<RunId> {
+        std::mem::take(&mut self.inner.lock().unwrap().sleep_requests)
+    }
+
+    /// Resolves when a run may have asked to sleep (a permit is kept).
+    pub async fn sleep_requested(&self) {
+        self.sleep.notified().await
     }
 
     /// What `token` stands for.

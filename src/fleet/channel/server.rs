@@ -64,6 +64,7 @@ pub async fn serve(
     let app = Router::new()
         .route("/v1/self", get(get_self))
         .route("/v1/self/ack", post(ack))
+        .route("/v1/self/sleep", post(sleep))
         .with_state(state);
     axum::serve(listener, app)
         .with_graceful_shutdown(async move { shutdown.cancelled().await })
@@ -154,6 +155,16 @@ async fn get_self(State(s): State<ChannelState>, headers: HeaderMap) -> Response
         valid_for_ms: s.status.valid_for().map_or(0, ms),
     })
     .into_response()
+}
+
+async fn sleep(State(s): State<ChannelState>, headers: HeaderMap) -> Response {
+    let run = match caller(&s, &headers) {
+        Ok(r) => r,
+        Err(resp) => return *resp,
+    };
+    let answer = serde_json::json!({"session": run.session, "epoch": run.epoch, "sleeping": true});
+    s.registry.request_sleep(run);
+    (StatusCode::ACCEPTED, axum::Json(answer)).into_response()
 }
 
 #[derive(serde::Deserialize)]

@@ -17,7 +17,11 @@ impl Node {
             node: node.clone(),
             reason: reason.to_string(),
         };
-        if let Some(o) = self.owned.get(name.as_str()) {
+        let now = self.deps.clock.now();
+        if let Some(o) = self.owned.get_mut(name.as_str()) {
+            // A wake that reached the owner: the session is in use, and its
+            // idle time (`sleep.after_idle`) counts from now.
+            o.active_at = now;
             return Ok(ClaimAnswer::AlreadyOwned {
                 node: node.clone(),
                 epoch: o.record.epoch,
@@ -52,6 +56,7 @@ impl Node {
         if let Some((_, c)) = &claim
             && c.owner.node != self.me.node
             && c.state != ClaimState::Released
+            && c.state != ClaimState::Sleeping
         {
             round_trips += 1;
             let owner = crate::keys::node(&c.owner.node);

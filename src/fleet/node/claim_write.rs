@@ -132,6 +132,7 @@ impl Node {
             ClaimState::Succeeded => EventKind::Succeeded,
             ClaimState::Failed => EventKind::Failed,
             ClaimState::Released => EventKind::Released,
+            ClaimState::Sleeping => EventKind::Sleeping,
         };
         self.event(
             kind,
@@ -168,7 +169,7 @@ impl Node {
                     self.audit(&key, &next.nonce, next.epoch).await;
                 }
                 self.claims.insert(key, (v.clone(), ClaimView::from(&next)));
-                if next.state == ClaimState::Released {
+                if matches!(next.state, ClaimState::Released | ClaimState::Sleeping) {
                     self.owned.remove(name);
                 } else if let Some(o) = self.owned.get_mut(name) {
                     o.record = next;

@@ -474,6 +474,7 @@ impl Node {
                         restart_times: Default::default(),
                         spec: t.spec.map(|s| (plan::Digest::new(&t.digest), s)),
                         pending_finish: None,
+                        active_at: sent,
                     },
                 );
                 if let Some(m) = manifest {

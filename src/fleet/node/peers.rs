@@ -91,7 +91,9 @@ impl Node {
         let mut by: HashMap<(&str, &str), u32> = HashMap::new();
         for (_, c) in self.claims.values() {
             // As `load`: released and finished claims take no capacity.
-            if c.state != ClaimState::Released && !c.state.is_terminal() {
+            if !matches!(c.state, ClaimState::Released | ClaimState::Sleeping)
+                && !c.state.is_terminal()
+            {
                 *by.entry((&c.owner.node, &c.owner.instance)).or_insert(0) += 1;
             }
         }

@@ -118,6 +118,8 @@ impl Node {
                     true
                 }
             };
+            // Sessions idle past their `sleep.after_idle`, or that asked.
+            let changed = self.sleep_due().await || changed;
             let _ = load_tx.send(self.load());
             self.publish_status(self.deps.clock.now() < valid_rx.borrow().until);
             self.deps.status.pass_completed(
@@ -156,6 +158,7 @@ impl Node {
             tokio::pin!(restart);
             // Health check results (`checks.rs`), held while we wait.
             let mut probed = self.checks.rx.take();
+            let channel = self.deps.channel.clone();
             loop {
                 // `biased`: branches are tried in this order, not tokio's
                 // per-process random one, so a seeded simulation replays the
@@ -213,6 +216,13 @@ impl Node {
                                 ));
                                 restart_due = true;
                             }
+                        }
+                    }
+                    // A session asked to sleep on the channel: at once.
+                    _ = async { channel.as_ref()?.sleep_requested().await; Some(()) }, if channel.is_some() => {
+                        if self.sleep_due().await {
+                            let _ = load_tx.send(self.load());
+                            self.publish_status(self.deps.clock.now() < valid_rx.borrow().until);
                         }
                     }
                     Some(p) = async { probed.as_mut()?.recv().await }, if probed.is_some() => {

@@ -60,6 +60,9 @@ pub(super) struct Owned {
     /// written, the session is neither started again nor released (either
     /// would run a finished job again); each pass retries the write.
     pub(super) pending_finish: Option<PendingFinish>,
+    /// When a wake request last reached this node for it (or its run
+    /// started): `sleep.after_idle` counts from here.
+    pub(super) active_at: MonoTime,
 }
 
 /// A finish to record (see [`Owned::pending_finish`]).

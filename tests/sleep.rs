@@ -1,0 +1,228 @@
+//! Sleep and wake, with real node and session processes: a session falls
+//! asleep on its sleep code, when it asks, or when idle; asleep it has no
+//! process and no owner; a wake runs it again at a higher epoch, once
+//! however many wake it at once; and a frozen owner is never "reachable".
+
+mod common;
+
+use common::procs::*;
+use leasehold::fleet::claim::ClaimState;
+use std::time::Duration;
+
+const LH: &str = env!("CARGO_BIN_EXE_leasehold");
+
+fn lines(env: &Env, f: &str) -> Vec<String> {
+    std::fs::read_to_string(env.path(f))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+async fn asleep(s: &std::sync::Arc<dyn leasehold::store::Store>, name: &str) -> bool {
+    claim(s, name)
+        .await
+        .is_some_and(|c| c.state == ClaimState::Sleeping)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_sleeps_on_its_exit_code_and_concurrent_wakes_run_it_once() {
+    let env = Env::new();
+    let s = env.store().await;
+    let n1 = env.node("n1", &[]);
+    let _n2 = env.node("n2", &[]);
+    let d = env.dir();
+    env.apply_spec(
+        "nap",
+        serde_json::json!({
+            "command": "sh",
+            "args": ["-c", format!(
+                "echo $LEASEHOLD_EPOCH >> {d}/nap.runs; [ -f {d}/stay ] || exit 75; exec sleep 1000")],
+            "restart": "always",
+            "sleep": {"on_exit": 75}
+        }),
+    );
+    wait_until("asleep", Duration::from_secs(20), async || {
+        asleep(&s, "nap").await
+    })
+    .await;
+    let c = claim(&s, "nap").await.unwrap();
+    assert_eq!(c.epoch, 1);
+    assert_eq!(c.owner.node, "queued", "no node holds a sleeping session");
+    assert_eq!(c.address, None);
+    assert!(
+        c.reason
+            .as_deref()
+            .is_some_and(|r| r.contains("sleep code 75")),
+        "{c:?}"
+    );
+    assert_eq!(lines(&env, "nap.runs"), ["1"], "{}", log_of(&n1));
+    let o = bin().args(["ls", "--store", &env.url]).output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    let row = out.lines().find(|l| l.starts_with("nap")).unwrap_or("");
+    assert!(
+        row.contains("sleeping") && row.contains("asleep for"),
+        "{out}"
+    );
+    // Still asleep a while later: no node claims it on its own.
+    pause(2500).await;
+    assert!(asleep(&s, "nap").await);
+    assert_eq!(lines(&env, "nap.runs").len(), 1);
+    // Eight wakes at once: one run, and every caller the same epoch.
+    std::fs::write(env.path("stay"), "").unwrap();
+    let wakes: Vec<_> = (0..8)
+        .map(|_| {
+            bin()
+                .args([
+                    "wake", "nap", "--wait", "20s", "--json", "--store", &env.url,
+                ])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut epochs = Vec::new();
+    for w in wakes {
+        let o = w.wait_with_output().unwrap();
+        assert!(
+            o.status.success(),
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(v["ready"], true);
+        epochs.push(v["epoch"].as_u64().unwrap());
+    }
+    assert!(epochs.iter().all(|e| *e == 2), "{epochs:?}");
+    pause(1500).await;
+    assert_eq!(lines(&env, "nap.runs"), ["1", "2"], "one new run");
+    let c = claim(&s, "nap").await.unwrap();
+    assert_eq!((c.state, c.epoch), (ClaimState::Running, 2));
+    // Waking a running session wakes nothing: the same run answers.
+    let o = bin()
+        .args(["wake", "nap", "--json", "--store", &env.url])
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        (v["epoch"].as_u64(), v["woken"].as_bool()),
+        (Some(2), Some(false))
+    );
+    // A name with no manifest: typed, nothing written.
+    let o = bin()
+        .args(["wake", "ghost", "--store", &env.url])
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(7),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(claim(&s, "ghost").await.is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_that_asks_or_idles_falls_asleep_and_wakes_at_a_higher_epoch() {
+    let env = Env::new();
+    let s = env.store().await;
+    let n1 = env.node("n1", &[]);
+    let d = env.dir();
+    env.apply_spec(
+        "asks",
+        serde_json::json!({
+            "command": "sh",
+            "args": ["-c", format!("echo $LEASEHOLD_EPOCH >> {d}/asks.runs; sleep 0.3; {LH} sleep; exec sleep 1000")],
+            "restart": "always"
+        }),
+    );
+    env.apply_spec(
+        "idle",
+        serde_json::json!({
+            "command": "sh",
+            "args": ["-c", format!("echo $$ > {d}/idle.pid; exec sleep 1000")],
+            "restart": "always",
+            "sleep": {"after_idle": "2s"}
+        }),
+    );
+    wait_until("asks is asleep", Duration::from_secs(20), async || {
+        asleep(&s, "asks").await
+    })
+    .await;
+    let c = claim(&s, "asks").await.unwrap();
+    assert_eq!(
+        c.reason.as_deref(),
+        Some("it asked to sleep"),
+        "{}",
+        log_of(&n1)
+    );
+    wait_until("idle is asleep", Duration::from_secs(20), async || {
+        asleep(&s, "idle").await
+    })
+    .await;
+    let c = claim(&s, "idle").await.unwrap();
+    assert_eq!(c.reason.as_deref(), Some("idle for 2s"));
+    let pid = env.pid("idle.pid").unwrap();
+    wait_until("its process is gone", Duration::from_secs(10), async || {
+        !alive(pid)
+    })
+    .await;
+    // Woken: a new run at a higher epoch (which asks again, and sleeps).
+    let o = bin()
+        .args(["wake", "idle", "--wait", "20s", "--store", &env.url])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{out}");
+    assert!(out.contains("running on n1, epoch 2, woken"), "{out}");
+    let o = bin()
+        .args(["wake", "asks", "--wait", "20s", "--store", &env.url])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+    wait_until("asks ran at epoch 2", Duration::from_secs(20), async || {
+        lines(&env, "asks.runs") == ["1", "2"]
+    })
+    .await;
+}
+
+/// A frozen owner is not "reachable": the kernel accepts a TCP connection
+/// for a stopped process, but its API does not answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_owner_is_never_reachable() {
+    let env = Env::new();
+    let s = env.store().await;
+    let token = env.path("token");
+    let n1 = env.node(
+        "n1",
+        &["--listen", "0", "--token-file", token.to_str().unwrap()],
+    );
+    env.apply("z", "exec sleep 1000", "always");
+    wait_until("running", Duration::from_secs(20), async || {
+        claim(&s, "z")
+            .await
+            .is_some_and(|c| c.state == ClaimState::Running)
+    })
+    .await;
+    let wake = || {
+        bin()
+            .args(["resolve", "z", "--wake", "--store", &env.url])
+            .output()
+            .unwrap()
+    };
+    let o = wake();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("(reachable)"));
+    let pid = n1.child.id() as i32;
+    // SAFETY: plain kill(2) on the node this test started.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let o = wake();
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(!out.contains("(reachable)"), "{out}");
+}
