@@ -78,8 +78,6 @@ event_kinds! {
     Backoff = "backoff",
     /// A session fell asleep (no process, no owner until a wake).
     Sleeping = "sleeping",
-    /// A sleeping session was woken (its claim released to be placed).
-    Woken = "woken",
     /// A session's call on its node's channel was refused: its run ended,
     /// or the ack gate said no (the reason says which).
     Refused = "refused",
@@ -315,7 +313,7 @@ mod tests {
             let json = serde_json::to_string(k).unwrap();
             assert_eq!(&serde_json::from_str::<EventKind>(&json).unwrap(), k);
         }
-        assert_eq!(EventKind::ALL.len(), 27);
+        assert_eq!(EventKind::ALL.len(), 26);
         let e: Event =
             serde_json::from_str(r#"{"seq":3,"at_ms":1,"kind":"teleported","detail":"x"}"#)
                 .unwrap();
