@@ -188,7 +188,21 @@ impl FencedData {
                     });
                 }
                 Some((p, v)) => (Cond::Match(v.clone()), p.key.clone()),
-                None => (Cond::Create, None),
+                None => {
+                    // No pointer: a first open, or one deleted by hand. A
+                    // higher epoch's objects mean a newer run has written
+                    // here: refused, as if its pointer were there.
+                    if let Some(higher) = highest_epoch(&store, session).await?
+                        && higher > epoch
+                    {
+                        return Err(fenced(
+                            session,
+                            epoch,
+                            format!("its data has objects of epoch {higher} (and no pointer)"),
+                        ));
+                    }
+                    (Cond::Create, None)
+                }
             };
             let next = Pointer {
                 schema: crate::record::SCHEMA.into(),
@@ -286,6 +300,11 @@ impl FencedData {
             }
             crate::fleet::Put::Rejected(now) => {
                 let why = match now.map(|(b, _)| Pointer::decode(&key, &self.session, &b)) {
+                    // Another handle of this same run published first: not
+                    // a fence, a race to open again.
+                    Some(Ok(p)) if p.epoch == self.epoch => {
+                        return Err(Error::Conflict { key });
+                    }
                     Some(Ok(p)) => format!("its data pointer now names epoch {}", p.epoch),
                     Some(Err(e)) => format!("its data pointer was overwritten ({e})"),
                     None => "its data pointer was deleted".into(),
@@ -302,6 +321,21 @@ fn fenced(session: &Name, epoch: u64, reason: String) -> Error {
         epoch,
         reason,
     }
+}
+
+/// The highest epoch with objects under `data/<session>/` (one listing).
+async fn highest_epoch(store: &Arc<dyn Store>, session: &Name) -> Result<Option<u64>> {
+    use futures::StreamExt;
+    let prefix = format!("{DATA}{session}/e");
+    let mut list = store.list(&prefix);
+    let mut highest = None;
+    while let Some(e) = list.next().await {
+        let e = e.map_err(|e| Error::from_store("list", &prefix, e))?;
+        if let Some(n) = key_epoch(session, &e.key) {
+            highest = Some(highest.map_or(n, |h: u64| h.max(n)));
+        }
+    }
+    Ok(highest)
 }
 
 async fn read(store: &Arc<dyn Store>, session: &Name) -> Result<Option<(Pointer, Version)>> {
@@ -422,6 +456,10 @@ mod tests {
         // An older run that opens late is refused at once.
         let e = FencedData::open(s.clone(), &web, 1).await.unwrap_err();
         assert_eq!(e.kind(), crate::ErrorKind::Fenced);
+        // Even with the pointer deleted by hand: epoch 2's objects are there.
+        s.delete(&pointer_key(&web)).await.unwrap();
+        let e = FencedData::open(s.clone(), &web, 1).await.unwrap_err();
+        assert_eq!(e.kind(), crate::ErrorKind::Fenced, "{e:?}");
         // The same run opening again carries on.
         let again = FencedData::open(s.clone(), &web, 2).await.unwrap();
         assert_eq!(again.epoch(), 2);

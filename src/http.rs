@@ -10,6 +10,7 @@
 //! | `GET /v1/events` + `Accept: text/event-stream` | bearer | SSE, resumable with `Last-Event-ID` |
 //! | `GET /v1/sessions/{name}/logs?tail=N&follow=true` | bearer | the session's log on this node (stdout and stderr); `follow` streams new output until the session's run here ends (it finished, stopped or left this node) |
 //! | `POST /v1/sessions/{name}/claim` | bearer | claim the session now (the wake path) |
+//! | `POST /v1/sessions/{name}/touch` | bearer | a wake reached the owner: the session's `sleep.after_idle` restarts |
 //! | `POST /v1/nudge` | bearer | look at the bucket now: a pass within 200 ms (at most one per 200 ms), re-reading the node's control object |
 //!
 //! Connections: at most `max_connections` at once (256 by default, and never
@@ -182,6 +183,7 @@ pub fn router(state: HttpState) -> Router {
         .route("/v1/events", get(events))
         .route("/v1/nudge", axum::routing::post(nudge))
         .route("/v1/sessions/{name}/claim", axum::routing::post(claim))
+        .route("/v1/sessions/{name}/touch", axum::routing::post(touch))
         .route("/v1/sessions/{name}/logs", get(logs))
         .fallback(|| async { error(StatusCode::NOT_FOUND, "not_found", "no such route") })
         .with_state(state)
@@ -193,18 +195,53 @@ pub fn router(state: HttpState) -> Router {
 /// ones wait in the kernel's backlog until one closes. An accept error (out
 /// of descriptors) backs off briefly instead of spinning. On shutdown, open
 /// connections get up to two seconds to finish (SSE streams never do).
-// The drain of connections at shutdown is bounded in real time (I/O, not
-// protocol time): `tokio::time::timeout` is allowed here.
-#[allow(clippy::disallowed_methods)]
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: HttpState,
     shutdown: tokio_util::sync::CancellationToken,
 ) -> std::io::Result<()> {
+    let limit = state.max_connections;
+    serve_app(listener, router(state), limit, shutdown).await
+}
+
+/// A listener [`serve_app`] accepts connections from (TCP for the node's
+/// API, a Unix socket for the session channel).
+pub(crate) trait Accept: Send {
+    type Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static;
+    fn accept_io(&self) -> impl std::future::Future<Output = std::io::Result<Self::Io>> + Send;
+}
+
+impl Accept for tokio::net::TcpListener {
+    type Io = tokio::net::TcpStream;
+    async fn accept_io(&self) -> std::io::Result<Self::Io> {
+        tokio::net::TcpListener::accept(self).await.map(|(s, _)| s)
+    }
+}
+
+impl Accept for tokio::net::UnixListener {
+    type Io = tokio::net::UnixStream;
+    async fn accept_io(&self) -> std::io::Result<Self::Io> {
+        tokio::net::UnixListener::accept(self).await.map(|(s, _)| s)
+    }
+}
+
+/// Serves `app` on `listener`: at most `limit` connections at once (and
+/// never more than half the process's descriptors), [`HEADER_TIMEOUT`] for
+/// each request's headers, and at shutdown two seconds for the connections
+/// to finish. Every server of ours goes through it: a client that opens
+/// connections and sends nothing costs a permit for ten seconds, never a
+/// descriptor the bucket needs, nor a shutdown that never ends.
+// The shutdown's drain is an I/O bound, not protocol time.
+#[allow(clippy::disallowed_methods)]
+pub(crate) async fn serve_app<L: Accept>(
+    listener: L,
+    app: Router,
+    limit: usize,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> std::io::Result<()> {
     use hyper_util::rt::{TokioIo, TokioTimer};
-    let limit = state.max_connections.min(descriptor_limit() / 2).max(1);
+    let limit = limit.min(descriptor_limit() / 2).max(1);
     let permits = Arc::new(tokio::sync::Semaphore::new(limit));
-    let app = router(state);
     let mut conns = tokio::task::JoinSet::new();
     loop {
         // Reap finished connection tasks so the set stays small.
@@ -214,8 +251,8 @@ pub async fn serve(
             _ = shutdown.cancelled() => break,
         };
         let stream = tokio::select! {
-            r = listener.accept() => match r {
-                Ok((s, _)) => s,
+            r = listener.accept_io() => match r {
+                Ok(s) => s,
                 Err(e) => {
                     tracing::warn!(error = %e, "accept");
                     // A pause, not a spin, while descriptors are short.
@@ -305,6 +342,29 @@ async fn sessions(State(s): State<HttpState>, headers: HeaderMap) -> Response {
 /// 400 for a bad name; 404 when the node was started without this endpoint.
 // A claim request waits for the node in real time (an HTTP bound, not
 // protocol time): `tokio::time::timeout` is allowed here.
+/// A wake reached the owner: the session's idle time restarts (its
+/// `sleep.after_idle`). Cheap: no pass, no bucket request. 200 with
+/// whether this node runs it.
+async fn touch(
+    State(s): State<HttpState>,
+    headers: HeaderMap,
+    axum::extract::Path(name): axum::extract::Path<String>,
+) -> Response {
+    if let Some(r) = unauthorised(&s, &headers) {
+        return r;
+    }
+    let name = match crate::Name::new(name) {
+        Ok(n) => n,
+        Err(e) => return error(StatusCode::BAD_REQUEST, "invalid_name", e.to_string()),
+    };
+    let runs = s.status.runs(name.as_str());
+    if runs {
+        s.status.touch(name.as_str());
+    }
+    axum::Json(serde_json::json!({"session": name.as_str(), "runs_here": runs})).into_response()
+}
+
+// The claim's wait is an I/O bound on the node's answer.
 #[allow(clippy::disallowed_methods)]
 async fn claim(
     State(s): State<HttpState>,

@@ -144,6 +144,8 @@ pub enum WakeOutcome {
     /// above `epoch`. With a claimer attached, the caller's node is asked
     /// first.
     Woken { epoch: u64, by_us: bool },
+    /// Not woken, and why (a sleeping session whose manifest is paused).
+    Declined { reason: String, owner: Owned },
 }
 
 /// The answer to `wake`.
@@ -168,6 +170,20 @@ pub struct Resolver {
     clock: Arc<dyn Clock>,
     max_skew: Duration,
     cache_capacity: usize,
+    /// The fleet's bearer token: with it, a wake of a running session
+    /// reaches its owner (`POST /v1/sessions/{name}/touch`), which restarts
+    /// the session's idle time; without it, the owner's `GET /healthz`.
+    token: Option<Token>,
+}
+
+/// A bearer token that never prints.
+#[derive(Clone)]
+struct Token(Arc<Vec<u8>>);
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
 }
 
 /// Most claims a [`Resolver`] keeps for conditional repeats.
@@ -185,7 +201,16 @@ impl Resolver {
             clock: Arc::new(crate::clock::SystemClock::new()),
             max_skew: DEFAULT_MAX_SKEW,
             cache_capacity: RESOLVER_CACHE_CAPACITY,
+            token: None,
         }
+    }
+
+    /// Wakes reach the owner with the fleet's bearer token (see the
+    /// field): what keeps a session with `sleep.after_idle` awake while
+    /// callers wake it.
+    pub fn with_token(mut self, token: Vec<u8>) -> Self {
+        self.token = Some(Token(Arc::new(token)));
+        self
     }
 
     /// Makes `wake` claim orphaned and unowned sessions on the caller's own
@@ -354,7 +379,15 @@ impl Resolver {
                 ..
             } => {
                 let dialled = match &address {
-                    Some(a) => dial(a, timeout).await,
+                    Some(a) => {
+                        dial(
+                            a,
+                            name,
+                            self.token.as_ref().map(|t| t.0.as_slice()),
+                            timeout,
+                        )
+                        .await
+                    }
                     None => Err("no address published".to_string()),
                 };
                 match dialled {
@@ -378,15 +411,31 @@ impl Resolver {
                     }
                 }
             }
-            Owned::Sleeping { epoch, .. } => {
+            Owned::Sleeping { epoch, since_ms } => {
+                // Only a session that may run is woken: no write for one
+                // whose manifest is gone or paused.
                 round_trips += 1;
-                let by_us = self.release_sleeping(name).await?;
-                WakeOutcome::Woken { epoch, by_us }
+                match crate::fleet::manifest::get(&self.store, name).await? {
+                    None => WakeOutcome::NoOwner {
+                        owner: Owned::NoManifest,
+                    },
+                    Some((m, _)) if m.spec.paused => WakeOutcome::Declined {
+                        reason: "paused by its manifest: resume it to wake it".into(),
+                        owner: Owned::Sleeping { epoch, since_ms },
+                    },
+                    Some(_) => {
+                        round_trips += 1;
+                        let by_us = self.release_sleeping(name).await?;
+                        WakeOutcome::Woken { epoch, by_us }
+                    }
+                }
             }
             other => WakeOutcome::NoOwner { owner: other },
         };
         let wants_claim = match &outcome {
-            WakeOutcome::Reachable { .. } | WakeOutcome::ClaimedHere { .. } => false,
+            WakeOutcome::Reachable { .. }
+            | WakeOutcome::ClaimedHere { .. }
+            | WakeOutcome::Declined { .. } => false,
             WakeOutcome::NoOwner { owner } => !matches!(owner, Owned::NoManifest),
             WakeOutcome::Unreachable { .. }
             | WakeOutcome::OwnerGone { .. }
@@ -485,11 +534,18 @@ pub fn owner_lease_of(
     )
 }
 
-/// The owner's API must answer: `GET <address>/healthz` within `timeout`
-/// (`http://host:port[/...]` or `host:port`). A TCP connect alone is not
-/// enough: the kernel accepts connections for a stopped process, so a
-/// frozen node would look reachable; an answer needs the node running.
-async fn dial(address: &str, timeout: Duration) -> Result<(), String> {
+/// The owner's API must answer within `timeout` (`http://host:port[/...]`
+/// or `host:port`): with the fleet's token, `POST
+/// /v1/sessions/{name}/touch` (which also restarts the session's idle
+/// time), else `GET /healthz`. A TCP connect alone is not enough: the
+/// kernel accepts connections for a stopped process, so a frozen node
+/// would look reachable; an answer needs the node running.
+async fn dial(
+    address: &str,
+    name: &Name,
+    token: Option<&[u8]>,
+    timeout: Duration,
+) -> Result<(), String> {
     let rest = address
         .strip_prefix("http://")
         .or_else(|| address.strip_prefix("https://"))
@@ -502,11 +558,13 @@ async fn dial(address: &str, timeout: Duration) -> Result<(), String> {
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .map_err(|e| format!("http client: {e}"))?;
-    match client
-        .get(format!("http://{hostport}/healthz"))
-        .send()
-        .await
-    {
+    let request = match token {
+        Some(t) => client
+            .post(format!("http://{hostport}/v1/sessions/{name}/touch"))
+            .bearer_auth(String::from_utf8_lossy(t)),
+        None => client.get(format!("http://{hostport}/healthz")),
+    };
+    match request.send().await {
         Ok(r) if r.status().is_success() => Ok(()),
         Ok(r) => Err(format!("{hostport} answered HTTP {}", r.status().as_u16())),
         Err(e) if e.is_timeout() => Err(format!("{hostport} did not answer within {timeout:?}")),

@@ -136,6 +136,15 @@ async fn a_session_that_asks_or_idles_falls_asleep_and_wakes_at_a_higher_epoch()
         serde_json::json!({
             "command": "sh",
             "args": ["-c", format!("echo $LEASEHOLD_EPOCH >> {d}/asks.runs; sleep 0.3; {LH} sleep; exec sleep 1000")],
+            "restart": "always",
+            "sleep": {"on_exit": 99}
+        }),
+    );
+    env.apply_spec(
+        "nosleep",
+        serde_json::json!({
+            "command": "sh",
+            "args": ["-c", format!("{LH} sleep 2> {d}/nosleep.err; echo $? > {d}/nosleep.rc; exec sleep 1000")],
             "restart": "always"
         }),
     );
@@ -165,6 +174,26 @@ async fn a_session_that_asks_or_idles_falls_asleep_and_wakes_at_a_higher_epoch()
     .await;
     let c = claim(&s, "idle").await.unwrap();
     assert_eq!(c.reason.as_deref(), Some("idle for 2s"));
+    // A session whose spec has no sleep rule cannot put itself to sleep.
+    wait_until("nosleep asked", Duration::from_secs(20), async || {
+        env.path("nosleep.rc").exists()
+    })
+    .await;
+    assert_eq!(
+        lines(&env, "nosleep.rc"),
+        ["2"],
+        "{:?}",
+        lines(&env, "nosleep.err")
+    );
+    assert!(
+        lines(&env, "nosleep.err")
+            .concat()
+            .contains("no sleep rule")
+    );
+    assert_eq!(
+        claim(&s, "nosleep").await.unwrap().state,
+        ClaimState::Running
+    );
     let pid = env.pid("idle.pid").unwrap();
     wait_until("its process is gone", Duration::from_secs(10), async || {
         !alive(pid)
@@ -225,4 +254,58 @@ async fn a_frozen_owner_is_never_reachable() {
     let out = String::from_utf8_lossy(&o.stdout);
     assert_eq!(o.status.code(), Some(1), "{out}");
     assert!(!out.contains("(reachable)"), "{out}");
+}
+
+/// A session with `sleep.after_idle` stays awake while callers wake it
+/// (with the fleet's token, each wake reaches its owner), and falls asleep
+/// once they stop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wakes_that_reach_the_owner_keep_a_session_awake() {
+    let env = Env::new();
+    let s = env.store().await;
+    let token = env.path("token");
+    let _n1 = env.node(
+        "n1",
+        &["--listen", "0", "--token-file", token.to_str().unwrap()],
+    );
+    env.apply_spec(
+        "busy",
+        serde_json::json!({
+            "command": "sh", "args": ["-c", "exec sleep 1000"],
+            "restart": "always", "sleep": {"after_idle": "2s"}
+        }),
+    );
+    wait_until("running", Duration::from_secs(20), async || {
+        claim(&s, "busy")
+            .await
+            .is_some_and(|c| c.state == ClaimState::Running)
+    })
+    .await;
+    for _ in 0..10 {
+        let o = bin()
+            .args([
+                "wake",
+                "busy",
+                "--token-file",
+                token.to_str().unwrap(),
+                "--store",
+                &env.url,
+            ])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+        pause(500).await;
+    }
+    let c = claim(&s, "busy").await.unwrap();
+    assert_eq!(
+        (c.state, c.epoch),
+        (ClaimState::Running, 1),
+        "woken every 0.5 s for 5 s: {c:?}"
+    );
+    wait_until(
+        "asleep once left alone",
+        Duration::from_secs(15),
+        async || asleep(&s, "busy").await,
+    )
+    .await;
 }

@@ -83,6 +83,12 @@ pub async fn resolve(
                 WakeOutcome::ClaimedHere { node, epoch } => {
                     println!("{name}: claimed on {node}, epoch {epoch}")
                 }
+                WakeOutcome::Woken { epoch, .. } => println!(
+                    "{name}: woken (it slept at epoch {epoch}); a node claims it at a higher epoch"
+                ),
+                WakeOutcome::Declined { reason, .. } => {
+                    println!("{name}: not woken: {reason}")
+                }
                 other => println!("{name}: {other:?}"),
             }
         }
@@ -121,6 +127,7 @@ pub async fn resolve(
         )
         .as_str(),
         Owned::Released { .. } | Owned::Unowned => "queued",
+        Owned::Sleeping { .. } => "sleeping",
         _ => "none",
     };
     if json {
@@ -164,6 +171,9 @@ pub async fn resolve(
                 }
             ),
             Owned::Released { epoch } => println!("{name}: released (epoch {epoch}); queued"),
+            Owned::Sleeping { epoch, .. } => println!(
+                "{name}: sleeping (epoch {epoch}); `leasehold wake {name}` runs it at a higher epoch"
+            ),
             Owned::Unowned => println!("{name}: queued (no claim yet)"),
             Owned::NoManifest => println!("{name}: no such session (no claim, no manifest)"),
             other => println!("{name}: {other:?}"),
@@ -562,7 +572,12 @@ pub async fn ls(
                     continue; // a tombstone of a deleted session: gc's
                 };
                 let claim = c.filter(|c| !c.is_placeholder()).map(|c| ClaimCols {
-                    owner: c.owner.node.clone(),
+                    // Asleep, it names no node.
+                    owner: if c.state == leasehold::fleet::claim::ClaimState::Sleeping {
+                        "-".into()
+                    } else {
+                        c.owner.node.clone()
+                    },
                     instance: c.owner.instance.clone(),
                     epoch: c.epoch,
                     address: c.address.clone(),
@@ -896,7 +911,9 @@ pub async fn describe(
         }
         .into());
     };
-    let owner = c.map(|c| {
+    // Asleep, a session has no owner: its claim names nobody.
+    let asleep = c.is_some_and(|c| c.state == leasehold::fleet::claim::ClaimState::Sleeping);
+    let owner = c.filter(|_| !asleep).map(|c| {
         let l = judge(
             facts.get(&c.owner.node).map(|n| &n.record),
             Some(&c.owner.instance),
@@ -925,6 +942,7 @@ pub async fn describe(
             }
         }
         (Some(_), None) => events_note = "pass --token-file to read the owner's journal".into(),
+        (None, _) if asleep => events_note = "asleep: no owner".into(),
         (None, _) => events_note = "no owner".into(),
     }
     if json {
@@ -979,6 +997,9 @@ pub async fn describe(
             }
             if let Some(p) = m.spec.port {
                 println!("  Port:     {p}");
+            }
+            if let Some(r) = &m.spec.sleep {
+                println!("  Sleep:    {}", r.describe());
             }
             if let Some(c) = &m.spec.check {
                 println!("  Check:    {}", shown(&c.describe()));

@@ -142,6 +142,10 @@ enum Command {
         store: StoreArgs,
         #[arg(long, default_value = "30s", value_parser = parse_duration, allow_hyphen_values = true)]
         wait: Duration,
+        /// The fleet's token: the wake then reaches the owner of a running
+        /// session, restarting its idle time (`sleep.after_idle`).
+        #[arg(long, env = "LEASEHOLD_TOKEN_FILE")]
+        token_file: Option<std::path::PathBuf>,
         #[arg(long)]
         json: bool,
     },
@@ -1067,8 +1071,9 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             name,
             store,
             wait,
+            token_file,
             json,
-        } => wake::wake(name, &store, wait, json, max_skew).await,
+        } => wake::wake(name, &store, wait, token_file.as_deref(), json, max_skew).await,
         Command::Sleep => wake::sleep().await,
         Command::Ls {
             what,

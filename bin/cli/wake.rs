@@ -13,25 +13,35 @@ pub async fn wake(
     name: String,
     store: &StoreArgs,
     wait: Duration,
+    token_file: Option<&std::path::Path>,
     json: bool,
     max_skew: Duration,
 ) -> Result<(), Failure> {
     let name = Name::new(name)?;
     // Its wake request is a claim write: hinted, so nodes see it at once.
     let store = hinting(open(store).await?);
-    let resolver = Resolver::new(store).with_max_skew(max_skew);
+    let mut resolver = Resolver::new(store).with_max_skew(max_skew);
+    if let Some(f) = token_file {
+        resolver = resolver.with_token(leasehold::http::read_token(f)?);
+    }
     let clock = SystemClock::new();
     let start = clock.now();
     let w = resolver.wake(&name, Duration::from_secs(2)).await?;
     let woke = matches!(w.outcome, WakeOutcome::Woken { .. });
-    if let WakeOutcome::NoOwner {
-        owner: Owned::NoManifest,
-    } = &w.outcome
-    {
-        return Err(Error::NotFound {
-            key: leasehold::keys::manifest(&name),
+    match &w.outcome {
+        WakeOutcome::NoOwner {
+            owner: Owned::NoManifest,
+        } => {
+            return Err(Error::NotFound {
+                key: leasehold::keys::manifest(&name),
+            }
+            .into());
         }
-        .into());
+        WakeOutcome::Declined { reason, .. } => {
+            println!("{name}: not woken: {reason}");
+            return Err(Failure::Held);
+        }
+        _ => {}
     }
     // Ready: a live owner runs it, and its check passed.
     let deadline = start + wait;

@@ -81,6 +81,7 @@ pub async fn gate(url: &str, iterations: usize, json: bool) -> leasehold::Result
             session: "gate-bench".into(),
             epoch: 1,
             instance: "i1".into(),
+            may_sleep: false,
         },
     );
     let shutdown = tokio_util::sync::CancellationToken::new();

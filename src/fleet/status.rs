@@ -25,6 +25,9 @@ pub struct NodeStatus {
     /// re-reads this node's control object.
     pub(crate) nudged: std::sync::atomic::AtomicBool,
     pub(crate) nudge: tokio::sync::Notify,
+    /// Sessions a wake reached since the pull loop last looked
+    /// (`POST /v1/sessions/{name}/touch`): their idle time restarts.
+    pub(crate) touched: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 /// What readiness is computed from, at the moment it is asked: never a
@@ -168,6 +171,31 @@ impl NodeStatus {
             ready: true,
             reason: None,
         }
+    }
+
+    /// A wake reached this node for `session` (its `sleep.after_idle`
+    /// counts from the pull loop's next look). Bounded: a flood of names
+    /// keeps at most 100,000.
+    pub fn touch(&self, session: &str) {
+        let mut t = self.touched.lock().unwrap();
+        if t.len() < 100_000 {
+            t.insert(session.to_string());
+        }
+    }
+
+    /// The sessions touched since the last call.
+    pub(crate) fn take_touches(&self) -> std::collections::HashSet<String> {
+        std::mem::take(&mut self.touched.lock().unwrap())
+    }
+
+    /// Whether this node's last published session table lists `session`.
+    pub fn runs(&self, session: &str) -> bool {
+        self.inner
+            .read()
+            .unwrap()
+            .sessions
+            .iter()
+            .any(|s| s.name == session)
     }
 
     /// How long the node lease stays valid from now (None: not registered,

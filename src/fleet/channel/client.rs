@@ -105,10 +105,20 @@ impl SessionClient {
         match status {
             StatusCode::OK => {
                 let a: AckAnswer = parse(&body)?;
-                if a.ack {
-                    Ok(a)
-                } else {
+                let short = a
+                    .valid_for_ms
+                    .is_none_or(|v| u128::from(v) < margin.as_millis());
+                if !a.ack {
                     Err(self.lost(a.reason.unwrap_or_default()))
+                } else if short || self.epoch.is_some_and(|e| e != a.epoch) {
+                    // Whatever answered, its yes does not cover this run for
+                    // the margin asked: not a yes.
+                    Err(self.lost(format!(
+                        "the answer does not cover epoch {:?} for {margin:?}",
+                        self.epoch
+                    )))
+                } else {
+                    Ok(a)
                 }
             }
             StatusCode::CONFLICT => {
@@ -124,6 +134,13 @@ impl SessionClient {
         let (status, body) = self.call(Method::POST, "/v1/self/sleep").await?;
         match status {
             StatusCode::ACCEPTED | StatusCode::OK => Ok(()),
+            StatusCode::CONFLICT => {
+                let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+                Err(Error::invalid(
+                    "sleep",
+                    v["message"].as_str().unwrap_or("refused").to_string(),
+                ))
+            }
             s => Err(self.refusal(s, &body)),
         }
     }

@@ -55,6 +55,8 @@ pub struct RunId {
     pub epoch: u64,
     /// The node instance that started it.
     pub instance: String,
+    /// Its spec has a `sleep` rule: only then may it ask to sleep.
+    pub may_sleep: bool,
 }
 
 type Hash = [u8; 32];
@@ -98,12 +100,18 @@ pub struct Registry {
     address: String,
     inner: Mutex<Inner>,
     sleep: tokio::sync::Notify,
+    /// Acks answered at once, node-wide (each is a bucket GET).
+    pub(crate) acks: tokio::sync::Semaphore,
 }
 
 #[derive(Debug, Default)]
 struct Inner {
     /// Runs that asked to sleep (`POST /v1/self/sleep`), for the node.
     sleep_requests: Vec<RunId>,
+    /// The last refusal journalled per session, and when (ms of the
+    /// node's wall clock): the same one is journalled at most every 10 s,
+    /// so a session that floods refusals cannot evict the journal.
+    journaled: HashMap<String, (String, u64)>,
     by_hash: HashMap<Hash, RunId>,
     by_session: HashMap<String, Hash>,
     retired: HashMap<Hash, String>,
@@ -128,6 +136,7 @@ impl Registry {
             address: address.into(),
             inner: Mutex::default(),
             sleep: tokio::sync::Notify::new(),
+            acks: tokio::sync::Semaphore::new(server::MAX_ACKS_IN_FLIGHT),
         }
     }
 
@@ -180,8 +189,30 @@ impl Registry {
     /// A run asks to sleep: the node's loop hears of it at once
     /// ([`sleep_requested`](Self::sleep_requested)).
     pub fn request_sleep(&self, run: RunId) {
-        self.inner.lock().unwrap().sleep_requests.push(run);
+        let mut i = self.inner.lock().unwrap();
+        if !i.sleep_requests.contains(&run) {
+            i.sleep_requests.push(run);
+        }
+        drop(i);
         self.sleep.notify_one();
+    }
+
+    /// Whether to journal refusal `reason` of `session` at `now_ms`: not
+    /// if the same was journalled in the last 10 s.
+    pub fn journal_once(&self, session: &str, reason: &str, now_ms: u64) -> bool {
+        let mut i = self.inner.lock().unwrap();
+        if let Some((r, at)) = i.journaled.get(session)
+            && r == reason
+            && now_ms.saturating_sub(*at) < 10_000
+        {
+            return false;
+        }
+        if i.journaled.len() > 10_000 {
+            i.journaled.clear();
+        }
+        i.journaled
+            .insert(session.to_string(), (reason.to_string(), now_ms));
+        true
     }
 
     /// The runs that asked to sleep since the last call.
@@ -254,6 +285,7 @@ mod tests {
             session: s.into(),
             epoch,
             instance: "i1".into(),
+            may_sleep: false,
         }
     }
 

@@ -35,11 +35,20 @@ impl std::fmt::Debug for ChannelState {
     }
 }
 
-/// A socket name in the abstract namespace for this process:
-/// `@leasehold-<pid>-<n>`.
+/// A socket name in the abstract namespace, unguessable:
+/// `@leasehold-<pid>-<n>-<16 random hex>` (a process that bound a
+/// predictable name before the node, or after it died, could answer its
+/// sessions).
 pub fn abstract_name(n: u32) -> String {
-    format!("@leasehold-{}-{n}", std::process::id())
+    format!(
+        "@leasehold-{}-{n}-{}",
+        std::process::id(),
+        &crate::fleet::channel::new_token()[..16]
+    )
 }
+
+/// The least margin an ack may ask for.
+pub const MIN_MARGIN: Duration = Duration::from_millis(10);
 
 /// Binds `address` (`@name`: the abstract namespace; else a path).
 pub fn bind(address: &str) -> std::io::Result<tokio::net::UnixListener> {
@@ -66,10 +75,18 @@ pub async fn serve(
         .route("/v1/self/ack", post(ack))
         .route("/v1/self/sleep", post(sleep))
         .with_state(state);
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move { shutdown.cancelled().await })
-        .await
+    // Anyone on the host can connect to an abstract socket: the same
+    // connection cap, header timeout and bounded shutdown as the node API.
+    crate::http::serve_app(listener, app, MAX_CONNECTIONS, shutdown).await
 }
+
+/// Connections the channel serves at once (sessions ask briefly; a
+/// process that holds connections open gets no more).
+pub const MAX_CONNECTIONS: usize = 64;
+
+/// Acks answered at once, node-wide: each is a bucket GET, and a session
+/// that floods them must not crowd out the node's own requests.
+pub const MAX_ACKS_IN_FLIGHT: usize = 8;
 
 fn error(status: StatusCode, code: &str, message: impl Into<String>) -> Response {
     (
@@ -109,33 +126,49 @@ fn caller(s: &ChannelState, headers: &HeaderMap) -> Result<RunId, Box<Response>>
         }
     };
     let refuse = |why: String| {
+        journal_refusal(s, &run, &why);
+        Box::new(error(StatusCode::GONE, "run_ended", why))
+    };
+    if let Err(why) = current(s, &run) {
+        return Err(refuse(why));
+    }
+    Ok(run)
+}
+
+/// Journals a refusal of a known run, the same one at most every 10 s.
+fn journal_refusal(s: &ChannelState, run: &RunId, why: &str) {
+    let now = s.clock.wall_ms();
+    if s.registry.journal_once(&run.session, why, now) {
         s.journal.record(
-            s.clock.wall_ms(),
+            now,
             EventKind::Refused,
             Some(&run.session),
             Some(run.epoch),
-            why.clone(),
+            why,
         );
-        Box::new(error(StatusCode::GONE, "run_ended", why))
-    };
+    }
+}
+
+/// Whether `run` still runs here under the node instance that started it.
+fn current(s: &ChannelState, run: &RunId) -> Result<(), String> {
     if !s
         .runner
         .running()
         .iter()
         .any(|(n, e)| *n == run.session && *e == run.epoch)
     {
-        return Err(refuse(format!(
+        return Err(format!(
             "this run of {} (epoch {}) has ended: it does not run on this node",
             run.session, run.epoch
-        )));
+        ));
     }
     if s.status.snapshot().instance != run.instance {
-        return Err(refuse(format!(
+        return Err(format!(
             "this run of {} (epoch {}) was started by an earlier instance of this node",
             run.session, run.epoch
-        )));
+        ));
     }
-    Ok(run)
+    Ok(())
 }
 
 fn ms(d: Duration) -> u64 {
@@ -162,6 +195,14 @@ async fn sleep(State(s): State<ChannelState>, headers: HeaderMap) -> Response {
         Ok(r) => r,
         Err(resp) => return *resp,
     };
+    if !run.may_sleep {
+        let why = format!(
+            "{} has no sleep rule in its spec: it cannot sleep",
+            run.session
+        );
+        journal_refusal(&s, &run, &why);
+        return error(StatusCode::CONFLICT, "no_sleep_rule", why);
+    }
     let answer = serde_json::json!({"session": run.session, "epoch": run.epoch, "sleeping": true});
     s.registry.request_sleep(run);
     (StatusCode::ACCEPTED, axum::Json(answer)).into_response()
@@ -187,12 +228,12 @@ async fn ack(
     };
     let margin = match q.margin.as_deref().map(humantime::parse_duration) {
         None => DEFAULT_MARGIN,
-        Some(Ok(m)) if m <= Duration::from_secs(3600) => m,
+        Some(Ok(m)) if (MIN_MARGIN..=Duration::from_secs(3600)).contains(&m) => m,
         Some(_) => {
             return error(
                 StatusCode::BAD_REQUEST,
                 "bad_margin",
-                "margin is a duration of at most 1h (250ms, 2s)",
+                "margin is a duration from 10ms to 1h (250ms, 2s)",
             );
         }
     };
@@ -201,13 +242,7 @@ async fn ack(
         Err(resp) => return *resp,
     };
     let no = |reason: String| {
-        s.journal.record(
-            s.clock.wall_ms(),
-            EventKind::Refused,
-            Some(&run.session),
-            Some(run.epoch),
-            format!("ack refused: {reason}"),
-        );
+        journal_refusal(&s, &run, &format!("ack refused: {reason}"));
         (
             StatusCode::CONFLICT,
             axum::Json(AckAnswer {
@@ -226,6 +261,14 @@ async fn ack(
         return no(format!("the credential is of epoch {}, not {e}", run.epoch));
     }
     let me = s.status.snapshot();
+    // At most a few at once node-wide: each is a bucket GET.
+    let Ok(_permit) = s.registry.acks.try_acquire() else {
+        return error(
+            StatusCode::TOO_MANY_REQUESTS,
+            "busy",
+            "too many acks in flight on this node: ask again shortly",
+        );
+    };
     // One GET of the claim, never a cache: the bucket is the witness.
     let claim = match crate::fleet::claim::get(&s.store, &run.session).await {
         Ok(c) => c,
@@ -237,8 +280,17 @@ async fn ack(
             );
         }
     };
-    // The validity that counts is the one left once the read is back.
-    let valid_for = s.status.valid_for().unwrap_or(Duration::ZERO);
+    // What counts is what holds once the read is back: the run still runs
+    // under the instance that started it (a node that lost its lease and
+    // registered again during a slow read has a new instance, and a
+    // validity that is not the run's), and the lease is valid for the
+    // margin from now.
+    if let Err(why) = current(&s, &run) {
+        return no(why);
+    }
+    let Some(valid_for) = s.status.valid_for() else {
+        return no("this node holds no lease".into());
+    };
     match claim {
         None => no("its claim is gone from the bucket".into()),
         Some((c, _)) if c.owner.node != me.node || c.owner.instance != run.instance => no(format!(
@@ -342,6 +394,7 @@ mod tests {
                 session: "w".into(),
                 epoch: 2,
                 instance: "i1".into(),
+                may_sleep: false,
             },
         );
         let journal = Arc::new(Journal::new(100, 1 << 20));
@@ -381,7 +434,7 @@ mod tests {
         // The lease runs out: a no, though the claim still names the run.
         clock.advance(Duration::from_secs(10));
         assert!(no(client.ack(margin).await).contains("less than the margin"));
-        // Each no is journalled with the run.
+        // Each no is journalled with the run (the same one once per 10 s).
         let refused = journal
             .after(0, 100)
             .unwrap()

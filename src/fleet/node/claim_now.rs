@@ -31,6 +31,7 @@ impl Node {
             return Ok(declined("no free capacity"));
         }
         let mut round_trips = 1;
+
         let Some((m, mversion)) = crate::fleet::manifest::get(&self.deps.store, name).await? else {
             return Ok(declined("no manifest"));
         };
@@ -119,6 +120,9 @@ impl Node {
                 return Ok(declined(match &cv {
                     _ if mv.paused => "paused",
                     Some(c) if c.state.is_terminal() && c.digest == mv.digest => "completed",
+                    Some(c) if c.state == ClaimState::Sleeping => {
+                        "asleep: a wake releases it first"
+                    }
                     Some(_) => "its owner is live",
                     None => "not claimable",
                 }));

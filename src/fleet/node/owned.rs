@@ -127,6 +127,7 @@ impl Node {
                     session: name.to_string(),
                     epoch,
                     instance: self.me.instance.clone(),
+                    may_sleep: spec.sleep.is_some(),
                 },
             );
             crate::fleet::channel::RunChannel {
@@ -153,6 +154,9 @@ impl Node {
                 }
                 self.event(EventKind::Started, Some(name), Some(epoch), "");
                 self.start_check(name, epoch, &spec);
+                if spec.sleep.is_some_and(|r| r.after_idle.is_some()) {
+                    self.sleepers.insert(name.to_string());
+                }
             }
             Err(e) if e.kind() == crate::ErrorKind::Fenced => {
                 tracing::warn!(session = name, error = %e, "not started: the node's deadline passed");
@@ -213,7 +217,17 @@ impl Node {
                 true
             }
             Err(e) => {
-                tracing::warn!(session = name, error = %e, "putting it to sleep");
+                tracing::warn!(session = name, error = %e, "putting it to sleep: retried each pass; it is not started meanwhile");
+                // Unwritten, the claim still says running: kept as a
+                // pending end (`core::reconcile_owned` asks to write it,
+                // and nothing starts the session meanwhile).
+                if let Some(x) = self.owned.get_mut(name) {
+                    x.pending_finish = Some(PendingFinish {
+                        state: ClaimState::Sleeping,
+                        exit_code: x.record.exit_code,
+                        reason: Some(why),
+                    });
+                }
                 false
             }
         }
@@ -236,7 +250,18 @@ impl Node {
             }
         }
         let now = self.deps.clock.now();
-        for (name, o) in self.owned.iter() {
+        // Wakes that reached this node: in use.
+        for name in self.deps.status.take_touches() {
+            if let Some(o) = self.owned.get_mut(&name) {
+                o.active_at = now;
+            }
+        }
+        let owned = &self.owned;
+        self.sleepers.retain(|n| owned.get(n).is_some());
+        for name in &self.sleepers {
+            let Some(o) = self.owned.get(name) else {
+                continue;
+            };
             let Some(idle) = o
                 .spec
                 .as_ref()
@@ -314,6 +339,14 @@ impl Node {
         let Some(p) = self.owned.get(name).and_then(|o| o.pending_finish.clone()) else {
             return true;
         };
+        if p.state == ClaimState::Sleeping {
+            if let Some(o) = self.owned.get_mut(name) {
+                o.pending_finish = None;
+            }
+            return self
+                .put_to_sleep(name, p.reason.unwrap_or_else(|| "asleep".into()))
+                .await;
+        }
         self.finish(name, p.state, p.exit_code, p.reason).await
     }
 

@@ -186,6 +186,10 @@ pub(super) struct Node {
     pub(super) next_restart: Option<MonoTime>,
     /// The health checks of running sessions (`checks.rs`).
     pub(super) checks: super::checks::Checks,
+    /// Owned sessions with a `sleep.after_idle` (the idle check scans
+    /// these, not every owned session; entries of sessions no longer owned
+    /// are dropped as it goes).
+    pub(super) sleepers: std::collections::BTreeSet<String>,
     /// Exits were recorded during the last claim batch (`send_claims`).
     pub(super) exits_mid_batch: bool,
     /// Draining (see `apply_control`): not even a predecessor's sessions
@@ -367,6 +371,7 @@ impl Node {
             proven_predecessor: None,
             next_restart: None,
             checks: Default::default(),
+            sleepers: Default::default(),
             exits_mid_batch: false,
             feed: crate::fleet::feed::FeedCursor::new(cfg_skew),
             last_full: None,
