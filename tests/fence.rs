@@ -327,3 +327,105 @@ async fn fence_soak() {
     );
     assert_eq!(from_gate, 0);
 }
+
+/// One frozen-owner round (as `a_frozen_owner_s_run_is_never_...`): the
+/// session asks from memory and through the gate every 50 ms, logging the
+/// epoch and the time each question was asked; its owner, watchdog and
+/// session are frozen until a peer's run has been acknowledged, then the
+/// old run is resumed first. Returns the old run's yes (memory, gate) to
+/// questions asked after the new run's first acknowledgement.
+async fn frozen_round(
+    env: &Env,
+    s: &std::sync::Arc<dyn leasehold::store::Store>,
+    name: &str,
+    nodes: &mut [Node; 2],
+) -> (usize, usize) {
+    let d = env.dir();
+    env.apply_spec(
+        name,
+        serde_json::json!({
+            "command": "sh",
+            "args": ["-c", format!(
+                "echo $$ > {d}/{name}.$LEASEHOLD_EPOCH.pid; \
+                 while :; do t=$(date +%s%N); \
+                 if {LH} fence check > /dev/null 2>&1; then echo \"check $LEASEHOLD_EPOCH $t\" >> {d}/{name}.log; fi; \
+                 t=$(date +%s%N); \
+                 if {LH} fence ack --margin 300ms > /dev/null 2>&1; then echo \"ack $LEASEHOLD_EPOCH $t\" >> {d}/{name}.log; fi; \
+                 sleep 0.05; done")],
+            "restart": "always"
+        }),
+    );
+    let log = format!("{name}.log");
+    wait_until("acks", Duration::from_secs(30), async || {
+        read(env, &log).lines().any(|l| l.starts_with("ack "))
+    })
+    .await;
+    let c = claim(s, name).await.unwrap();
+    let old = c.epoch;
+    let owner = usize::from(c.owner.node != "n1");
+    let session = env.pid(&format!("{name}.{old}.pid")).unwrap();
+    let watchdog = ppid(session);
+    let node = nodes[owner].child.id() as i32;
+    signal(&[-session, watchdog, node], libc::SIGSTOP);
+    let newer = |l: &str| {
+        l.starts_with("ack ")
+            && l.split(' ')
+                .nth(1)
+                .and_then(|e| e.parse::<u64>().ok())
+                .is_some_and(|e| e > old)
+    };
+    wait_until(
+        "the peer's run acknowledged",
+        Duration::from_secs(30),
+        async || read(env, &log).lines().any(newer),
+    )
+    .await;
+    signal(&[-session], libc::SIGCONT);
+    pause(500).await;
+    signal(&[node, watchdog], libc::SIGCONT);
+    pause(1500).await;
+    let text = read(env, &log);
+    let first_new: u128 = text
+        .lines()
+        .filter(|l| newer(l))
+        .filter_map(|l| l.split(' ').nth(2)?.parse().ok())
+        .min()
+        .unwrap();
+    let stale = |kind: &str| {
+        text.lines()
+            .map(|l| l.split(' ').collect::<Vec<_>>())
+            .filter(|f| {
+                f.len() == 3
+                    && f[0] == kind
+                    && f[1] == old.to_string()
+                    && f[2].parse::<u128>().is_ok_and(|t| t > first_new)
+            })
+            .count()
+    };
+    let _ = bin().args(["delete", name, "--store", &env.url]).output();
+    (stale("check"), stale("ack"))
+}
+
+/// Frozen owners, many rounds: `LEASEHOLD_FENCE_ROUNDS=100 cargo test
+/// --test fence -- --ignored --nocapture fence_soak_frozen`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn fence_soak_frozen() {
+    let rounds: usize = std::env::var("LEASEHOLD_FENCE_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(10);
+    let env = Env::new();
+    let s = env.store().await;
+    let mut nodes = [env.node("n1", &[]), env.node("n2", &[])];
+    let (mut memory, mut gate) = (0, 0);
+    for i in 0..rounds {
+        let (m, g) = frozen_round(&env, &s, &format!("f{i}"), &mut nodes).await;
+        memory += m;
+        gate += g;
+    }
+    println!(
+        "fence-soak-frozen rounds={rounds} stale_yes_after_new_ack: memory={memory} gate={gate}"
+    );
+    assert_eq!(gate, 0);
+}
