@@ -366,6 +366,7 @@ async fn frozen_round(
     let session = env.pid(&format!("{name}.{old}.pid")).unwrap();
     let watchdog = ppid(session);
     let node = nodes[owner].child.id() as i32;
+    eprintln!("{name}: epoch {old} on {}", c.owner.node);
     signal(&[-session, watchdog, node], libc::SIGSTOP);
     let newer = |l: &str| {
         l.starts_with("ack ")
