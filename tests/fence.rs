@@ -375,12 +375,29 @@ async fn frozen_round(
                 .and_then(|e| e.parse::<u64>().ok())
                 .is_some_and(|e| e > old)
     };
-    wait_until(
-        "the peer's run acknowledged",
-        Duration::from_secs(30),
-        async || read(env, &log).lines().any(newer),
-    )
-    .await;
+    let mut taken = false;
+    for _ in 0..600 {
+        if read(env, &log).lines().any(newer) {
+            taken = true;
+            break;
+        }
+        pause(50).await;
+    }
+    if !taken {
+        signal(&[-session, watchdog, node], libc::SIGCONT);
+        let tail = |n: &Node| {
+            let l = log_of(n);
+            let v: Vec<&str> = l.lines().collect();
+            v[v.len().saturating_sub(30)..].join("\n")
+        };
+        panic!(
+            "no acknowledged run of {name} above epoch {old} within 30 s: {:?}\n--- n1\n{}\n--- n2\n{}\n--- log\n{}",
+            claim(s, name).await,
+            tail(&nodes[0]),
+            tail(&nodes[1]),
+            read(env, &log),
+        );
+    }
     signal(&[-session], libc::SIGCONT);
     pause(500).await;
     signal(&[node, watchdog], libc::SIGCONT);

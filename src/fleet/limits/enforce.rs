@@ -288,13 +288,6 @@ impl Enforcer {
             }
         }
     }
-
-    /// Removes what the node left in its v1 roots after a crash, and makes
-    /// nothing new: called once per runner by `discover`'s caller where it
-    /// wants stale runs swept without enforcing (tests).
-    pub fn sweep_stale() {
-        V1Hierarchies::read().sweep_stale();
-    }
 }
 
 fn write(dir: &Path, file: &str, value: &str) -> std::io::Result<()> {
@@ -475,14 +468,6 @@ impl V1Hierarchies {
             return None;
         }
         Some(dir)
-    }
-
-    fn sweep_stale(&self) {
-        for c in [Controller::Memory, Controller::Cpu, Controller::Pids] {
-            if let Some(base) = self.own_dir(c) {
-                sweep_stale_in(&base);
-            }
-        }
     }
 }
 
