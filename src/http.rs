@@ -10,6 +10,7 @@
 //! | `GET /v1/events` + `Accept: text/event-stream` | bearer | SSE, resumable with `Last-Event-ID` |
 //! | `GET /v1/sessions/{name}/logs?tail=N&follow=true` | bearer | the session's log on this node (stdout and stderr); `follow` streams new output until the session's run here ends (it finished, stopped or left this node) |
 //! | `POST /v1/sessions/{name}/claim` | bearer | claim the session now (the wake path) |
+//! | `POST /v1/sessions/{name}/wake?wait=10s` | bearer | wake the session (a sleeping one is released and claimed here, if this node can) and answer once it is ready (`ready`, with its node, epoch and endpoint), `declined` with why, or `timed_out` with what it waited for; at most 60 s |
 //! | `POST /v1/sessions/{name}/touch` | bearer | a wake reached the owner: the session's `sleep.after_idle` restarts |
 //! | `POST /v1/nudge` | bearer | look at the bucket now: a pass within 200 ms (at most one per 200 ms), re-reading the node's control object |
 //!
@@ -56,6 +57,8 @@ pub struct HttpState {
     pub claimer: Option<crate::fleet::endpoint::NodeHandle>,
     /// Where session logs are, for `/v1/sessions/{name}/logs`.
     pub logs: Option<std::path::PathBuf>,
+    /// The bucket, for `POST /v1/sessions/{name}/wake` (with `claimer`).
+    pub store: Option<Arc<dyn crate::store::Store>>,
     max_connections: usize,
     token: Arc<Vec<u8>>,
 }
@@ -88,6 +91,7 @@ impl HttpState {
             requests,
             claimer: None,
             logs: None,
+            store: None,
             max_connections: 256,
             token: Arc::new(token),
         })
@@ -108,6 +112,13 @@ impl HttpState {
     /// Lets callers ask this node to claim a session now (the wake path).
     pub fn with_claimer(mut self, handle: crate::fleet::endpoint::NodeHandle) -> Self {
         self.claimer = Some(handle);
+        self
+    }
+
+    /// The bucket: with a claimer, this node serves
+    /// `POST /v1/sessions/{name}/wake`.
+    pub fn with_store(mut self, store: Arc<dyn crate::store::Store>) -> Self {
+        self.store = Some(store);
         self
     }
 }
@@ -184,6 +195,7 @@ pub fn router(state: HttpState) -> Router {
         .route("/v1/nudge", axum::routing::post(nudge))
         .route("/v1/sessions/{name}/claim", axum::routing::post(claim))
         .route("/v1/sessions/{name}/touch", axum::routing::post(touch))
+        .route("/v1/sessions/{name}/wake", axum::routing::post(wake))
         .route("/v1/sessions/{name}/logs", get(logs))
         .fallback(|| async { error(StatusCode::NOT_FOUND, "not_found", "no such route") })
         .with_state(state)
@@ -342,6 +354,70 @@ async fn sessions(State(s): State<HttpState>, headers: HeaderMap) -> Response {
 /// 400 for a bad name; 404 when the node was started without this endpoint.
 // A claim request waits for the node in real time (an HTTP bound, not
 // protocol time): `tokio::time::timeout` is allowed here.
+#[derive(serde::Deserialize)]
+struct WakeQuery {
+    wait: Option<String>,
+}
+
+/// Wakes a session from any node: released if asleep, claimed here when
+/// this node can (else by the fleet), answered when ready.
+async fn wake(
+    State(s): State<HttpState>,
+    headers: HeaderMap,
+    axum::extract::Path(name): axum::extract::Path<String>,
+    q: Result<Query<WakeQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    if let Some(r) = unauthorised(&s, &headers) {
+        return r;
+    }
+    let (Some(handle), Some(store)) = (&s.claimer, &s.store) else {
+        return error(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "this node does not take wake requests",
+        );
+    };
+    let name = match crate::Name::new(name) {
+        Ok(n) => n,
+        Err(e) => return error(StatusCode::BAD_REQUEST, "invalid_name", e.to_string()),
+    };
+    let wait = match q.ok().and_then(|Query(q)| q.wait) {
+        None => Duration::from_secs(10),
+        Some(w) => match humantime::parse_duration(&w) {
+            Ok(d) if d <= Duration::from_secs(60) => d,
+            _ => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    "bad_wait",
+                    "wait is a duration of at most 60s",
+                );
+            }
+        },
+    };
+    let resolver = crate::wake::Resolver::new(store.clone())
+        .with_claimer(handle.clone())
+        .with_token(s.token.to_vec());
+    match resolver.wake_ready(&name, wait).await {
+        Ok(r) => {
+            let code = match r {
+                crate::wake::Ready::Ready { .. } => StatusCode::OK,
+                crate::wake::Ready::TimedOut { .. } => StatusCode::ACCEPTED,
+                crate::wake::Ready::NotFound => StatusCode::NOT_FOUND,
+                _ => StatusCode::CONFLICT,
+            };
+            (code, axum::Json(r)).into_response()
+        }
+        Err(e) => error(
+            match e.kind() {
+                crate::ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+                _ => StatusCode::INTERNAL_SERVER_ERROR,
+            },
+            "wake_failed",
+            e.to_string(),
+        ),
+    }
+}
+
 /// A wake reached the owner: the session's idle time restarts (its
 /// `sleep.after_idle`). Cheap: no pass, no bucket request. 200 with
 /// whether this node runs it.

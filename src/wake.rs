@@ -159,6 +159,8 @@ pub struct Wake {
     /// claimer is attached or the owner answered).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub claim: Option<ClaimAnswer>,
+    /// It was asleep and this call's write released it.
+    pub woken: bool,
 }
 
 /// Resolves sessions, caching each claim's ETag so repeats are conditional.
@@ -442,6 +444,7 @@ impl Resolver {
             | WakeOutcome::Woken { .. } => true,
         };
         let mut claim = None;
+        let woken = matches!(outcome, WakeOutcome::Woken { by_us: true, .. });
         let mut outcome = outcome;
         if let (true, Some(node)) = (wants_claim, &self.claimer) {
             let answer = node.claim_now(name).await?;
@@ -472,11 +475,106 @@ impl Resolver {
             outcome,
             round_trips,
             claim,
+            woken,
         })
     }
 }
 
+/// What [`Resolver::wake_ready`] came to.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Ready {
+    /// A live owner runs it, and its health check (if any) passed.
+    Ready {
+        node: String,
+        epoch: u64,
+        /// The session's own address, when its spec names a port.
+        endpoint: Option<String>,
+        /// The owner node's API.
+        address: Option<String>,
+        /// This call woke it from sleep.
+        woken: bool,
+    },
+    /// No such session: no manifest (nothing was written).
+    NotFound,
+    /// Not woken, and why: paused, finished (succeeded or failed: nothing
+    /// runs until its manifest changes).
+    Declined { reason: String },
+    /// Not ready within the wait; `last` says what it was waiting for
+    /// (`starting on n2`, `waiting for a node`).
+    TimedOut { last: String },
+}
+
 impl Resolver {
+    /// Wakes `name` ([`wake`](Self::wake)) and waits up to `wait` until it
+    /// is ready: a live owner runs it and its health check passed. One
+    /// resolve (a conditional GET) every 50 ms while it waits, and a read
+    /// of the owner's node record when the claim names one.
+    pub async fn wake_ready(&self, name: &Name, wait: Duration) -> Result<Ready> {
+        let start = self.clock.now();
+        let w = self.wake(name, Duration::from_secs(2)).await?;
+        let woken = w.woken;
+        match &w.outcome {
+            WakeOutcome::NoOwner {
+                owner: Owned::NoManifest,
+            } => return Ok(Ready::NotFound),
+            WakeOutcome::Declined { reason, .. } => {
+                return Ok(Ready::Declined {
+                    reason: reason.clone(),
+                });
+            }
+            _ => {}
+        }
+        loop {
+            let r = self.resolve(name).await?;
+            let last = match &r.owner {
+                Owned::Claimed {
+                    node,
+                    instance,
+                    address,
+                    endpoint,
+                    epoch,
+                    status,
+                    health,
+                    ..
+                } => {
+                    let live = self.owner_lease(node, instance).await? == OwnerLease::Live;
+                    match status {
+                        ClaimState::Running if live && health.is_none() => {
+                            return Ok(Ready::Ready {
+                                node: node.clone(),
+                                epoch: *epoch,
+                                endpoint: endpoint.clone(),
+                                address: address.clone(),
+                                woken,
+                            });
+                        }
+                        ClaimState::Paused | ClaimState::Succeeded | ClaimState::Failed => {
+                            return Ok(Ready::Declined {
+                                reason: format!("{} on {node}: nothing to wake", status.as_str()),
+                            });
+                        }
+                        ClaimState::Running if !live => format!("its owner {node} is not live"),
+                        ClaimState::Running => format!("starting on {node}"),
+                        s => format!("{} on {node}", s.as_str()),
+                    }
+                }
+                Owned::Sleeping { .. } => "asleep".into(),
+                Owned::Released { .. } | Owned::Unowned => "waiting for a node".into(),
+                Owned::NoManifest => {
+                    return Ok(Ready::Declined {
+                        reason: "deleted while it was woken".into(),
+                    });
+                }
+            };
+            if self.clock.now().saturating_since(start) >= wait {
+                return Ok(Ready::TimedOut { last });
+            }
+            self.clock.sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// A wake request for a sleeping session: its claim written `released`
     /// (one conditional write on the version just read, epoch kept), so a
     /// node claims it, above its epoch. True if this call wrote it; false

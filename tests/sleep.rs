@@ -309,3 +309,76 @@ async fn wakes_that_reach_the_owner_keep_a_session_awake() {
     )
     .await;
 }
+
+/// `POST /v1/sessions/{name}/wake` on any node: a sleeping session is
+/// claimed there and the answer comes once it is ready, with the new
+/// epoch; a name with no manifest is a 404 with nothing written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn any_node_wakes_a_session_and_answers_when_ready() {
+    let env = Env::new();
+    let s = env.store().await;
+    let token = env.path("token");
+    let _n1 = env.node(
+        "n1",
+        &["--listen", "0", "--token-file", token.to_str().unwrap()],
+    );
+    env.apply_spec(
+        "nap",
+        serde_json::json!({
+            "command": "sh", "args": ["-c", "exec sleep 1000"],
+            "restart": "always", "sleep": {"after_idle": "1s"}
+        }),
+    );
+    wait_until("asleep", Duration::from_secs(20), async || {
+        asleep(&s, "nap").await
+    })
+    .await;
+    let address = wait_for_address(&s, "n1").await;
+    let tok = std::fs::read_to_string(&token).unwrap();
+    let client = reqwest::Client::new();
+    let r = client
+        .post(format!("{address}/v1/sessions/nap/wake?wait=15s"))
+        .bearer_auth(tok.trim())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let v: serde_json::Value = serde_json::from_slice(&r.bytes().await.unwrap()).unwrap();
+    assert_eq!(v["outcome"], "ready", "{v}");
+    assert_eq!(
+        (
+            v["node"].as_str(),
+            v["epoch"].as_u64(),
+            v["woken"].as_bool()
+        ),
+        (Some("n1"), Some(2), Some(true)),
+        "{v}"
+    );
+    let r = client
+        .post(format!("{address}/v1/sessions/ghost/wake"))
+        .bearer_auth(tok.trim())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 404);
+    assert!(claim(&s, "ghost").await.is_none());
+    let r = client
+        .post(format!("{address}/v1/sessions/nap/wake"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 401, "the bearer token is required");
+}
+
+/// The address node `id` publishes in its record.
+async fn wait_for_address(s: &std::sync::Arc<dyn leasehold::store::Store>, id: &str) -> String {
+    for _ in 0..200 {
+        if let Some((r, _)) = node_record(s, id).await
+            && let Some(a) = r.address
+        {
+            return a;
+        }
+        pause(50).await;
+    }
+    panic!("{id} publishes no address");
+}

@@ -2256,6 +2256,8 @@ async fn node(op: NodeOp) -> Result<(), Failure> {
     let registry = Arc::new(leasehold::fleet::channel::Registry::new(
         channel_address.clone(),
     ));
+    // The wake endpoint's writes are hinted, as every claim write is.
+    let wake_store = store.clone();
     let channel_state = leasehold::fleet::channel::server::ChannelState {
         registry: registry.clone(),
         store: store.clone(),
@@ -2286,6 +2288,7 @@ async fn node(op: NodeOp) -> Result<(), Failure> {
         Some((listener, token, bound)) => {
             let state = leasehold::http::HttpState::new(journal, status, Some(counting), token)?
                 .with_claimer(claim_handle)
+                .with_store(wake_store)
                 .with_logs(log_dir)
                 .with_max_connections(max_connections);
             tracing::info!(%bound, "serving the node API");

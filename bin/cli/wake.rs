@@ -4,8 +4,7 @@
 
 use super::{Failure, StoreArgs, hinting, open, print_json};
 use leasehold::clock::{Clock, SystemClock};
-use leasehold::fleet::claim::ClaimState;
-use leasehold::wake::{Owned, OwnerLease, Resolver, WakeOutcome};
+use leasehold::wake::{Ready, Resolver};
 use leasehold::{Error, Name};
 use std::time::Duration;
 
@@ -26,83 +25,53 @@ pub async fn wake(
     }
     let clock = SystemClock::new();
     let start = clock.now();
-    let w = resolver.wake(&name, Duration::from_secs(2)).await?;
-    let woke = matches!(w.outcome, WakeOutcome::Woken { .. });
-    match &w.outcome {
-        WakeOutcome::NoOwner {
-            owner: Owned::NoManifest,
-        } => {
-            return Err(Error::NotFound {
-                key: leasehold::keys::manifest(&name),
-            }
-            .into());
-        }
-        WakeOutcome::Declined { reason, .. } => {
-            println!("{name}: not woken: {reason}");
-            return Err(Failure::Held);
-        }
-        _ => {}
-    }
-    // Ready: a live owner runs it, and its check passed.
-    let deadline = start + wait;
-    loop {
-        let r = resolver.resolve(&name).await?;
-        if let Owned::Claimed {
+    match resolver.wake_ready(&name, wait).await? {
+        Ready::Ready {
             node,
-            instance,
-            address,
-            endpoint,
             epoch,
-            status,
-            health,
-            ..
-        } = &r.owner
-        {
-            let live = resolver.owner_lease(node, instance).await? == OwnerLease::Live;
-            match status {
-                ClaimState::Running if live && health.is_none() => {
-                    let took = clock.now().saturating_since(start);
-                    if json {
-                        print_json(&serde_json::json!({
-                            "name": name.as_str(), "ready": true, "node": node, "epoch": epoch,
-                            "endpoint": endpoint, "address": address, "woken": woke,
-                            "took_ms": took.as_millis() as u64,
-                        }));
-                    } else {
-                        println!(
-                            "{name}: running on {node}, epoch {epoch}{}{} (ready in {:.2}s)",
-                            endpoint
-                                .as_ref()
-                                .map(|e| format!(" at {e}"))
-                                .unwrap_or_default(),
-                            if woke { ", woken" } else { "" },
-                            took.as_secs_f64()
-                        );
-                    }
-                    return Ok(());
-                }
-                ClaimState::Paused | ClaimState::Succeeded | ClaimState::Failed => {
-                    println!("{name}: {} on {node}: nothing to wake", status.as_str());
-                    return Err(Failure::Held);
-                }
-                _ => {}
+            endpoint,
+            address,
+            woken,
+        } => {
+            let took = clock.now().saturating_since(start);
+            if json {
+                print_json(&serde_json::json!({
+                    "name": name.as_str(), "ready": true, "node": node, "epoch": epoch,
+                    "endpoint": endpoint, "address": address, "woken": woken,
+                    "took_ms": took.as_millis() as u64,
+                }));
+            } else {
+                println!(
+                    "{name}: running on {node}, epoch {epoch}{}{} (ready in {:.2}s)",
+                    endpoint
+                        .as_ref()
+                        .map(|e| format!(" at {e}"))
+                        .unwrap_or_default(),
+                    if woken { ", woken" } else { "" },
+                    took.as_secs_f64()
+                );
             }
+            Ok(())
         }
-        let last = match &r.owner {
-            Owned::Claimed { node, status, .. } => format!("{} on {node}", status.as_str()),
-            Owned::Sleeping { .. } => "asleep".into(),
-            Owned::Released { .. } | Owned::Unowned => "waiting for a node".into(),
-            Owned::NoManifest => "deleted".into(),
-            other => format!("{other:?}"),
-        };
-        if clock.now() >= deadline {
+        Ready::NotFound => Err(Error::NotFound {
+            key: leasehold::keys::manifest(&name),
+        }
+        .into()),
+        Ready::Declined { reason } => {
+            println!("{name}: not woken: {reason}");
+            Err(Failure::Held)
+        }
+        Ready::TimedOut { last } => {
             println!(
                 "{name}: not ready after {} ({last})",
                 humantime::format_duration(wait)
             );
-            return Err(Failure::Held);
+            Err(Failure::Held)
         }
-        clock.sleep(Duration::from_millis(50)).await;
+        other => {
+            println!("{name}: {other:?}");
+            Err(Failure::Held)
+        }
     }
 }
 
