@@ -329,6 +329,16 @@ pub fn join_before_exec(cmd: &mut std::process::Command, cg: &Cgroup) -> std::io
 /// Removes `leasehold-<pid>-*` roots under `base` whose process is dead,
 /// killing whatever is left in their session cgroups.
 fn sweep_stale(base: &Path) {
+    sweep_dead_roots(base, |run| {
+        Cgroup(run.to_path_buf()).kill_and_remove(Duration::from_secs(1));
+    });
+}
+
+/// For each `leasehold-<pid>-*` directory under `base` whose process is
+/// dead (a node that left its cgroup roots behind): `remove` each run
+/// directory in it, then the root itself. The v2 roots (here) and the v1
+/// limit roots (`limits::enforce`) are swept by it.
+pub(crate) fn sweep_dead_roots(base: &Path, mut remove: impl FnMut(&Path)) {
     let Ok(dir) = std::fs::read_dir(base) else {
         return;
     };
@@ -343,10 +353,10 @@ fn sweep_stale(base: &Path) {
         if Path::new(&format!("/proc/{pid}")).exists() {
             continue;
         }
-        if let Ok(sessions) = std::fs::read_dir(e.path()) {
-            for s in sessions.flatten() {
-                if s.path().is_dir() {
-                    Cgroup(s.path()).kill_and_remove(Duration::from_secs(1));
+        if let Ok(runs) = std::fs::read_dir(e.path()) {
+            for r in runs.flatten() {
+                if r.path().is_dir() {
+                    remove(&r.path());
                 }
             }
         }

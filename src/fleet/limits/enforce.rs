@@ -474,29 +474,7 @@ impl V1Hierarchies {
 /// Removes `leasehold-<pid>-*` roots under `base` whose process is dead,
 /// killing what is left in their run cgroups.
 fn sweep_stale_in(base: &Path) {
-    let Ok(dir) = std::fs::read_dir(base) else {
-        return;
-    };
-    for e in dir.flatten() {
-        let name = e.file_name();
-        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("leasehold-")) else {
-            continue;
-        };
-        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<i32>().ok()) else {
-            continue;
-        };
-        if Path::new(&format!("/proc/{pid}")).exists() {
-            continue;
-        }
-        if let Ok(runs) = std::fs::read_dir(e.path()) {
-            for r in runs.flatten() {
-                if r.path().is_dir() {
-                    remove_v1(&r.path());
-                }
-            }
-        }
-        let _ = std::fs::remove_dir(e.path());
-    }
+    crate::fleet::contain::sweep_dead_roots(base, remove_v1);
 }
 
 /// Removes a runner's v1 roots (at drop; empty by then unless runs are
