@@ -123,6 +123,18 @@ impl HttpState {
     }
 }
 
+/// A session name from a route's path: a 400 `invalid_name` when it is not
+/// one.
+fn session_name(raw: String) -> Result<crate::Name, Box<Response>> {
+    crate::Name::new(raw).map_err(|e| {
+        Box::new(error(
+            StatusCode::BAD_REQUEST,
+            "invalid_name",
+            e.to_string(),
+        ))
+    })
+}
+
 /// Reads a bearer token from a file (surrounding whitespace trimmed). The
 /// error names the file, never its contents.
 pub fn read_token(path: &std::path::Path) -> crate::Result<Vec<u8>> {
@@ -377,9 +389,9 @@ async fn wake(
             "this node does not take wake requests",
         );
     };
-    let name = match crate::Name::new(name) {
+    let name = match session_name(name) {
         Ok(n) => n,
-        Err(e) => return error(StatusCode::BAD_REQUEST, "invalid_name", e.to_string()),
+        Err(r) => return *r,
     };
     let wait = match q.ok().and_then(|Query(q)| q.wait) {
         None => Duration::from_secs(10),
@@ -429,9 +441,9 @@ async fn touch(
     if let Some(r) = unauthorised(&s, &headers) {
         return r;
     }
-    let name = match crate::Name::new(name) {
+    let name = match session_name(name) {
         Ok(n) => n,
-        Err(e) => return error(StatusCode::BAD_REQUEST, "invalid_name", e.to_string()),
+        Err(r) => return *r,
     };
     let runs = s.status.runs(name.as_str());
     if runs {
@@ -457,9 +469,9 @@ async fn claim(
             "this node does not take claim requests",
         );
     };
-    let name = match crate::Name::new(name) {
+    let name = match session_name(name) {
         Ok(n) => n,
-        Err(e) => return error(StatusCode::BAD_REQUEST, "invalid_name", e.to_string()),
+        Err(r) => return *r,
     };
     // The node answers between passes; a store that hangs must not hold the
     // HTTP request forever.
@@ -820,9 +832,9 @@ async fn logs(
         Ok(q) => q,
         Err(e) => return error(StatusCode::BAD_REQUEST, "invalid_query", e.body_text()),
     };
-    let name = match crate::Name::new(name) {
+    let name = match session_name(name) {
         Ok(n) => n,
-        Err(e) => return error(StatusCode::BAD_REQUEST, "invalid_name", e.to_string()),
+        Err(r) => return *r,
     };
     let Some(dir) = s.logs.clone() else {
         return error(

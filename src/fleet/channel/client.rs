@@ -230,14 +230,7 @@ fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T> {
 
 /// Connects to `address` (`@name`: the abstract namespace; else a path).
 fn connect(address: &str) -> std::io::Result<tokio::net::UnixStream> {
-    let std = match address.strip_prefix('@') {
-        Some(name) => {
-            use std::os::linux::net::SocketAddrExt;
-            let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
-            std::os::unix::net::UnixStream::connect_addr(&addr)?
-        }
-        None => std::os::unix::net::UnixStream::connect(address)?,
-    };
+    let std = std::os::unix::net::UnixStream::connect_addr(&super::socket_addr(address)?)?;
     std.set_nonblocking(true)?;
     tokio::net::UnixStream::from_std(std)
 }

@@ -61,6 +61,19 @@ pub struct RunId {
 
 type Hash = [u8; 32];
 
+/// The socket address a channel address names: `@name` in the abstract
+/// namespace, else a path. The node binds it and its sessions connect to
+/// it.
+pub fn socket_addr(address: &str) -> std::io::Result<std::os::unix::net::SocketAddr> {
+    match address.strip_prefix('@') {
+        Some(name) => {
+            use std::os::linux::net::SocketAddrExt;
+            std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
+        }
+        None => std::os::unix::net::SocketAddr::from_pathname(address),
+    }
+}
+
 /// A new run credential: 32 bytes from the OS's generator, as hex.
 pub fn new_token() -> String {
     use rand::TryRngCore;

@@ -52,14 +52,7 @@ pub const MIN_MARGIN: Duration = Duration::from_millis(10);
 
 /// Binds `address` (`@name`: the abstract namespace; else a path).
 pub fn bind(address: &str) -> std::io::Result<tokio::net::UnixListener> {
-    let std = match address.strip_prefix('@') {
-        Some(name) => {
-            use std::os::linux::net::SocketAddrExt;
-            let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())?;
-            std::os::unix::net::UnixListener::bind_addr(&addr)?
-        }
-        None => std::os::unix::net::UnixListener::bind(address)?,
-    };
+    let std = std::os::unix::net::UnixListener::bind_addr(&super::socket_addr(address)?)?;
     std.set_nonblocking(true)?;
     tokio::net::UnixListener::from_std(std)
 }
