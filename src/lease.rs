@@ -94,6 +94,7 @@ impl AcquireOptions {
 
 /// Why a held record may be taken over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Takeover {
     /// The record (not released) already names this very instance: another
     /// handle of ours, or an earlier acquire whose outcome we could not read

@@ -2,9 +2,11 @@
 pub mod checked;
 pub mod clock;
 pub mod error;
+#[cfg(feature = "session")]
 pub mod fenced;
 pub mod fleet;
 pub mod hostlock;
+#[cfg(feature = "node")]
 pub mod http;
 pub mod keys;
 pub mod lease;
@@ -14,6 +16,7 @@ pub mod name;
 pub mod probe;
 pub mod record;
 pub mod store;
+#[cfg(feature = "otlp")]
 pub mod telemetry;
 #[cfg(feature = "testkit")]
 pub mod testkit;

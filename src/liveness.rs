@@ -43,6 +43,7 @@ use std::time::Duration;
 /// The vocabulary every reader uses (`ls`, `nodes`, wake, JSON output).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Liveness {
     /// Held, and the evidence does not show it expired.
     Live,

@@ -38,6 +38,7 @@ pub fn next_epoch(seen: u64) -> Option<u64> {
 /// What a lease object is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum Kind {
     /// A standalone lease (`leases/<name>`): leader election, locks.
     Lease,

@@ -25,6 +25,7 @@ pub const DEFAULT_THRESHOLD: u32 = 3;
 
 /// What is probed.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Probe {
     /// A TCP connect to 127.0.0.1:PORT.
     Tcp(u16),
@@ -245,6 +246,7 @@ impl<'de> Deserialize<'de> for Check {
 /// A run's health as its claim records it (absent: no check, or passing).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum Health {
     /// Started; its check has not passed yet.
     Starting,

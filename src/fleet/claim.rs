@@ -24,6 +24,7 @@ pub struct Owner {
 /// owner (see [`Status`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum ClaimState {
     Running,
     Paused,

@@ -25,6 +25,7 @@ pub enum ClaimAnswer {
     Declined { node: String, reason: String },
 }
 
+#[cfg_attr(not(feature = "node"), allow(dead_code))] // the node takes them
 pub(crate) struct ClaimRequest {
     pub(crate) name: Name,
     pub(crate) reply: tokio::sync::oneshot::Sender<Result<ClaimAnswer>>,
@@ -41,6 +42,7 @@ pub struct NodeHandle {
 /// The node's side, put in [`NodeDeps::claims`](super::node::NodeDeps::claims). One receiver that outlives
 /// re-registrations: each new instance serves it in turn.
 #[derive(Clone)]
+#[cfg_attr(not(feature = "node"), allow(dead_code))]
 pub struct ClaimInbox(
     pub(crate) Arc<tokio::sync::Mutex<tokio::sync::mpsc::Receiver<ClaimRequest>>>,
 );
@@ -97,6 +99,7 @@ impl NodeHandle {
 }
 
 /// The next claim request, or never when this node has no inbox.
+#[cfg(feature = "node")]
 pub(crate) async fn recv(
     inbox: &mut Option<tokio::sync::OwnedMutexGuard<tokio::sync::mpsc::Receiver<ClaimRequest>>>,
 ) -> Option<ClaimRequest> {

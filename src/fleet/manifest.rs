@@ -23,6 +23,7 @@ pub const MAX_MANIFEST_BYTES: usize = 64 * 1024;
 /// What to do when a session's process exits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
 pub enum RestartPolicy {
     /// Restart on any exit (a service).
     Always,

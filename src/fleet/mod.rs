@@ -28,9 +28,11 @@
 //!   epoch floor; [`renew_thread`]: renewals on a thread of their own.
 
 pub mod attrs;
+#[cfg(feature = "session")]
 pub mod channel;
 pub mod check;
 pub mod claim;
+#[cfg(feature = "node")]
 pub mod contain;
 pub mod control;
 pub mod core;
@@ -43,13 +45,17 @@ pub mod journal;
 pub mod limits;
 pub mod manifest;
 pub mod marker;
+#[cfg(feature = "node")]
 pub mod node;
 pub mod nudge;
 pub mod plan;
+#[cfg(feature = "node")]
 pub mod renew_thread;
+#[cfg(feature = "node")]
 pub mod runner;
 pub mod sleep;
 pub mod status;
+#[cfg(feature = "node")]
 pub mod watchdog;
 
 use crate::error::{Error, Result};
@@ -118,6 +124,7 @@ pub(crate) fn json_nonce(bytes: &[u8]) -> Option<String> {
 /// store is refused until `leasehold doctor` passes again. A higher epoch is
 /// a legitimate later takeover; an absent or undecodable object is left to
 /// the absence and corruption rules.
+#[cfg(feature = "node")]
 pub(crate) async fn audit(
     store: &Arc<dyn Store>,
     key: &str,
@@ -132,6 +139,7 @@ pub(crate) async fn audit(
     audit_once(store, key, nonce, epoch).await
 }
 
+#[cfg(feature = "node")]
 async fn audit_once(store: &Arc<dyn Store>, key: &str, nonce: &str, epoch: u64) -> Result<()> {
     let Some(o) = store
         .get(key)

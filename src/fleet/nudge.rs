@@ -73,6 +73,7 @@ impl HttpNudge {
 
 /// What one [`HttpNudge::send`] came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum NudgeAnswer {
     /// The node answered 2xx: it runs a pass soon.
     Answered,

@@ -184,6 +184,7 @@ impl NodeStatus {
     }
 
     /// The sessions touched since the last call.
+    #[cfg(feature = "node")]
     pub(crate) fn take_touches(&self) -> std::collections::HashSet<String> {
         std::mem::take(&mut self.touched.lock().unwrap())
     }
@@ -269,6 +270,7 @@ impl NodeStatus {
     }
 
     /// Snapshots set so far (see `set`).
+    #[cfg(feature = "node")]
     pub(crate) fn sets(&self) -> u64 {
         self.sets.load(std::sync::atomic::Ordering::SeqCst)
     }

@@ -155,6 +155,7 @@ pub struct Entry {
 
 /// The answer to a conditional read.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Conditional {
     NotModified,
     Changed(Object),
@@ -204,6 +205,7 @@ impl std::str::FromStr for EtagDialect {
 /// errors name the request, not the signing secrets, and our own stores have
 /// none.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum StoreError {
     /// A create found an object already there.
     #[error("object already exists")]

@@ -10,11 +10,18 @@
 
 use super::{LocalDirStore, ObjectStoreBackend, Store};
 use crate::error::Error;
+#[cfg(feature = "aws")]
+use object_store::CredentialProvider;
+#[cfg(feature = "aws")]
 use object_store::aws::{AmazonS3Builder, AwsCredential};
+#[cfg(feature = "azure")]
 use object_store::azure::MicrosoftAzureBuilder;
+#[cfg(any(feature = "aws", feature = "azure", feature = "gcp"))]
 use object_store::client::SpawnedReqwestConnector;
+#[cfg(feature = "gcp")]
 use object_store::gcp::GoogleCloudStorageBuilder;
-use object_store::{ClientOptions, CredentialProvider, RetryConfig};
+#[cfg(any(feature = "aws", feature = "azure", feature = "gcp"))]
+use object_store::{ClientOptions, RetryConfig};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -141,11 +148,48 @@ pub async fn open_raw(url: &str, opts: &OpenOptions) -> Result<Raw, Error> {
     if !prefix.is_empty() {
         crate::store::check_prefix(prefix).map_err(|e| bad(&e.to_string()))?;
     }
-    // Azure's builder reads AZURE_ALLOW_HTTP into client options that ours
-    // replace (the emulator allows http by itself): carry it over.
-    let env_allow_http = |var: &str| {
-        std::env::var(var).is_ok_and(|v| matches!(v.to_ascii_lowercase().as_str(), "1" | "true"))
-    };
+    if !matches!(scheme, "s3" | "az" | "azure" | "abfs" | "gs" | "gcs") {
+        return Err(bad(&format!("unknown scheme {scheme:?}")));
+    }
+    cloud(scheme, bucket, prefix, opts, &bad).await
+}
+
+/// This build has no backend for `scheme`: say which feature would add it
+/// (a service that embeds only the wake path builds without them).
+#[allow(dead_code)] // unused when every backend is built in
+fn missing_backend(scheme: &str, feature: &str) -> Error {
+    Error::invalid(
+        "store URL",
+        format!(
+            "this build of leasehold has no {scheme}:// backend (build it with the `{feature}` feature)"
+        ),
+    )
+}
+
+#[cfg(not(any(feature = "aws", feature = "azure", feature = "gcp")))]
+async fn cloud(
+    scheme: &str,
+    _bucket: &str,
+    _prefix: &str,
+    _opts: &OpenOptions,
+    _bad: &(dyn Fn(&str) -> Error + Send + Sync),
+) -> Result<Raw, Error> {
+    Err(match scheme {
+        "s3" => missing_backend("s3", "aws"),
+        "gs" | "gcs" => missing_backend("gs", "gcp"),
+        _ => missing_backend("az", "azure"),
+    })
+}
+
+/// The cloud backends, each built in only with its feature.
+#[cfg(any(feature = "aws", feature = "azure", feature = "gcp"))]
+async fn cloud(
+    scheme: &str,
+    bucket: &str,
+    prefix: &str,
+    opts: &OpenOptions,
+    bad: &(dyn Fn(&str) -> Error + Send + Sync),
+) -> Result<Raw, Error> {
     let client = ClientOptions::new()
         .with_timeout(opts.request_timeout)
         .with_connect_timeout(opts.request_timeout.min(Duration::from_secs(3)));
@@ -163,8 +207,16 @@ pub async fn open_raw(url: &str, opts: &OpenOptions) -> Result<Raw, Error> {
         "gcs" => "gs",
         s => s,
     };
+    #[cfg_attr(not(any(feature = "aws", feature = "azure")), allow(unused_mut))]
     let mut identity = format!("{canonical_scheme}://{bucket}/{prefix}");
     let inner: Arc<dyn object_store::ObjectStore> = match scheme {
+        #[cfg(not(feature = "aws"))]
+        "s3" => return Err(missing_backend("s3", "aws")),
+        #[cfg(not(feature = "azure"))]
+        "az" | "azure" | "abfs" => return Err(missing_backend("az", "azure")),
+        #[cfg(not(feature = "gcp"))]
+        "gs" | "gcs" => return Err(missing_backend("gs", "gcp")),
+        #[cfg(feature = "aws")]
         "s3" => {
             // Checked before aws-config loads (which may consult IMDS): a bad
             // flag is answered at once, about the flag.
@@ -213,6 +265,7 @@ pub async fn open_raw(url: &str, opts: &OpenOptions) -> Result<Raw, Error> {
             b = b.with_credentials(Arc::new(AwsConfigCredentials::new(provider)));
             Arc::new(b.build().map_err(|e| bad(&e.to_string()))?)
         }
+        #[cfg(feature = "azure")]
         "az" | "azure" | "abfs" => {
             let account = std::env::var("AZURE_STORAGE_ACCOUNT_NAME")
                 .or_else(|_| std::env::var("AZURE_STORAGE_ACCOUNT"))
@@ -220,7 +273,15 @@ pub async fn open_raw(url: &str, opts: &OpenOptions) -> Result<Raw, Error> {
             identity = format!("az://{account}/{bucket}/{prefix}");
             let mut b = MicrosoftAzureBuilder::from_env()
                 .with_container_name(bucket)
-                .with_client_options(client.with_allow_http(env_allow_http("AZURE_ALLOW_HTTP")))
+                // Azure's builder reads AZURE_ALLOW_HTTP into client options
+                // that ours replace (the emulator allows http by itself):
+                // carry it over.
+                .with_client_options(
+                    client
+                        .with_allow_http(std::env::var("AZURE_ALLOW_HTTP").is_ok_and(|v| {
+                            matches!(v.to_ascii_lowercase().as_str(), "1" | "true")
+                        })),
+                )
                 .with_retry(retry);
             if let Some(rt) = &opts.io_runtime {
                 b = b.with_http_connector(SpawnedReqwestConnector::new(rt.clone()));
@@ -234,6 +295,7 @@ pub async fn open_raw(url: &str, opts: &OpenOptions) -> Result<Raw, Error> {
         // `GOOGLE_BASE_URL` or the credentials' `gcs_base_url`, decides the
         // scheme); ours replace them, so keep that, or an emulator on
         // http://127.0.0.1 fails before sending anything.
+        #[cfg(feature = "gcp")]
         "gs" | "gcs" => {
             let mut b = GoogleCloudStorageBuilder::from_env()
                 .with_bucket_name(bucket)
@@ -257,6 +319,7 @@ pub async fn open_raw(url: &str, opts: &OpenOptions) -> Result<Raw, Error> {
     })
 }
 
+#[cfg(feature = "aws")]
 /// An S3 endpoint must be an http(s) URL with a host: object_store would
 /// otherwise fail on first use with a bare `InvalidUri`, far from the flag.
 fn check_endpoint(e: &str) -> Result<(), Error> {
@@ -292,6 +355,9 @@ pub async fn credentials_source(url: &str) -> String {
     let set = |k: &str| std::env::var(k).is_ok_and(|v| !v.is_empty());
     match scheme {
         "memory" | "file" | "" => "none needed".to_string(),
+        #[cfg(not(feature = "aws"))]
+        "s3" => "this build has no s3:// backend".to_string(),
+        #[cfg(feature = "aws")]
         "s3" => {
             use aws_credential_types::provider::ProvideCredentials;
             let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
@@ -358,6 +424,7 @@ pub async fn credentials_source(url: &str) -> String {
     }
 }
 
+#[cfg(feature = "aws")]
 /// Names the link of aws-config's chain that produced a credential, from the
 /// features it tagged the credential with (the most specific tag wins).
 fn aws_source(
@@ -398,12 +465,14 @@ fn aws_source(
 /// Bridges aws-config's credential chain (environment, profiles, SSO, web
 /// identity, container and instance metadata) into object_store, caching each
 /// credential until shortly before it expires.
+#[cfg(feature = "aws")]
 #[derive(Debug)]
 struct AwsConfigCredentials {
     provider: aws_credential_types::provider::SharedCredentialsProvider,
     cache: tokio::sync::Mutex<Option<(Arc<AwsCredential>, Option<std::time::SystemTime>)>>,
 }
 
+#[cfg(feature = "aws")]
 impl AwsConfigCredentials {
     fn new(provider: aws_credential_types::provider::SharedCredentialsProvider) -> Self {
         AwsConfigCredentials {
@@ -413,6 +482,7 @@ impl AwsConfigCredentials {
     }
 }
 
+#[cfg(feature = "aws")]
 #[async_trait::async_trait]
 impl CredentialProvider for AwsConfigCredentials {
     type Credential = AwsCredential;

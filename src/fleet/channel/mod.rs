@@ -30,6 +30,7 @@
 //! (and `leasehold fence check|ack` is a shell's way to ask).
 
 pub mod client;
+#[cfg(feature = "node")]
 pub mod server;
 
 use sha2::Digest;
@@ -47,6 +48,10 @@ pub const DEFAULT_MARGIN: std::time::Duration = std::time::Duration::from_secs(1
 
 /// Retired credentials kept to say why they are refused.
 const RETIRED_KEPT: usize = 4096;
+
+/// Acks answered at once, node-wide: each is a bucket GET, and a session
+/// that floods them must not crowd out the node's own requests.
+pub const MAX_ACKS_IN_FLIGHT: usize = 8;
 
 /// One run a credential stands for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -114,6 +119,7 @@ pub struct Registry {
     inner: Mutex<Inner>,
     sleep: tokio::sync::Notify,
     /// Acks answered at once, node-wide (each is a bucket GET).
+    #[cfg_attr(not(feature = "node"), allow(dead_code))] // the server takes them
     pub(crate) acks: tokio::sync::Semaphore,
 }
 
@@ -149,7 +155,7 @@ impl Registry {
             address: address.into(),
             inner: Mutex::default(),
             sleep: tokio::sync::Notify::new(),
-            acks: tokio::sync::Semaphore::new(server::MAX_ACKS_IN_FLIGHT),
+            acks: tokio::sync::Semaphore::new(MAX_ACKS_IN_FLIGHT),
         }
     }
 

@@ -77,9 +77,7 @@ pub async fn serve(
 /// process that holds connections open gets no more).
 pub const MAX_CONNECTIONS: usize = 64;
 
-/// Acks answered at once, node-wide: each is a bucket GET, and a session
-/// that floods them must not crowd out the node's own requests.
-pub const MAX_ACKS_IN_FLIGHT: usize = 8;
+pub use super::MAX_ACKS_IN_FLIGHT;
 
 fn error(status: StatusCode, code: &str, message: impl Into<String>) -> Response {
     (

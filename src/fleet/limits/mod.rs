@@ -17,6 +17,7 @@
 //! - `pids`: the most processes and threads the session may have at once;
 //!   a fork past it fails (EAGAIN) and the session goes on.
 
+#[cfg(feature = "node")]
 pub mod enforce;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
