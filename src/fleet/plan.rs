@@ -313,6 +313,12 @@ pub fn score(session: &str, node: &str, weight: f64) -> f64 {
     weight / -u.ln()
 }
 
+/// Whether a node with `labels` matches a manifest's `selector` (every
+/// k=v present): placement's filter and the claim endpoint's check.
+pub fn selects(selector: &BTreeMap<String, String>, labels: &BTreeMap<String, String>) -> bool {
+    selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+}
+
 /// The eligible nodes for `manifest`, best first: live, matching the
 /// selector, with free capacity; preferred nodes ahead of the rest.
 pub fn rank<'a>(manifest: &ManifestView, nodes: &'a [NodeView]) -> Vec<&'a NodeView> {
@@ -321,12 +327,7 @@ pub fn rank<'a>(manifest: &ManifestView, nodes: &'a [NodeView]) -> Vec<&'a NodeV
     let mut eligible: Vec<(&NodeView, bool, f64, f64)> = nodes
         .iter()
         .filter(|n| n.live && n.load < n.capacity)
-        .filter(|n| {
-            manifest
-                .selector
-                .iter()
-                .all(|(k, v)| n.labels.get(k) == Some(v))
-        })
+        .filter(|n| selects(&manifest.selector, &n.labels))
         .map(|n| {
             let preferred = manifest.preferred.contains(&n.id);
             (

@@ -65,11 +65,7 @@ impl Node {
             owner_corrupt = self.corrupt_nodes.contains(&owner);
         }
         let mv = manifest_view(&m);
-        if !mv
-            .selector
-            .iter()
-            .all(|(k, v)| self.cfg.labels.get(k) == Some(v))
-        {
+        if !plan::selects(&mv.selector, &self.cfg.labels) {
             return Ok(declined("this node's labels do not match the selector"));
         }
         let cv = claim.as_ref().map(|(_, c)| c.clone());
@@ -108,24 +104,13 @@ impl Node {
         }) {
             core::Gate::Claim => {}
             core::Gate::Skip => {
-                return Ok(declined(if owner_corrupt {
-                    "the owner's node record is corrupt"
-                } else if !self.control_read {
-                    "this node has not read its control object yet"
-                } else {
-                    "this node is cordoned"
-                }));
+                return Ok(declined(core::skip_reason(
+                    owner_corrupt,
+                    self.control_read,
+                )));
             }
             core::Gate::NotClaimable => {
-                return Ok(declined(match &cv {
-                    _ if mv.paused => "paused",
-                    Some(c) if c.state.is_terminal() && c.digest == mv.digest => "completed",
-                    Some(c) if c.state == ClaimState::Sleeping => {
-                        "asleep: a wake releases it first"
-                    }
-                    Some(_) => "its owner is live",
-                    None => "not claimable",
-                }));
+                return Ok(declined(core::not_claimable_reason(&mv, cv.as_ref())));
             }
             core::Gate::AbsencePending if claim.is_none() => {
                 // Witness the absence with a version of our own (see
@@ -156,9 +141,7 @@ impl Node {
             }
         }
         // As in a pass: no token can follow it, so nothing is read or sent.
-        if let Some((_, c)) = &claim
-            && crate::record::next_epoch(c.epoch).is_none()
-        {
+        if core::at_highest_epoch(cv.as_ref()) {
             return Ok(declined(
                 "its claim is at the highest epoch: no fencing token above it exists",
             ));

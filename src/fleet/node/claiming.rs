@@ -287,18 +287,17 @@ impl Node {
             None => (Cond::Create, 0),
             Some((v, c)) => (Cond::Match(v.clone()), c.epoch),
         };
-        let highest = above
-            .max(self.seen_claims.get(&key).copied().unwrap_or(0))
-            .max(self.epoch_base);
-        let Some(epoch) = crate::record::next_epoch(highest) else {
-            // Only foreign bytes put a claim there (decoding refuses one
-            // above the bound): the session is stuck, not this node.
-            tracing::warn!(
-                session = name,
-                epoch = highest,
-                "claim at the highest epoch: no fencing token above it exists; not claimed"
-            );
-            return None;
+        let seen = self.seen_claims.get(&key).copied().unwrap_or(0);
+        let epoch = match core::claim_epoch(above, seen, self.epoch_base) {
+            Ok(epoch) => epoch,
+            Err(highest) => {
+                tracing::warn!(
+                    session = name,
+                    epoch = highest,
+                    "claim at the highest epoch: no fencing token above it exists; not claimed"
+                );
+                return None;
+            }
         };
         // A claim created where none is, or over a placeholder, may follow
         // a claim that `gc` deleted: it starts above gc's epoch floor (one

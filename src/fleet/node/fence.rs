@@ -107,20 +107,15 @@ impl Node {
                         return Ok(false);
                     };
                     let judged = owner_liveness(&record, &c.owner.instance);
-                    // The stillness that judged it used the ttl of the
-                    // copy we held; the version listed may stand for a
-                    // longer one (a new instance with another --ttl). Not
-                    // final: it must have stood still for its own ttl too.
-                    let ttl = Duration::from_millis(record.ttl_ms);
                     let still =
                         self.client
                             .observer()
                             .unchanged_for(&key, &n.listed, self.nodes_listed_at);
-                    if !judged.is_final()
-                        && !still.is_some_and(|d| {
-                            crate::liveness::stood_still_long_enough(d, ttl, default_margin(ttl))
-                        })
-                    {
+                    if !core::dead_at_listed(
+                        judged.is_final(),
+                        still,
+                        Duration::from_millis(record.ttl_ms),
+                    ) {
                         return Ok(false);
                     }
                     read = Some(record);
@@ -237,19 +232,14 @@ impl Node {
             .iter()
             .filter(|(key, n)| {
                 let (id, instance) = (&n.record.holder.node, &n.record.holder.instance);
-                // A record under its own key only (one copied under another
-                // key must not get its namesake fenced), not final, holding
-                // claims, and no view of its id live (as `plan::owner_live`
-                // asks before a takeover). `fence_owner` reads it again at
-                // the listed version and judges that version's own ttl.
-                **key == crate::keys::node(id)
-                    && !n.record.released
-                    && *id != self.me.node.as_str()
-                    && loads
-                        .get(&format!("{id}/{instance}"))
-                        .is_some_and(|c| *c > 0)
-                    && views.iter().any(|v| v.id == *id && v.instance == *instance)
-                    && !views.iter().any(|v| v.id == *id && v.live)
+                let record = core::PeerRecord {
+                    id,
+                    instance,
+                    under_own_key: **key == crate::keys::node(id),
+                    released: n.record.released,
+                    claims: loads.get(&format!("{id}/{instance}")).copied().unwrap_or(0),
+                };
+                core::fence_peer(self.me.node.as_str(), &record, views)
             })
             .map(|(_, n)| {
                 (
@@ -311,35 +301,28 @@ impl Node {
             d.dedup();
             d
         };
-        let mut takers = std::collections::BTreeSet::new();
-        if self.deps.nudge.is_some() {
-            for (ckey, (_, c)) in self.claims.iter() {
-                if takers.len() >= crate::fleet::nudge::MAX_NUDGED {
-                    break;
-                }
+        let takers = if self.deps.nudge.is_some() {
+            // The dead's sessions, in the claims' key order.
+            let orphaned = self.claims.iter().filter_map(|(ckey, (_, c))| {
                 if !dead.contains(&c.owner.node) || c.state == ClaimState::Released {
-                    continue;
+                    return None;
                 }
-                let Some(name) = crate::keys::name_in(crate::keys::SESSIONS, ckey) else {
-                    continue;
-                };
-                let Some((_, m)) = self.manifests.get(&crate::keys::manifest(name)) else {
-                    continue;
-                };
-                for v in plan::rank(&m.view, views)
-                    .into_iter()
-                    .filter(|v| !dead.contains(&v.id))
-                    .take(2)
-                {
-                    if v.id != self.me.node.as_str() {
-                        takers.insert(v.id.clone());
-                    }
-                }
-            }
-        }
+                let name = crate::keys::name_in(crate::keys::SESSIONS, ckey)?;
+                let (_, m) = self.manifests.get(&crate::keys::manifest(name))?;
+                Some(&m.view)
+            });
+            core::takers_to_nudge(
+                self.me.node.as_str(),
+                &dead,
+                orphaned,
+                views,
+                crate::fleet::nudge::MAX_NUDGED,
+            )
+        } else {
+            Default::default()
+        };
         let peers: Vec<(String, Option<String>)> = takers
             .into_iter()
-            .take(crate::fleet::nudge::MAX_NUDGED)
             .map(|id| {
                 let address = self
                     .nodes

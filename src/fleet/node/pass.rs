@@ -518,7 +518,7 @@ impl Node {
             // A claim no token can follow is left before the fence: its
             // owner's record read at every pass would buy nothing.
             if let Some((_, c)) = &claim
-                && crate::record::next_epoch(c.epoch).is_none()
+                && core::at_highest_epoch(Some(c))
             {
                 if self.stuck.insert(name.clone()) {
                     tracing::warn!(
@@ -561,21 +561,15 @@ impl Node {
             .await?;
         self.revisit = revisit;
         // As a full listing forgets the epochs of sessions whose manifest
-        // is gone (`observe_claim_absence`), so that one deleted with
-        // `delete`, its tombstone collected by `gc` (which raises the epoch
-        // floor) and applied again is placed at once: but only over a
-        // holder's own release (a tombstone, not apply's placeholder nor a
-        // vanished marker, which are released too), read or written this
-        // pass. A missing claim is what the absence rules wait out (a claim
-        // deleted by hand), so its epoch is kept: a placeholder over it is
-        // then a vanished claim, made again above it.
+        // is gone (`observe_claim_absence`), by `core::forget_epoch`, read
+        // or written this pass: a placeholder over a kept epoch is then a
+        // vanished claim, made again above it.
         for name in &hinted {
             let ckey = crate::keys::session(name);
-            if !self.manifests.contains_key(&crate::keys::manifest(name))
-                && self.claims.get(&ckey).is_some_and(|(_, c)| {
-                    c.state == ClaimState::Released && !c.is_vanished() && !c.is_placeholder()
-                })
-            {
+            if core::forget_epoch(
+                self.manifests.contains_key(&crate::keys::manifest(name)),
+                self.claims.get(&ckey).map(|(_, c)| c),
+            ) {
                 self.seen_claims.remove(&ckey);
             }
         }
@@ -591,16 +585,17 @@ impl Node {
         if full {
             self.feed.covered_until(wall_at);
         }
-        // Retention of the feed: one node does it (the first live id), in a
-        // task of its own (a burst leaves hundreds of thousands of hints),
-        // every RETENTION / 2; others' deletes would only race it. Whether
-        // or not this node reads the feed: every CLI writer hints.
-        let first = views.iter().filter(|v| v.live).map(|v| &v.id).min() == Some(&self.me.node);
-        let due = self.expired_at.is_none_or(|t| {
-            self.deps.clock.now().saturating_since(t) >= crate::fleet::feed::RETENTION / 2
-        });
-        let idle = self.expiring.as_ref().is_none_or(|t| t.0.is_finished());
-        if first && due && idle {
+        // Retention of the feed (`core::runs_retention`), in a task of its
+        // own. Whether or not this node reads the feed: every CLI writer
+        // hints.
+        if core::runs_retention(
+            self.me.node.as_str(),
+            &views,
+            self.expired_at
+                .map(|t| self.deps.clock.now().saturating_since(t)),
+            crate::fleet::feed::RETENTION / 2,
+            self.expiring.as_ref().is_none_or(|t| t.0.is_finished()),
+        ) {
             self.expired_at = Some(self.deps.clock.now());
             let store = self.deps.store.clone();
             let wall = self.deps.clock.wall_ms();
