@@ -70,7 +70,7 @@ impl Node {
                 // its last renewal (its next one fails on the missing record
                 // and it stops). The next pass lists `nodes/` too: a peer
                 // not in our view may be one the slow listing missed.
-                self.nodes_due = true;
+                self.next.list_nodes(Why::OwnerNotInView);
                 self.fetch_node(&key, None).await?;
                 return Ok(core::after_owner_read(
                     self.nodes.contains_key(&key),
@@ -127,7 +127,7 @@ impl Node {
                 // fresh `nodes/` listing, not again on the one that was
                 // overtaken (at most `nodes_every` old).
                 core::FreshRead::Absent => {
-                    self.nodes_due = true;
+                    self.next.list_nodes(Why::OwnerOvertaken);
                     let now = self.deps.clock.now();
                     let ttl = Duration::from_millis(n.record.ttl_ms);
                     self.nodes.remove(&key);
@@ -135,7 +135,7 @@ impl Node {
                     return Ok(false);
                 }
                 core::FreshRead::Changed => {
-                    self.nodes_due = true;
+                    self.next.list_nodes(Why::OwnerOvertaken);
                     self.fetch_node(&key, None).await?;
                     return Ok(false);
                 }
@@ -194,7 +194,7 @@ impl Node {
                 Ok(true)
             }
             Put::Rejected(_) => {
-                self.nodes_due = true;
+                self.next.list_nodes(Why::TombstoneRejected);
                 self.fetch_node(&key, None).await?;
                 Ok(core::after_tombstone_rejected(
                     self.nodes

@@ -39,6 +39,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use cached::{Cached, Tracked};
+use next_pass::{NextPass, Why};
 
 mod absence;
 mod cached;
@@ -50,6 +51,7 @@ mod config;
 mod fence;
 mod handover;
 mod listing;
+mod next_pass;
 mod owned;
 mod pace;
 mod pass;

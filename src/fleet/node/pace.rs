@@ -98,7 +98,7 @@ impl Node {
             // Our claims were confirmed at the old interval and keep its
             // belief (`belief_pace`), which would run out before a listing
             // at the new one: a full listing now confirms them at it.
-            self.full_forced = true;
+            self.next.list_all(Why::PaceGrew);
         }
         // Shorter at once; longer once every claim is confirmed at it
         // (`recount_confirmed`).

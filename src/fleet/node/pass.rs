@@ -40,14 +40,14 @@ impl Node {
         ) && self.apply_control().await
         {
             changed = true;
-            self.rescan = true;
+            self.next.rescan(Why::ControlChanged);
         }
         // A pass that failed half-way may have consumed state that says
         // what to look at (the fleet's change, names left waiting): look at
         // everything this time.
         if std::mem::replace(&mut self.pass_incomplete, true) {
-            self.rescan = true;
-            self.nodes_due = true;
+            self.next.rescan(Why::PassFailed);
+            self.next.list_nodes(Why::PassFailed);
         }
         self.take_published_pace();
         let now = self.deps.clock.now();
@@ -56,7 +56,7 @@ impl Node {
             self.last_full.map(|t| now.saturating_since(t)),
             self.full_every,
             self.cfg.max_poll,
-            self.full_forced
+            self.next.full_asked()
                 // Hints older than the retention may be gone unread.
                 || self.feed_read_at.is_some_and(|t| {
                     now.saturating_since(t).saturating_add(core::feed_skew(self.cfg.ttl))
@@ -105,7 +105,7 @@ impl Node {
         // (`nodes_listed_at`): later than it could have, never earlier.
         let node_entries = if core::nodes_listing_due(
             full || !self.cfg.feed_on(),
-            std::mem::take(&mut self.nodes_due) || nudged || peer_hinted,
+            self.next.take_nodes().is_some() || nudged || peer_hinted,
             now.saturating_since(self.nodes_listed_at),
             self.cfg.nodes_every,
         ) {
@@ -207,8 +207,7 @@ impl Node {
                 }
             }
             self.last_full = Some(listed_at);
-            self.full_forced = false;
-            self.rescan = true;
+            self.next.listed_all();
             fleet_size = Some((
                 (self.manifests.len() + self.claims.len()) as u64,
                 claims_listed_at,
@@ -227,7 +226,7 @@ impl Node {
             if self.full_every > self.cfg.full_every
                 && self.older_peer_live(crate::fleet::attrs::PROTO_READS_HOLDS)
             {
-                self.full_forced = true;
+                self.next.list_all(Why::OlderPeer);
             }
             let (manifest_keys, claim_keys): (Vec<String>, Vec<String>) = keys
                 .into_iter()
@@ -289,7 +288,9 @@ impl Node {
                 Duration::from_millis(n.record.ttl_ms),
             )
         });
-        self.nodes_due |= expiring;
+        if expiring {
+            self.next.list_nodes(Why::PeerExpiring);
+        }
         changed |= expiring;
         // Loads as of this pass's listing, for every node alike (our own
         // claims from this pass are not counted until the next): see
@@ -301,7 +302,9 @@ impl Node {
         // has: that is judged on listings, so list `nodes/` every pass
         // until then, not at the slow pace (rare, and bounded by a ttl +
         // margin of stillness or the end of the twin's own wait).
-        self.nodes_due |= views.iter().any(|v| v.unproven);
+        if views.iter().any(|v| v.unproven) {
+            self.next.list_nodes(Why::PeerUnproven);
+        }
         self.note_progress(&views, now);
         let mut refetched = std::collections::HashSet::new();
         changed |= self.handle_exits().await;
@@ -359,7 +362,7 @@ impl Node {
         // at 100,000 sessions looks at its dead peer's ~10,000, not all.
         let changed_peers = core::peers_changed(&self.fleet_seen, &seen);
         self.fleet_seen = seen;
-        let scan_all = std::mem::take(&mut self.rescan);
+        let scan_all = self.next.take_rescan().is_some();
         let names: Vec<String> = if scan_all {
             let mut all: Vec<String> = self
                 .manifests
@@ -407,7 +410,7 @@ impl Node {
             debug_assert_eq!(load as usize, self.load() as usize + batch.len());
             if load >= self.cfg.capacity {
                 // What is left is looked at again once there is room.
-                self.rescan = true;
+                self.next.rescan(Why::CapacityRanOut);
                 break;
             }
             // First asked by reference, with keys formatted into buffers:
@@ -498,7 +501,7 @@ impl Node {
                         // an If-Match on that very version): a full listing
                         // next if none has seen it yet, else the usual pace
                         // (the name is revisited every pass).
-                        self.full_forced = true;
+                        self.next.list_all(Why::MarkerUnobserved);
                     }
                     continue;
                 }

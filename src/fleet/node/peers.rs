@@ -35,7 +35,7 @@ impl Node {
             self.seen_claims.insert(key.to_string(), seen.max(c.epoch));
         }
         if core::claim_gone(claim, seen) {
-            self.full_forced = true;
+            self.next.list_all(Why::ClaimGone);
         }
     }
 

@@ -146,7 +146,9 @@ impl Node {
             let period = core::watch_period(self.cfg.ttl, 0);
             let watching = core::watch_during(pause, self.cfg.ttl);
             // Too brisk to watch: the next pass lists `nodes/` instead.
-            self.nodes_due |= !watching;
+            if !watching {
+                self.next.list_nodes(Why::TooBriskToWatch);
+            }
             let watch = self.deps.clock.sleep(self.watch_wait().unwrap_or(pause));
             tokio::pin!(watch);
             // The next crash-loop back-off to end (see `next_restart`).
@@ -271,7 +273,7 @@ impl Node {
                                 // A watched peer stood still, or the bell
                                 // rang (a fence, a release, an apply): the
                                 // pass judges on a fresh `nodes/` listing.
-                                self.nodes_due = true;
+                                self.next.list_nodes(Why::WatchOrBell);
                                 self.idle_ticks = 0;
                                 break;
                             }

@@ -204,10 +204,6 @@ pub(super) struct Node {
     /// decision instead would let a slow pass (seconds of reads after the
     /// listing) call peers expired that renewed in the meantime.
     pub(super) nodes_listed_at: MonoTime,
-    /// The next light pass lists `nodes/` whatever `nodes_every` says:
-    /// something asked for it since the last listing (the list is at
-    /// `NodeConfig::nodes_every`).
-    pub(super) nodes_due: bool,
     /// The node lease's validity as the renew task last published it.
     pub(super) validity: Option<watch::Receiver<Validity>>,
     /// Shares `confirmed_until` with the renew task, which announces
@@ -249,12 +245,8 @@ pub(super) struct Node {
     pub(super) feed: crate::fleet::feed::FeedCursor,
     /// When the last full listing of `manifests/` and `sessions/` was sent.
     pub(super) last_full: Option<MonoTime>,
-    /// The next pass lists everything (a hint showed a claim missing: the
-    /// absence rules run on full listings).
-    pub(super) full_forced: bool,
-    /// The next pass looks at every manifest, not only those hints named
-    /// (a full listing; control changed; capacity ran out; a pass failed).
-    pub(super) rescan: bool,
+    /// What the next pass must do beyond its schedule, and why.
+    pub(super) next: NextPass,
     /// The peers as the last pass saw them (id, instance, live, offers
     /// capacity, unproven): a change means a look at the names their
     /// claims hold (`core::peers_changed`).
@@ -355,7 +347,6 @@ impl Node {
             draining: false,
             control_read: false,
             nodes_listed_at: MonoTime::ZERO,
-            nodes_due: true,
             validity: None,
             confirmed_tx: watch::Sender::new(MonoTime::ZERO),
             violation: Default::default(),
@@ -375,8 +366,7 @@ impl Node {
             exits_mid_batch: false,
             feed: crate::fleet::feed::FeedCursor::new(cfg_skew),
             last_full: None,
-            full_forced: false,
-            rescan: true,
+            next: NextPass::registered(),
             fleet_seen: Vec::new(),
             revisit: Default::default(),
             pass_incomplete: false,
