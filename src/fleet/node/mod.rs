@@ -50,6 +50,7 @@ mod claiming;
 mod config;
 mod fence;
 mod handover;
+mod invariants;
 mod listing;
 mod next_pass;
 mod owned;

@@ -4,11 +4,55 @@
 
 use super::*;
 
+/// What a pass's listings found, for the phases after them.
+struct PassListings {
+    /// Everything was listed (not only the feed's hints).
+    full: bool,
+    /// The feed as read, committed once acted on (`commit_feed`).
+    read: Option<crate::fleet::feed::FeedRead>,
+    /// When the listings were sent, by the monotonic and the wall clock.
+    listed_at: MonoTime,
+    wall_at: u64,
+    /// Names a hint named (light passes only).
+    hinted: std::collections::BTreeSet<String>,
+    /// What a full listing counted, and when its claims were listed.
+    fleet_size: Option<(u64, MonoTime)>,
+    /// Something read was new.
+    changed: bool,
+}
+
 impl Node {
+    /// One pass, as a sequence of named phases (docs/fleet.md, "One
+    /// pass"). Each phase is a method below, in this order; the order is
+    /// the shell's (the rules each applies are in `core`). Returns whether
+    /// anything changed (which keeps the pace brisk).
     #[tracing::instrument(level = "debug", name = "node pass", skip_all)]
     pub(super) async fn tick(&mut self) -> Result<bool> {
-        let mut changed = false;
         self.pass += 1;
+        let (nudged, mut changed) = self.check_bucket_and_control().await?;
+        let listed = self.list(nudged).await?;
+        changed |= listed.changed;
+        self.publish_listed(listed.full);
+        let (now, loads, mut views, expiring) = self.judge_peers();
+        changed |= expiring;
+        changed |= self.keep_owned(listed.full, listed.fleet_size).await;
+        let names = self.names_to_look_at(&views, &listed.hinted);
+        self.fence_dead_peers(&views, &loads).await;
+        changed |= self.claim_round(names, &loads, &mut views, now).await?;
+        self.forget_epochs(&listed.hinted);
+        self.commit_feed(listed);
+        self.expire_feed(&views);
+        self.pass_incomplete = false;
+        #[cfg(debug_assertions)]
+        self.check_invariants();
+        Ok(changed)
+    }
+
+    /// Is this still our bucket (the fleet marker), and what does the
+    /// operator ask (the control object)? Returns whether this pass was
+    /// nudged, and whether the control changed.
+    async fn check_bucket_and_control(&mut self) -> Result<(bool, bool)> {
+        let mut control_changed = false;
         // Is this still the bucket we serve? Checked before any epoch is
         // issued (`ensure_marker` before every claim and fence write), and
         // at least every MARKER_EVERY ttls when nothing is written: a wiped
@@ -39,7 +83,7 @@ impl Node {
             crate::fleet::control::CONTROL_EVERY,
         ) && self.apply_control().await
         {
-            changed = true;
+            control_changed = true;
             self.next.rescan(Why::ControlChanged);
         }
         // A pass that failed half-way may have consumed state that says
@@ -49,6 +93,13 @@ impl Node {
             self.next.rescan(Why::PassFailed);
             self.next.list_nodes(Why::PassFailed);
         }
+        Ok((nudged, control_changed))
+    }
+
+    /// Lists what changed: everything (a full listing) or the feed's hints,
+    /// and `nodes/` when due; reads what the listings show changed.
+    async fn list(&mut self, nudged: bool) -> Result<PassListings> {
+        let mut changed = false;
         self.take_published_pace();
         let now = self.deps.clock.now();
         let full = core::full_listing_due(
@@ -254,6 +305,20 @@ impl Node {
                 hinted.insert(name_of(k).to_string());
             }
         }
+        Ok(PassListings {
+            full,
+            read,
+            listed_at,
+            wall_at,
+            hinted,
+            fleet_size,
+            changed,
+        })
+    }
+
+    /// Publishes what the listings established: corrupt keys, the claims'
+    /// confirmation, and the deadline every session runs under.
+    fn publish_listed(&mut self, full: bool) {
         let nodes = &self.nodes;
         self.watch_missing
             .retain(|k, v| nodes.get(k).is_some_and(|n| n.listed == *v));
@@ -272,7 +337,14 @@ impl Node {
         self.confirmed_tx
             .send_replace(self.confirmed_until().unwrap_or(MonoTime::ZERO));
         self.deps.runner.announce(self.valid_until());
+    }
 
+    /// Judges peers on the listings: who is expiring or unproven (the next
+    /// pass lists `nodes/` then), the loads counted from the claims, the
+    /// views placement ranks, and who is busy claiming. Returns the time
+    /// the judgement was made at, the loads, the views, and whether a peer
+    /// is expiring.
+    fn judge_peers(&mut self) -> (MonoTime, HashMap<String, u32>, Vec<NodeView>, bool) {
         let now = self.deps.clock.now();
         // Keep the brisk pace while a peer's lease is about to expire (its
         // listed version unchanged for over half its TTL): detecting the
@@ -291,12 +363,11 @@ impl Node {
         if expiring {
             self.next.list_nodes(Why::PeerExpiring);
         }
-        changed |= expiring;
         // Loads as of this pass's listing, for every node alike (our own
         // claims from this pass are not counted until the next): see
         // `claim_loads`.
         let loads = self.claim_loads();
-        let mut views = self.node_views(&loads);
+        let views = self.node_views(&loads);
         // A peer marked unproven that has not stood still yet (a twin, live
         // or ended) holds back the earlier instance's sessions until it
         // has: that is judged on listings, so list `nodes/` every pass
@@ -306,7 +377,13 @@ impl Node {
             self.next.list_nodes(Why::PeerUnproven);
         }
         self.note_progress(&views, now);
-        let mut refetched = std::collections::HashSet::new();
+        (now, loads, views, expiring)
+    }
+
+    /// Owned sessions: exits, what their claims and manifests require, and
+    /// after a full listing the fleet's size (the listing interval).
+    async fn keep_owned(&mut self, full: bool, fleet_size: Option<(u64, MonoTime)>) -> bool {
+        let mut changed = false;
         changed |= self.handle_exits().await;
         changed |= self.reconcile_owned().await;
         if full {
@@ -340,6 +417,17 @@ impl Node {
             }
         }
 
+        changed
+    }
+
+    /// Which names this pass looks at: every manifest after a full listing
+    /// or a change in the fleet's control, else those hints named, those
+    /// left waiting, and those held by peers whose view changed.
+    fn names_to_look_at(
+        &mut self,
+        views: &[NodeView],
+        hinted: &std::collections::BTreeSet<String>,
+    ) -> Vec<String> {
         // Claim what is claimable, within capacity, in rank order: every
         // manifest after a full listing or a change in the fleet, else only
         // those hints named and those left waiting by the last pass.
@@ -387,7 +475,20 @@ impl Node {
                 .filter(|n| self.manifests.contains_key(&crate::keys::manifest(n)))
                 .collect()
         };
-        self.fence_dead_peers(&views, &loads).await;
+        names
+    }
+
+    /// Claims what is claimable, within capacity, in rank order, fencing
+    /// each owner first (`fence.rs`); sends the claims in batches.
+    async fn claim_round(
+        &mut self,
+        names: Vec<String>,
+        loads: &HashMap<String, u32>,
+        views: &mut Vec<NodeView>,
+        now: MonoTime,
+    ) -> Result<bool> {
+        let mut changed = false;
+        let mut refetched = std::collections::HashSet::new();
         let mut revisit = std::collections::BTreeSet::new();
         // `load()` walks every owned session: counted once, then by what
         // each claim adds (one that could not start is failed, terminal,
@@ -424,7 +525,7 @@ impl Node {
                 let cv = self.claims.get(ckey.as_str()).map(|(_, c)| c);
                 let okey = cv
                     .map(|c| crate::keys::key_in(&mut okey_buf, crate::keys::NODES, &c.owner.node));
-                self.gate_for(&name, &mkey, &ckey, okey, mv, cv, &views, &refetched, now)
+                self.gate_for(&name, &mkey, &ckey, okey, mv, cv, views, &refetched, now)
             };
             if first == core::Gate::NotClaimable {
                 self.first_claimable.remove(&name);
@@ -463,7 +564,7 @@ impl Node {
                     }
                     _ => break,
                 }
-                views = self.node_views(&loads);
+                *views = self.node_views(loads);
                 gate = self.gate_for(
                     &name,
                     &mkey,
@@ -471,7 +572,7 @@ impl Node {
                     owner_key.as_deref(),
                     &mv,
                     cv.as_ref(),
-                    &views,
+                    views,
                     &refetched,
                     now,
                 );
@@ -536,7 +637,7 @@ impl Node {
                 match self.fence_owner(c).await {
                     Ok(true) => {}
                     Ok(false) => {
-                        views = self.node_views(&loads);
+                        *views = self.node_views(loads);
                         changed = true;
                         continue;
                     }
@@ -547,7 +648,7 @@ impl Node {
                     }
                 }
             }
-            self.after_fence(&views);
+            self.after_fence(views);
             if let Some(t) = self.claim_try(&name, mv.digest.to_string(), claim, None) {
                 // Counted as if it lands; recounted once the batch is in.
                 load += 1;
@@ -563,11 +664,17 @@ impl Node {
             .send_claims(&mut batch, &mut revisit, &mut load)
             .await?;
         self.revisit = revisit;
+        Ok(changed)
+    }
+
+    /// Forgets the epochs of deleted sessions a holder released
+    /// (`core::forget_epoch`).
+    fn forget_epochs(&mut self, hinted: &std::collections::BTreeSet<String>) {
         // As a full listing forgets the epochs of sessions whose manifest
         // is gone (`observe_claim_absence`), by `core::forget_epoch`, read
         // or written this pass: a placeholder over a kept epoch is then a
         // vanished claim, made again above it.
-        for name in &hinted {
+        for name in hinted {
             let ckey = crate::keys::session(name);
             if core::forget_epoch(
                 self.manifests.contains_key(&crate::keys::manifest(name)),
@@ -576,6 +683,18 @@ impl Node {
                 self.seen_claims.remove(&ckey);
             }
         }
+    }
+
+    /// The feed's hints acted on are seen: committed, and the coverage
+    /// noted.
+    fn commit_feed(&mut self, listed: PassListings) {
+        let PassListings {
+            full,
+            read,
+            listed_at,
+            wall_at,
+            ..
+        } = listed;
         // Acted on: the feed's hints are seen (a pass that returned early
         // with an error reads them again).
         if let Some(read) = read {
@@ -588,12 +707,17 @@ impl Node {
         if full {
             self.feed.covered_until(wall_at);
         }
+    }
+
+    /// Expires the change feed's old hints, when this node is the one that
+    /// does (`core::runs_retention`).
+    fn expire_feed(&mut self, views: &[NodeView]) {
         // Retention of the feed (`core::runs_retention`), in a task of its
         // own. Whether or not this node reads the feed: every CLI writer
         // hints.
         if core::runs_retention(
             self.me.node.as_str(),
-            &views,
+            views,
             self.expired_at
                 .map(|t| self.deps.clock.now().saturating_since(t)),
             crate::fleet::feed::RETENTION / 2,
@@ -610,7 +734,5 @@ impl Node {
                 }
             })));
         }
-        self.pass_incomplete = false;
-        Ok(changed)
     }
 }
