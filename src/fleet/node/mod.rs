@@ -48,6 +48,7 @@ mod claim_now;
 mod claim_write;
 mod claiming;
 mod config;
+mod exits;
 mod fence;
 mod handover;
 mod invariants;
@@ -61,6 +62,7 @@ mod publish;
 mod renew;
 mod ring_watch;
 mod serve;
+mod sleep;
 mod state;
 mod validity;
 
