@@ -309,7 +309,7 @@ pub(super) async fn node(op: NodeOp) -> Result<(), Failure> {
         registry: registry.clone(),
         store: store.clone(),
         status: status.clone(),
-        runner: runner.clone(),
+        running: leasehold::fleet::runner::running_of(runner.clone()),
         clock: clock.clone(),
         journal: journal.clone(),
     };

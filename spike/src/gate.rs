@@ -92,7 +92,7 @@ pub async fn gate(url: &str, iterations: usize, json: bool) -> leasehold::Result
             registry,
             store,
             status,
-            runner: Arc::new(OneRun),
+            running: leasehold::fleet::runner::running_of(Arc::new(OneRun)),
             clock: clock.clone(),
             journal: Arc::new(Journal::new(100, 1 << 20)),
         },

@@ -180,13 +180,13 @@ struct CheckObject {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        with = "super::manifest::opt_duration"
+        with = "super::opt_duration"
     )]
     interval: Option<Duration>,
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        with = "super::manifest::opt_duration"
+        with = "super::opt_duration"
     )]
     timeout: Option<Duration>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -194,7 +194,7 @@ struct CheckObject {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        with = "super::manifest::opt_duration"
+        with = "super::opt_duration"
     )]
     grace: Option<Duration>,
 }

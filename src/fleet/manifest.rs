@@ -182,42 +182,21 @@ struct RestartObject {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        with = "opt_duration"
+        with = "super::opt_duration"
     )]
     window: Option<std::time::Duration>,
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        with = "opt_duration"
+        with = "super::opt_duration"
     )]
     delay: Option<std::time::Duration>,
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        with = "opt_duration"
+        with = "super::opt_duration"
     )]
     max_delay: Option<std::time::Duration>,
-}
-
-pub(crate) mod opt_duration {
-    use serde::{Deserialize, Deserializer, Serializer};
-    use std::time::Duration;
-
-    pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
-        match d {
-            Some(d) => s.serialize_str(&humantime::format_duration(*d).to_string()),
-            None => s.serialize_none(),
-        }
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
-        let s = String::deserialize(d)?;
-        humantime::parse_duration(&s).map(Some).map_err(|e| {
-            serde::de::Error::custom(format!(
-                "{s:?} is not a duration ({e}): write 250ms, 10s, 5m"
-            ))
-        })
-    }
 }
 
 impl Serialize for Restart {
@@ -314,7 +293,7 @@ pub struct Spec {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        with = "opt_duration"
+        with = "super::opt_duration"
     )]
     pub stop_grace: Option<std::time::Duration>,
     /// The port the session listens on, on its node's host. Recorded in its

@@ -48,6 +48,7 @@ pub mod marker;
 #[cfg(feature = "node")]
 pub mod node;
 pub mod nudge;
+pub(crate) mod opt_duration;
 pub mod plan;
 #[cfg(feature = "node")]
 pub mod renew_thread;

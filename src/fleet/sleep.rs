@@ -27,7 +27,7 @@ pub struct SleepRule {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        with = "super::manifest::opt_duration"
+        with = "super::opt_duration"
     )]
     pub after_idle: Option<Duration>,
     /// Asleep when its run exits with this code (instead of its restart

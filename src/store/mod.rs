@@ -199,48 +199,9 @@ impl std::str::FromStr for EtagDialect {
     }
 }
 
-/// What a store operation can answer besides success.
-///
-/// Messages carry the backend's text but never credentials: object_store's
-/// errors name the request, not the signing secrets, and our own stores have
-/// none.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum StoreError {
-    /// A create found an object already there.
-    #[error("object already exists")]
-    AlreadyExists,
-    /// An If-Match write found another version (or no object).
-    #[error("precondition failed: the object changed")]
-    Precondition,
-    /// No object at the key (reads and deletes).
-    #[error("not found")]
-    NotFound,
-    /// A write whose outcome is unknown: it may have landed.
-    #[error("outcome unknown, the write may have landed: {message}")]
-    Ambiguous { message: String },
-    /// A transport failure on a read (or a write known not to have landed).
-    #[error("unavailable: {message}")]
-    Unavailable { message: String },
-    /// Authentication or authorisation refused.
-    #[error("permission denied: {message}")]
-    Denied { message: String },
-    /// The key or request is invalid for this store.
-    #[error("invalid request: {reason}")]
-    Invalid { reason: String },
-    /// Bytes on disk that are not a complete object of ours.
-    #[error("corrupt: {reason}")]
-    Corrupt { reason: String },
-    /// The backend cannot do what was asked (e.g. conditional put disabled).
-    #[error("not supported: {message}")]
-    NotSupported { message: String },
-}
-
-impl StoreError {
-    pub fn is_rejection(&self) -> bool {
-        matches!(self, StoreError::AlreadyExists | StoreError::Precondition)
-    }
-}
+// Defined beside `Error`, which wraps it: the error module depends on
+// nothing, and every module (this one included) depends on it.
+pub use crate::error::StoreError;
 
 /// An object store as leasehold uses it. See the module docs for the contract.
 #[async_trait]

@@ -5,7 +5,6 @@ use super::{AckAnswer, DEFAULT_MARGIN, Lookup, Registry, RunId, SelfView};
 use crate::clock::Clock;
 use crate::fleet::claim::ClaimState;
 use crate::fleet::journal::{EventKind, Journal};
-use crate::fleet::runner::Runner;
 use crate::fleet::status::NodeStatus;
 use crate::store::Store;
 use axum::Router;
@@ -16,13 +15,19 @@ use axum::routing::{get, post};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// See [`ChannelState::running`].
+pub type RunningNow = Arc<dyn Fn() -> Vec<(String, u64)> + Send + Sync>;
+
 /// What the channel's handlers read.
 #[derive(Clone)]
 pub struct ChannelState {
     pub registry: Arc<Registry>,
     pub store: Arc<dyn Store>,
     pub status: Arc<NodeStatus>,
-    pub runner: Arc<dyn Runner>,
+    /// The runs alive here, as the runner reports them (session, epoch):
+    /// `runner::running_of(runner)`. A function, not the `Runner`, so that
+    /// the channel does not depend on the runner, whose sessions it serves.
+    pub running: RunningNow,
     pub clock: Arc<dyn Clock>,
     pub journal: Arc<Journal>,
 }
@@ -142,9 +147,7 @@ fn journal_refusal(s: &ChannelState, run: &RunId, why: &str) {
 
 /// Whether `run` still runs here under the node instance that started it.
 fn current(s: &ChannelState, run: &RunId) -> Result<(), String> {
-    if !s
-        .runner
-        .running()
+    if !(s.running)()
         .iter()
         .any(|(n, e)| *n == run.session && *e == run.epoch)
     {
@@ -317,7 +320,7 @@ mod tests {
     use crate::clock::{ManualClock, MonoTime};
     use crate::fleet::channel::client::SessionClient;
     use crate::fleet::claim::{ClaimRecord, Owner};
-    use crate::fleet::runner::{RecordingRunner, SessionStart};
+    use crate::fleet::runner::{RecordingRunner, Runner as _, SessionStart};
     use crate::fleet::status::StatusSnapshot;
     use crate::store::{Cond, ObjectStoreBackend};
     use bytes::Bytes;
@@ -393,7 +396,7 @@ mod tests {
             registry,
             store: store.clone(),
             status: status.clone(),
-            runner: runner.clone(),
+            running: crate::fleet::runner::running_of(runner.clone()),
             clock: dyn_clock.clone(),
             journal: journal.clone(),
         };

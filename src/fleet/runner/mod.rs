@@ -110,3 +110,8 @@ pub trait Runner: Send + Sync + Debug {
         Err("this runner cannot run exec checks".into())
     }
 }
+/// The runs `runner` reports alive, as the session channel asks for them
+/// ([`crate::fleet::channel::server::ChannelState::running`]).
+pub fn running_of(runner: std::sync::Arc<dyn Runner>) -> crate::fleet::channel::server::RunningNow {
+    std::sync::Arc::new(move || runner.running())
+}
