@@ -25,16 +25,17 @@ impl Node {
             let ckey = key_in(&mut ckey, SESSIONS, tail(MANIFESTS, m));
             // Markers too: a raised marker carries its last holder's epoch.
             if let Some((_, c)) = self.claims.get(ckey) {
-                match self.seen_claims.get_mut(ckey) {
+                match self.memory.seen_claims.get_mut(ckey) {
                     Some(e) => *e = (*e).max(c.epoch),
                     None => {
-                        self.seen_claims.insert(ckey.to_string(), c.epoch);
+                        self.memory.seen_claims.insert(ckey.to_string(), c.epoch);
                     }
                 }
             }
         }
         let mut mkey = String::new();
-        self.seen_claims
+        self.memory
+            .seen_claims
             .retain(|k, _| listed(key_in(&mut mkey, MANIFESTS, tail(SESSIONS, k))));
     }
 
@@ -66,7 +67,7 @@ impl Node {
     /// or a claim), which the next listing shows.
     pub(super) async fn mark_vanished(&mut self, name: &str) -> Result<()> {
         let key = crate::keys::session(name);
-        let epoch = self.seen_claims.get(&key).copied().unwrap_or(0);
+        let epoch = self.memory.seen_claims.get(&key).copied().unwrap_or(0);
         let (put, marker) = self.put_marker(&key, epoch, Cond::Create).await;
         match put? {
             Put::Committed(v) => {
@@ -114,7 +115,7 @@ impl Node {
         c: &ClaimView,
     ) -> Result<()> {
         let key = crate::keys::session(name);
-        let seen = self.seen_claims.get(&key).copied().unwrap_or(0);
+        let seen = self.memory.seen_claims.get(&key).copied().unwrap_or(0);
         let Some(epoch) = core::marker_raise(Some(c), seen) else {
             return Ok(());
         };
@@ -138,7 +139,7 @@ impl Node {
     /// holder's side: its belief is never longer than what its record
     /// showed when the belief's confirmation was made (a longer interval is
     /// published before it is used, `core::adopt_pace`, and old
-    /// confirmations keep the old belief, `belief_pace`; a shorter one
+    /// confirmations keep the old belief, `pace.belief`; a shorter one
     /// shortens the belief at once), and `longest` only grows. So a wait
     /// that had run out as of the reads stays so: the holder's deadline
     /// for the vanished claim had passed by then, and nothing confirms
@@ -204,7 +205,7 @@ impl Node {
             // interval is unknown, unless nothing has renewed it for a ttl
             // and the margin, so that no live holder stands behind it (the
             // liveness rule; a holder's belief ends with its lease).
-            let ttl = self.cfg.ttl.max(self.longest.0);
+            let ttl = self.cfg.ttl.max(self.memory.longest.0);
             let still = self
                 .client
                 .observer()
@@ -228,8 +229,8 @@ impl Node {
             own_ttl: self.cfg.ttl,
             own_max_poll: self.confirm_every(),
             // `longest` keeps every record we ever read, gone or not.
-            longest_ttl: self.longest.0,
-            longest_max_poll: self.longest.1,
+            longest_ttl: self.memory.longest.0,
+            longest_max_poll: self.memory.longest.1,
         };
         // Missing (no marker yet), or its version not seen in a listing:
         // no observation.
@@ -256,18 +257,24 @@ impl Node {
 
     /// Is the claim at `key` (as last read) gone (`core::claim_gone`)?
     pub(super) fn claim_vanished(&self, key: &str, claim: Option<&ClaimView>) -> bool {
-        core::claim_gone(claim, self.seen_claims.get(key).copied().unwrap_or(0))
+        core::claim_gone(
+            claim,
+            self.memory.seen_claims.get(key).copied().unwrap_or(0),
+        )
     }
 
     /// Has node record `key`, a claim's owner, been observed absent long
     /// enough (`core::owner_absent_long_enough`)?
     pub(super) fn node_absent_long_enough(&self, key: &str) -> bool {
-        self.absent_nodes.get(key).is_some_and(|(since, ttl)| {
-            core::owner_absent_long_enough(
-                self.deps.clock.now().saturating_since(*since),
-                *ttl,
-                self.cfg.ttl,
-            )
-        })
+        self.memory
+            .absent_nodes
+            .get(key)
+            .is_some_and(|(since, ttl)| {
+                core::owner_absent_long_enough(
+                    self.deps.clock.now().saturating_since(*since),
+                    *ttl,
+                    self.cfg.ttl,
+                )
+            })
     }
 }

@@ -287,8 +287,8 @@ impl Node {
             None => (Cond::Create, 0),
             Some((v, c)) => (Cond::Match(v.clone()), c.epoch),
         };
-        let seen = self.seen_claims.get(&key).copied().unwrap_or(0);
-        let epoch = match core::claim_epoch(above, seen, self.epoch_base) {
+        let seen = self.memory.seen_claims.get(&key).copied().unwrap_or(0);
+        let epoch = match core::claim_epoch(above, seen, self.bucket.epoch_base) {
             Ok(epoch) => epoch,
             Err(highest) => {
                 tracing::warn!(

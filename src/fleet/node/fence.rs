@@ -131,7 +131,7 @@ impl Node {
                     let now = self.deps.clock.now();
                     let ttl = Duration::from_millis(n.record.ttl_ms);
                     self.nodes.remove(&key);
-                    self.absent_nodes.entry(key).or_insert((now, ttl));
+                    self.memory.absent_nodes.entry(key).or_insert((now, ttl));
                     return Ok(false);
                 }
                 core::FreshRead::Changed => {

@@ -35,14 +35,8 @@ impl Node {
                 self.confirmed_floor
             );
         }
-        // Our belief in our claims is never measured in an interval longer
-        // than the one we list at (`belief_pace`).
-        assert!(
-            self.belief_pace <= self.full_every,
-            "belief {:?} longer than the listing interval {:?}",
-            self.belief_pace,
-            self.full_every
-        );
+        // Each group of fields checks what it owns.
+        self.pace.check();
         // No more unfinished sessions than the node's capacity.
         assert!(
             self.load() <= self.cfg.capacity,
@@ -52,7 +46,8 @@ impl Node {
         );
         // The marker was last checked at a pass that has happened.
         assert!(
-            self.marker_checked
+            self.bucket
+                .checked
                 .is_none_or(|(pass, _)| pass <= self.pass)
         );
     }

@@ -8,9 +8,9 @@ impl Node {
     /// The longest between two listings that confirm our claims, as this
     /// node lists now (the longer of `max_poll` and the interval grown with
     /// the fleet, `full_every`): our own part of a vanished claim's hold.
-    /// Our belief is measured in `belief_pace`, never longer.
+    /// Our belief is measured in `pace.belief`, never longer.
     pub(super) fn confirm_every(&self) -> Duration {
-        self.cfg.max_poll.max(self.full_every)
+        self.cfg.max_poll.max(self.pace.full_every)
     }
 
     /// After a full listing that counted `objects` manifests and claims:
@@ -51,10 +51,10 @@ impl Node {
         }
         let grown =
             core::full_listing_pace(self.cfg.full_every, self.cfg.full_every_objects, objects);
-        self.full_every_wanted = if grown > self.cfg.full_every
+        self.pace.wanted = if grown > self.cfg.full_every
             && self.older_peer_live(crate::fleet::attrs::PROTO_READS_HOLDS)
         {
-            if !std::mem::replace(&mut self.growth_held, true) {
+            if !std::mem::replace(&mut self.pace.growth_held, true) {
                 tracing::info!(
                     wanted_ms = grown.as_millis() as u64,
                     kept_ms = self.cfg.full_every.as_millis() as u64,
@@ -62,23 +62,23 @@ impl Node {
                 );
             }
             self.cfg.full_every
-        } else if grown > self.full_every && (!records_read || self.corrupt_peer_unsettled()) {
+        } else if grown > self.pace.full_every && (!records_read || self.corrupt_peer_unsettled()) {
             // The records could not be read, or one listed under `nodes/`
             // does not decode and has been renewed lately (a node of an
             // unknown build may stand behind it): not grown this time.
             tracing::debug!("peer records not read: the full-listing interval is kept");
-            self.full_every
+            self.pace.full_every
         } else {
-            self.growth_held = false;
+            self.pace.growth_held = false;
             grown
         };
-        if self.full_every_wanted < self.full_every && !all_confirmed {
+        if self.pace.wanted < self.pace.full_every && !all_confirmed {
             tracing::debug!("a claim not confirmed by this listing: the interval shrinks later");
-            self.full_every_wanted = self.full_every;
+            self.pace.wanted = self.pace.full_every;
         }
         self.take_published_pace();
-        let wanted = self.full_every_wanted;
-        self.pace_tx.send_if_modified(|v| {
+        let wanted = self.pace.wanted;
+        self.pace.tx.send_if_modified(|v| {
             let changed = *v != wanted;
             *v = wanted;
             changed
@@ -89,27 +89,28 @@ impl Node {
     /// published (`core::adopt_pace`).
     pub(super) fn take_published_pace(&mut self) {
         let published = self
-            .pace_landed
+            .pace
+            .landed
             .as_ref()
             .map_or(self.cfg.full_every, |rx| *rx.borrow());
-        let next = core::adopt_pace(self.full_every, self.full_every_wanted, published);
-        if next > self.full_every {
-            self.grown_at = self.deps.clock.now();
+        let next = core::adopt_pace(self.pace.full_every, self.pace.wanted, published);
+        if next > self.pace.full_every {
+            self.pace.grown_at = self.deps.clock.now();
             // Our claims were confirmed at the old interval and keep its
-            // belief (`belief_pace`), which would run out before a listing
+            // belief (`pace.belief`), which would run out before a listing
             // at the new one: a full listing now confirms them at it.
             self.next.list_all(Why::PaceGrew);
         }
         // Shorter at once; longer once every claim is confirmed at it
         // (`recount_confirmed`).
-        self.belief_pace = self.belief_pace.min(next);
-        if next != self.full_every {
+        self.pace.belief = self.pace.belief.min(next);
+        if next != self.pace.full_every {
             tracing::info!(
-                from = ?self.full_every,
+                from = ?self.pace.full_every,
                 to = ?next,
                 "full listings: interval changed with the fleet's size"
             );
-            self.full_every = next;
+            self.pace.full_every = next;
         }
     }
 }

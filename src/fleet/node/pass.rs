@@ -59,7 +59,8 @@ impl Node {
         // bucket also fails our renewals within ttl/3, which stops
         // everything, and the next registration checks it again.
         if core::marker_due(
-            self.marker_checked
+            self.bucket
+                .checked
                 .map(|(_, t)| self.deps.clock.now().saturating_since(t)),
             self.cfg.ttl,
             MARKER_EVERY,
@@ -104,12 +105,12 @@ impl Node {
         let now = self.deps.clock.now();
         let full = core::full_listing_due(
             self.cfg.feed_on(),
-            self.last_full.map(|t| now.saturating_since(t)),
-            self.full_every,
+            self.pace.last_full.map(|t| now.saturating_since(t)),
+            self.pace.full_every,
             self.cfg.max_poll,
             self.next.full_asked()
                 // Hints older than the retention may be gone unread.
-                || self.feed_read_at.is_some_and(|t| {
+                || self.feed.read_at.is_some_and(|t| {
                     now.saturating_since(t).saturating_add(core::feed_skew(self.cfg.ttl))
                         >= crate::fleet::feed::RETENTION
                 }),
@@ -126,6 +127,7 @@ impl Node {
         let read = if self.cfg.feed_on() {
             Some(
                 self.feed
+                    .cursor
                     .read(&self.deps.store, wall_at)
                     .await
                     .map_err(|e| Error::from_store("list", crate::keys::CHANGES, e))?,
@@ -257,7 +259,7 @@ impl Node {
                     o.confirmed = o.confirmed.max(claims_listed_at);
                 }
             }
-            self.last_full = Some(listed_at);
+            self.pace.last_full = Some(listed_at);
             self.next.listed_all();
             fleet_size = Some((
                 (self.manifests.len() + self.claims.len()) as u64,
@@ -274,7 +276,7 @@ impl Node {
             // and takes the fixed interval back (`note_fleet_size`).
             // Shrinking here instead would end the beliefs of claims
             // confirmed up to the grown interval ago, and stop them.
-            if self.full_every > self.cfg.full_every
+            if self.pace.full_every > self.cfg.full_every
                 && self.older_peer_live(crate::fleet::attrs::PROTO_READS_HOLDS)
             {
                 self.next.list_all(Why::OlderPeer);
@@ -320,7 +322,8 @@ impl Node {
     /// confirmation, and the deadline every session runs under.
     fn publish_listed(&mut self, full: bool) {
         let nodes = &self.nodes;
-        self.watch_missing
+        self.ring
+            .missing
             .retain(|k, v| nodes.get(k).is_some_and(|n| n.listed == *v));
         self.deps.status.set_corrupt(
             self.corrupt
@@ -396,7 +399,7 @@ impl Node {
                     self.cfg.full_every,
                     self.cfg.full_every_objects,
                     objects,
-                ) > self.full_every;
+                ) > self.pace.full_every;
                 let read = !grows || self.fetch_unread_nodes().await;
                 // Every claim we still hold was confirmed by this listing
                 // (one it did not show and that could not be read back
@@ -680,7 +683,7 @@ impl Node {
                 self.manifests.contains_key(&crate::keys::manifest(name)),
                 self.claims.get(&ckey).map(|(_, c)| c),
             ) {
-                self.seen_claims.remove(&ckey);
+                self.memory.seen_claims.remove(&ckey);
             }
         }
     }
@@ -698,14 +701,14 @@ impl Node {
         // Acted on: the feed's hints are seen (a pass that returned early
         // with an error reads them again).
         if let Some(read) = read {
-            self.feed.commit(read);
+            self.feed.cursor.commit(read);
         }
         if full || self.cfg.feed_on() {
             // Covered by this pass's listings or the feed read.
-            self.feed_read_at = Some(listed_at);
+            self.feed.read_at = Some(listed_at);
         }
         if full {
-            self.feed.covered_until(wall_at);
+            self.feed.cursor.covered_until(wall_at);
         }
     }
 
@@ -718,15 +721,19 @@ impl Node {
         if core::runs_retention(
             self.me.node.as_str(),
             views,
-            self.expired_at
+            self.feed
+                .expired_at
                 .map(|t| self.deps.clock.now().saturating_since(t)),
             crate::fleet::feed::RETENTION / 2,
-            self.expiring.as_ref().is_none_or(|t| t.0.is_finished()),
+            self.feed
+                .expiring
+                .as_ref()
+                .is_none_or(|t| t.0.is_finished()),
         ) {
-            self.expired_at = Some(self.deps.clock.now());
+            self.feed.expired_at = Some(self.deps.clock.now());
             let store = self.deps.store.clone();
             let wall = self.deps.clock.wall_ms();
-            self.expiring = Some(AbortOnDrop(tokio::spawn(async move {
+            self.feed.expiring = Some(AbortOnDrop(tokio::spawn(async move {
                 match crate::fleet::feed::expire(&store, wall).await {
                     Ok(0) => {}
                     Ok(n) => tracing::debug!(hints = n, "expired change hints"),

@@ -29,10 +29,12 @@ impl Node {
         if !self.manifests.contains_key(&crate::keys::manifest(name)) {
             return;
         }
-        let seen = self.seen_claims.get(key).copied().unwrap_or(0);
+        let seen = self.memory.seen_claims.get(key).copied().unwrap_or(0);
         let claim = self.claims.get(key).map(|(_, c)| c);
         if let Some(c) = claim {
-            self.seen_claims.insert(key.to_string(), seen.max(c.epoch));
+            self.memory
+                .seen_claims
+                .insert(key.to_string(), seen.max(c.epoch));
         }
         if core::claim_gone(claim, seen) {
             self.next.list_all(Why::ClaimGone);
@@ -223,7 +225,7 @@ impl Node {
     /// make a vanished claim again on such a read). A stray object stops
     /// counting once it has stood still that long.
     pub(super) fn corrupt_peer_unsettled(&self) -> bool {
-        let ttl = self.cfg.ttl.max(self.longest.0);
+        let ttl = self.cfg.ttl.max(self.memory.longest.0);
         let observer = self.client.observer();
         self.corrupt_nodes.iter().any(|key| {
             observer.version(key).is_none_or(|v| {
@@ -276,11 +278,14 @@ impl Node {
             Ok(Some(o)) => match LeaseRecord::decode(key, &o.bytes, Kind::Node) {
                 Ok(record) => {
                     self.corrupt_nodes.remove(key);
-                    self.absent_nodes.remove(key);
+                    self.memory.absent_nodes.remove(key);
                     let mp = NodeAttrs::of(&record).max_poll_ms;
-                    self.longest = (
-                        self.longest.0.max(Duration::from_millis(record.ttl_ms)),
-                        self.longest.1.max(Duration::from_millis(mp)),
+                    self.memory.longest = (
+                        self.memory
+                            .longest
+                            .0
+                            .max(Duration::from_millis(record.ttl_ms)),
+                        self.memory.longest.1.max(Duration::from_millis(mp)),
                     );
                     let listed = listed
                         .or_else(|| self.nodes.get(key).map(|n| n.listed.clone()))
@@ -312,7 +317,8 @@ impl Node {
                     .nodes
                     .remove(key)
                     .map_or(self.cfg.ttl, |n| Duration::from_millis(n.record.ttl_ms));
-                self.absent_nodes
+                self.memory
+                    .absent_nodes
                     .entry(key.to_string())
                     .or_insert((now, ttl));
             }
@@ -346,25 +352,27 @@ impl Node {
         // the listing arrived), not dead: see `node_absent_long_enough`.
         for (k, n) in &self.nodes {
             if !listed.contains(k.as_str()) {
-                self.absent_nodes
+                self.memory
+                    .absent_nodes
                     .entry(k.clone())
                     .or_insert((now, Duration::from_millis(n.record.ttl_ms)));
             }
         }
-        self.absent_nodes
+        self.memory
+            .absent_nodes
             .retain(|k, _| !listed.contains(k.as_str()));
         // Bounded: only keys some claim still names are worth remembering.
         // Looked for only while some node is absent (rarely), and without
         // formatting a key per claim: this ran every pass over every claim
         // in the fleet, a fifth of an idle node's CPU at 100,000 sessions
         // (issue #14).
-        if !self.absent_nodes.is_empty() {
+        if !self.memory.absent_nodes.is_empty() {
             let named: std::collections::HashSet<&str> = self
                 .claims
                 .values()
                 .map(|(_, c)| c.owner.node.as_str())
                 .collect();
-            self.absent_nodes.retain(|k, _| {
+            self.memory.absent_nodes.retain(|k, _| {
                 k.strip_prefix(crate::keys::NODES)
                     .is_some_and(|id| named.contains(id))
             });

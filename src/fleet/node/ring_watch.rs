@@ -62,7 +62,7 @@ impl Node {
         let unchanged = observer
             .version(key)
             .and_then(|v| observer.unchanged_for(key, &v, now));
-        let peer = self.watch_read.get(key);
+        let peer = self.ring.read.get(key);
         let since_read = peer.map(|p| now.saturating_since(p.read_at));
         let foreseen = match peer.and_then(|p| p.expect_at) {
             None => core::Foreseen::Unknown,
@@ -86,7 +86,7 @@ impl Node {
 
     /// How long until the bell is due a read (now if never read).
     pub(super) fn bell_wait(&self, now: MonoTime) -> Duration {
-        self.bell.as_ref().map_or(Duration::ZERO, |(at, _)| {
+        self.ring.bell.as_ref().map_or(Duration::ZERO, |(at, _)| {
             core::bell_period(self.cfg.ttl).saturating_sub(now.saturating_since(*at))
         })
     }
@@ -97,8 +97,8 @@ impl Node {
     /// (this node's first read only learns it; a bell found missing is no
     /// ring).
     pub(super) async fn read_bell(&self) -> ((MonoTime, Option<Version>), bool) {
-        let read_before = self.bell.is_some();
-        let known = self.bell.as_ref().and_then(|(_, v)| v.clone());
+        let read_before = self.ring.bell.is_some();
+        let known = self.ring.bell.as_ref().and_then(|(_, v)| v.clone());
         let read = match &known {
             Some(v) => self.deps.store.get_if_changed(crate::keys::BELL, v).await,
             None => self
@@ -152,7 +152,7 @@ impl Node {
             // A record found missing hurries one pass per listed version: a
             // store whose listings lag its deletes must not make every
             // watch a pass.
-            let hurried = self.watch_missing.get(&key) == Some(&n.listed);
+            let hurried = self.ring.missing.get(&key) == Some(&n.listed);
             let listed = n.listed.clone();
             Some(async move {
                 let read = self.deps.store.get_if_changed(&key, &known).await;

@@ -18,7 +18,7 @@ impl Node {
             // earlier instance's ttl went with its record: with a longer
             // ttl there, the wait falls short by the difference (a known
             // gap, docs/fleet.md "Known gaps": use one ttl per node id).
-            let ttl = self.cfg.ttl.max(self.longest.0);
+            let ttl = self.cfg.ttl.max(self.memory.longest.0);
             self.predecessor_unproven_until =
                 Some(self.deps.clock.now() + ttl + default_margin(ttl));
         }
@@ -29,7 +29,7 @@ impl Node {
         let (load_tx, load_rx) = watch::channel(0u32);
         // The registration published `cfg.full_every` (`node_attrs`).
         let (pace_landed_tx, pace_landed_rx) = watch::channel(self.cfg.full_every);
-        self.pace_landed = Some(pace_landed_rx);
+        self.pace.landed = Some(pace_landed_rx);
         let stop_renew = CancellationToken::new();
         let task = renew_task(
             lease,
@@ -42,7 +42,7 @@ impl Node {
                 violation: self.violation.clone(),
                 stop: stop_renew.clone(),
                 unproven_until: self.predecessor_unproven_until,
-                pace: self.pace_tx.subscribe(),
+                pace: self.pace.tx.subscribe(),
                 pace_landed: pace_landed_tx,
             },
         );
@@ -258,17 +258,17 @@ impl Node {
                             w = self.watch_peers() => (Some(w), false),
                         };
                         if let Some(w) = w {
-                            self.watch_missing.extend(w.missing);
+                            self.ring.missing.extend(w.missing);
                             for (key, read_at, expected) in w.read {
-                                let prior = self.watch_read.get(&key).and_then(|p| p.expect_at);
+                                let prior = self.ring.read.get(&key).and_then(|p| p.expect_at);
                                 let expect_at = expected.unwrap_or(prior);
-                                self.watch_read.insert(key, WatchedPeer { read_at, expect_at });
+                                self.ring.read.insert(key, WatchedPeer { read_at, expect_at });
                             }
                             if w.bell.is_some() {
-                                self.bell = w.bell;
+                                self.ring.bell = w.bell;
                             }
                             let nodes = &self.nodes;
-                            self.watch_read.retain(|k, _| nodes.contains_key(k));
+                            self.ring.read.retain(|k, _| nodes.contains_key(k));
                             if w.pass {
                                 // A watched peer stood still, or the bell
                                 // rang (a fence, a release, an apply): the

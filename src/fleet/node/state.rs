@@ -102,12 +102,22 @@ impl KnownManifest {
     }
 }
 
-/// Observations a node process keeps across re-registrations (see the
-/// fields of the same names on `Node`).
+/// Observations a node process keeps across re-registrations (`Node::memory`;
+/// see its fields).
 #[derive(Default)]
 pub(super) struct Memory {
+    /// Absence is an observation, never a death certificate. Node keys a
+    /// claim names that we found absent: since when (the arrival of the
+    /// first response that showed them absent) and the TTL of the last
+    /// record we had (else ours).
     pub(super) absent_nodes: HashMap<String, (MonoTime, Duration)>,
+    /// The highest epoch we have seen for each claim key (listed manifests
+    /// only): a claim that vanished is made again above it, not at 1.
     pub(super) seen_claims: HashMap<String, u64>,
+    /// The longest (ttl, max_poll) any node record we ever decoded
+    /// published, ours included: only ever grows, so a peer whose record
+    /// vanished, turned corrupt or is cached stale still counts in the hold
+    /// a vanished claim waits out (`absent_claim_wait`).
     pub(super) longest: (Duration, Duration),
 }
 
@@ -164,19 +174,6 @@ pub(super) struct Node {
     pub(super) progress: HashMap<String, (u32, Option<MonoTime>)>,
     /// When each session was first seen claimable (for rank × grace).
     pub(super) first_claimable: HashMap<String, MonoTime>,
-    /// Absence is an observation, never a death certificate. Node keys a
-    /// claim names that we found absent: since when (the arrival of the
-    /// first response that showed them absent) and the TTL of the last
-    /// record we had (else ours).
-    pub(super) absent_nodes: HashMap<String, (MonoTime, Duration)>,
-    /// The highest epoch we have seen for each claim key (listed manifests
-    /// only): a claim that vanished is made again above it, not at 1.
-    pub(super) seen_claims: HashMap<String, u64>,
-    /// The longest (ttl, max_poll) any node record we ever decoded
-    /// published, ours included: only ever grows, so a peer whose record
-    /// vanished, turned corrupt or is cached stale still counts in the hold
-    /// a vanished claim waits out (`absent_claim_wait`).
-    pub(super) longest: (Duration, Duration),
     pub(super) idle_ticks: u32,
     /// No crash-loop back-off of an owned session ends before this (a
     /// lower bound: a session lost or restarted since leaves it early,
@@ -214,22 +211,9 @@ pub(super) struct Node {
     pub(super) violation: Arc<std::sync::Mutex<Option<String>>>,
     /// Conditional writes of claims so far, for the audit's sample.
     pub(super) claim_writes: u64,
-    /// The fleet marker this node serves (checked every pass), and the
-    /// epoch base of its generation: no claim of ours is made at or below it.
-    pub(super) marker: (crate::fleet::marker::FleetMarker, Version),
-    pub(super) epoch_base: u64,
     /// Passes so far (a claim request between passes counts as one), and
     /// the pass and time of the last confirmation of the marker.
     pub(super) pass: u64,
-    pub(super) marker_checked: Option<(u64, MonoTime)>,
-    /// Watched peers whose record a watch read found missing, with the
-    /// listed version then: each hurries one pass (see `watch_peers`).
-    pub(super) watch_missing: HashMap<String, Version>,
-    /// What the ring watch remembers of each watched peer.
-    pub(super) watch_read: HashMap<String, WatchedPeer>,
-    /// The fleet's bell as last read (`feed::ring_bell`): when, and the
-    /// version it showed (`None`: missing).
-    pub(super) bell: Option<(MonoTime, Option<Version>)>,
     /// Until when another instance of this node id is not known to have
     /// stopped: set when this instance's registration *created* its node
     /// record (an operator deleted it, or gc did). Without the host lock's
@@ -241,10 +225,6 @@ pub(super) struct Node {
     /// (its release, its expiry, or our host lock): its claims are ours at
     /// once even during the wait above, which is for instances before it.
     pub(super) proven_predecessor: Option<String>,
-    /// The change feed's cursor (light passes; see [`crate::fleet::feed`]).
-    pub(super) feed: crate::fleet::feed::FeedCursor,
-    /// When the last full listing of `manifests/` and `sessions/` was sent.
-    pub(super) last_full: Option<MonoTime>,
     /// What the next pass must do beyond its schedule, and why.
     pub(super) next: NextPass,
     /// The peers as the last pass saw them (id, instance, live, offers
@@ -257,26 +237,71 @@ pub(super) struct Node {
     pub(super) revisit: std::collections::BTreeSet<String>,
     /// Set while a pass runs; still set at the next one if it failed.
     pub(super) pass_incomplete: bool,
-    /// When the feed was last covered (read, or a full listing sent).
-    pub(super) feed_read_at: Option<MonoTime>,
-    /// The retention task, if one runs, and when it was last started.
-    pub(super) expiring: Option<AbortOnDrop<()>>,
     /// Peers this node fenced whose ranked takers are not nudged yet.
     pub(super) fenced_now: Vec<String>,
     /// The nudges in flight (best effort; aborted when the node ends).
     pub(super) nudges: tokio::task::JoinSet<()>,
+    /// When every node record was last read again, whole and decodable,
+    /// before a vanished claim was made (`read_holds`): when those reads
+    /// were sent.
+    pub(super) holds_read: Option<MonoTime>,
+    /// The change feed as this node reads it, and its retention.
+    pub(super) feed: FeedState,
+    /// The ring watch and the bell between passes.
+    pub(super) ring: RingWatch,
+    /// The bucket this node serves: its fleet marker, checked every pass.
+    pub(super) bucket: Bucket,
+    /// What this node process keeps across re-registrations.
+    pub(super) memory: Memory,
+    /// The listing interval, and the belief in our claims measured in it.
+    pub(super) pace: Pace,
+}
+
+/// The change feed as this node reads it (light passes; see [`crate::fleet::feed`]), and the feed's retention.
+pub(super) struct FeedState {
+    /// The change feed's cursor (light passes; see [`crate::fleet::feed`]).
+    pub(super) cursor: crate::fleet::feed::FeedCursor,
+    /// When the feed was last covered (read, or a full listing sent).
+    pub(super) read_at: Option<MonoTime>,
+    /// The retention task, if one runs, and when it was last started.
+    pub(super) expiring: Option<AbortOnDrop<()>>,
     pub(super) expired_at: Option<MonoTime>,
+}
+
+/// What the ring watch and the bell remember between passes (`ring_watch.rs`).
+pub(super) struct RingWatch {
+    /// Watched peers whose record a watch read found missing, with the
+    /// listed version then: each hurries one pass (see `watch_peers`).
+    pub(super) missing: HashMap<String, Version>,
+    /// What the ring watch remembers of each watched peer.
+    pub(super) read: HashMap<String, WatchedPeer>,
+    /// The fleet's bell as last read (`feed::ring_bell`): when, and the
+    /// version it showed (`None`: missing).
+    pub(super) bell: Option<(MonoTime, Option<Version>)>,
+}
+
+/// The bucket this node serves: the fleet marker, its generation's epoch base (no claim of ours is made at or below it), and when it was last confirmed.
+pub(super) struct Bucket {
+    /// The fleet marker this node serves (checked every pass), and the
+    /// epoch base of its generation: no claim of ours is made at or below it.
+    pub(super) marker: (crate::fleet::marker::FleetMarker, Version),
+    pub(super) epoch_base: u64,
+    pub(super) checked: Option<(u64, MonoTime)>,
+}
+
+/// The anti-entropy interval this node lists at, and the interval its belief in its claims is measured in: the belief is never longer than the interval (`Pace::check`).
+pub(super) struct Pace {
     /// The anti-entropy interval this node lists at (`core::adopt_pace`):
     /// `cfg.full_every` at registration (what the registration published),
     /// then grown with the fleet only as far as a landed renewal carried.
     pub(super) full_every: Duration,
     /// The interval the last full listing's count calls for
     /// (`core::full_listing_pace`).
-    pub(super) full_every_wanted: Duration,
+    pub(super) wanted: Duration,
     /// To the renew task: the interval to publish (`max_poll_ms`).
-    pub(super) pace_tx: watch::Sender<Duration>,
+    pub(super) tx: watch::Sender<Duration>,
     /// From the renew task: the interval its last landed renewal carried.
-    pub(super) pace_landed: Option<watch::Receiver<Duration>>,
+    pub(super) landed: Option<watch::Receiver<Duration>>,
     /// The interval our belief in our claims is measured in
     /// (`confirmed_until`): `full_every` once every claim we hold was
     /// confirmed after its last growth (`grown_at`), the shorter one
@@ -285,15 +310,40 @@ pub(super) struct Node {
     /// peer may have waited out only that interval; a longer belief would
     /// stretch that confirmation after the fact, and a session whose
     /// deadline lapsed would be started again beside the peer's.
-    pub(super) belief_pace: Duration,
+    pub(super) belief: Duration,
     pub(super) grown_at: MonoTime,
     /// The interval would grow, but `note_fleet_size` holds it at
     /// `full_every` (logged once each time it starts holding).
     pub(super) growth_held: bool,
-    /// When every node record was last read again, whole and decodable,
-    /// before a vanished claim was made (`read_holds`): when those reads
-    /// were sent.
-    pub(super) holds_read: Option<MonoTime>,
+    /// When the last full listing of `manifests/` and `sessions/` was sent.
+    pub(super) last_full: Option<MonoTime>,
+}
+
+impl Pace {
+    fn new(full_every: Duration) -> Self {
+        Pace {
+            full_every,
+            wanted: full_every,
+            tx: watch::Sender::new(full_every),
+            landed: None,
+            belief: full_every,
+            grown_at: MonoTime::ZERO,
+            growth_held: false,
+            last_full: None,
+        }
+    }
+
+    /// The invariant this group owns: a belief longer than the interval
+    /// would stretch a claim's confirmation past the listing that gave it.
+    #[cfg(debug_assertions)]
+    pub(super) fn check(&self) {
+        assert!(
+            self.belief <= self.full_every,
+            "belief {:?} longer than the listing interval {:?}",
+            self.belief,
+            self.full_every
+        );
+    }
 }
 
 /// A serving node re-reads the fleet marker at least every this many ttls
@@ -340,9 +390,6 @@ impl Node {
             published: None,
             first_claimable: HashMap::new(),
             progress: HashMap::new(),
-            absent_nodes: memory.absent_nodes,
-            seen_claims: memory.seen_claims,
-            longest: memory.longest,
             idle_ticks: 0,
             draining: false,
             control_read: false,
@@ -351,38 +398,38 @@ impl Node {
             confirmed_tx: watch::Sender::new(MonoTime::ZERO),
             violation: Default::default(),
             claim_writes: 0,
-            epoch_base: crate::fleet::marker::epoch_base(marker.0.generation),
-            marker,
             pass: 0,
-            marker_checked: None,
-            watch_missing: HashMap::new(),
-            watch_read: HashMap::new(),
-            bell: None,
             predecessor_unproven_until: None,
             proven_predecessor: None,
             next_restart: None,
             checks: Default::default(),
             sleepers: Default::default(),
             exits_mid_batch: false,
-            feed: crate::fleet::feed::FeedCursor::new(cfg_skew),
-            last_full: None,
             next: NextPass::registered(),
             fleet_seen: Vec::new(),
             revisit: Default::default(),
             pass_incomplete: false,
-            feed_read_at: None,
-            expiring: None,
             fenced_now: Vec::new(),
             nudges: tokio::task::JoinSet::new(),
-            expired_at: None,
-            full_every,
-            full_every_wanted: full_every,
-            pace_tx: watch::Sender::new(full_every),
-            pace_landed: None,
             holds_read: None,
-            belief_pace: full_every,
-            grown_at: MonoTime::ZERO,
-            growth_held: false,
+            feed: FeedState {
+                cursor: crate::fleet::feed::FeedCursor::new(cfg_skew),
+                read_at: None,
+                expiring: None,
+                expired_at: None,
+            },
+            ring: RingWatch {
+                missing: HashMap::new(),
+                read: HashMap::new(),
+                bell: None,
+            },
+            bucket: Bucket {
+                epoch_base: crate::fleet::marker::epoch_base(marker.0.generation),
+                marker,
+                checked: None,
+            },
+            memory,
+            pace: Pace::new(full_every),
         }
     }
 
@@ -399,11 +446,7 @@ impl Node {
     }
 
     pub(super) fn take_memory(&mut self) -> Memory {
-        Memory {
-            absent_nodes: std::mem::take(&mut self.absent_nodes),
-            seen_claims: std::mem::take(&mut self.seen_claims),
-            longest: self.longest,
-        }
+        std::mem::take(&mut self.memory)
     }
 
     /// Confirms the fleet marker (a conditional GET: a 304 when unchanged)
@@ -411,11 +454,16 @@ impl Node {
     /// per pass. A wiped or replaced bucket is `Corrupt` at key `fleet`,
     /// which ends the node (see `serve`).
     pub(super) async fn ensure_marker(&mut self) -> Result<()> {
-        if self.marker_checked.is_some_and(|(p, _)| p == self.pass) {
+        if self.bucket.checked.is_some_and(|(p, _)| p == self.pass) {
             return Ok(());
         }
-        crate::fleet::marker::check(&self.deps.store, &self.marker.0, &self.marker.1).await?;
-        self.marker_checked = Some((self.pass, self.deps.clock.now()));
+        crate::fleet::marker::check(
+            &self.deps.store,
+            &self.bucket.marker.0,
+            &self.bucket.marker.1,
+        )
+        .await?;
+        self.bucket.checked = Some((self.pass, self.deps.clock.now()));
         Ok(())
     }
 

@@ -40,7 +40,7 @@ impl Node {
     /// Read from `confirmed_floor` (O(1)): at or before the exact bound,
     /// and equal to it after `recount_confirmed`, which every pass runs.
     pub(super) fn confirmed_until(&self) -> Option<MonoTime> {
-        let belief = core::claim_belief(self.cfg.ttl, self.cfg.max_poll.max(self.belief_pace));
+        let belief = core::claim_belief(self.cfg.ttl, self.cfg.max_poll.max(self.pace.belief));
         // Checked in test builds (small fleets only: the walk is what the
         // floor saves): a floor above an owned session's confirmation
         // would give that session a deadline past its belief.
@@ -72,12 +72,12 @@ impl Node {
     pub(super) fn recount_confirmed(&mut self, raise: bool) {
         self.confirmed_floor = self.owned.values().map(|o| o.confirmed).min();
         // Every claim confirmed at the grown interval (or none held): our
-        // belief may be measured in it (see `belief_pace`).
+        // belief may be measured in it (see `pace.belief`).
         if raise
-            && self.belief_pace < self.full_every
-            && self.confirmed_floor.is_none_or(|f| f >= self.grown_at)
+            && self.pace.belief < self.pace.full_every
+            && self.confirmed_floor.is_none_or(|f| f >= self.pace.grown_at)
         {
-            self.belief_pace = self.full_every;
+            self.pace.belief = self.pace.full_every;
         }
     }
 }
