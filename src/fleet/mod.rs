@@ -25,7 +25,17 @@
 //! - [`journal`]: the node's event journal; [`explain`]: the reason shown
 //!   beside a status;
 //! - [`control`]: cordon and drain; [`gc`]: garbage collection under the
-//!   epoch floor; [`renew_thread`]: renewals on a thread of their own.
+//!   epoch floor; [`renew_thread`]: renewals on a thread of their own;
+//! - [`check`]: health checks (the spec, the rule that folds probe results,
+//!   the probes); [`limits`]: memory, cpu and pids limits (the spec; their
+//!   enforcement with feature `node`); [`sleep`]: when a session sleeps;
+//! - [`channel`]: the session channel (feature `session`: its client, which
+//!   a session links to; the server with feature `node`).
+//!
+//! Without the `node` feature (a service that embeds only the wake path)
+//! this module holds the records and the pure rules: manifests, claims,
+//! node records, placement, `core`; `node`, `runner`, `watchdog`,
+//! `contain` and `renew_thread` come with the feature.
 
 pub mod attrs;
 #[cfg(feature = "session")]
