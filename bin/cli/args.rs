@@ -122,7 +122,9 @@ pub(crate) enum Command {
     /// Inside a session: ask its node to put it to sleep now (its run is
     /// stopped; a wake runs it again, at a higher epoch).
     Sleep,
-    /// List sessions (default), nodes or manifests.
+    /// List sessions (default), nodes or manifests (`get` is the same, as
+    /// in kubectl).
+    #[command(visible_alias = "get")]
     Ls {
         #[arg(value_enum, default_value = "sessions")]
         what: LsWhat,
@@ -562,6 +564,14 @@ pub(crate) enum LeaseOp {
         /// expires (or, absent, once watched for its ttl + margin).
         #[arg(long, value_parser = parse_duration, allow_hyphen_values = true)]
         wait: Option<Duration>,
+        /// Declare NAME first if it has no record at all (as `lease create`):
+        /// a first acquire of a new name then takes it at once. Without it,
+        /// a name with no record is taken only after being watched absent for
+        /// its ttl + margin, since it may be a deleted lease whose holder
+        /// still believes in it. Never re-creates over a deleted lease's
+        /// marker.
+        #[arg(long)]
+        create: bool,
         /// Skip the conditional-write probe's race rounds (about 300
         /// requests, 32 rounds of concurrent writes); its sequential steps
         /// (about ten requests) still run on an HTTP store, to learn the

@@ -11,6 +11,7 @@ pub(super) async fn lease(op: LeaseOp, max_skew: Duration) -> Result<(), Failure
             node,
             address,
             wait,
+            create,
             no_probe,
             json,
         } => {
@@ -31,6 +32,11 @@ pub(super) async fn lease(op: LeaseOp, max_skew: Duration) -> Result<(), Failure
                 .clock(clock.clone())
                 .epoch_base(base)
                 .build()?;
+            if create {
+                // Create-if-absent: a deleted lease's marker stays, and is
+                // waited out below like any absence.
+                client.create(&name).await?;
+            }
             let deadline = clock.now() + wait.unwrap_or(Duration::ZERO);
             let mut conflicts = 0;
             loop {
@@ -252,9 +258,9 @@ pub(super) fn print_not_acquired(name: &Name, answer: &Acquire, json: bool) {
                 }));
             } else {
                 println!(
-                    "absent: {key} has no record (never declared with `leasehold lease create`, or deleted); \
-                     a marker at epoch {epoch} stands in its place. It can be taken after watching it \
-                     unchanged {:?} more: acquire with --wait {}s",
+                    "absent: {key} has no record (never declared with `leasehold lease create` or \
+                     `acquire --create`, or deleted); a marker at epoch {epoch} stands in its place. \
+                     It can be taken after watching it unchanged {:?} more: acquire with --wait {}s",
                     expires_after,
                     expires_after.as_secs() + 1
                 );
