@@ -3013,3 +3013,32 @@ fn watch_prints_unknown_kinds_and_says_what_it_skipped() {
     );
     assert!(line("skipped a malformed journal frame").is_some(), "{out}");
 }
+
+/// With no store anywhere, every command that needs one says each place it
+/// may come from (issue #44: clap's message named only `--store`).
+#[test]
+fn a_missing_store_names_the_flag_the_variable_and_the_config_file() {
+    for args in [&["ls"][..], &["describe", "web"], &["lease", "show", "x"], &["doctor"]] {
+        let o = run(args);
+        assert_eq!(code(&o), 2, "{args:?}: {}", stderr(&o));
+        let e = stderr(&o);
+        for needed in [
+            "--store",
+            "LEASEHOLD_STORE",
+            "/nonexistent/leasehold-test-config/leasehold/config.json",
+        ] {
+            assert!(e.contains(needed), "{args:?} does not name {needed}: {e}");
+        }
+    }
+}
+
+/// `get` is `ls`, as in kubectl.
+#[test]
+fn get_is_ls() {
+    let (_d, url) = store();
+    let ls = run(&["ls", "--store", &url, "-o", "json"]);
+    let get = run(&["get", "--store", &url, "-o", "json"]);
+    assert_eq!(code(&ls), 0, "{}", stderr(&ls));
+    assert_eq!(code(&get), 0, "{}", stderr(&get));
+    assert_eq!(json(&ls), json(&get));
+}

@@ -34,14 +34,36 @@ use leasehold::telemetry::LogFormat;
 pub(crate) struct StoreArgs {
     /// Store URL: s3://bucket[/prefix], az://container[/prefix], gs://bucket[/prefix],
     /// file:///dir or memory://. Credentials come from the environment, never the URL.
+    /// Also read from LEASEHOLD_STORE, or "store" in the config file.
     #[arg(long, env = "LEASEHOLD_STORE")]
-    pub(crate) store: String,
+    store: Option<String>,
     /// S3 endpoint (MinIO, R2, ...); default from AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL.
     #[arg(long)]
     pub(crate) endpoint: Option<String>,
     /// Per-request timeout.
     #[arg(long, default_value = "5s", value_parser = parse_duration, allow_hyphen_values = true)]
     pub(crate) request_timeout: Duration,
+}
+
+impl StoreArgs {
+    /// The store's URL, or an error that says each place it may come from
+    /// (clap's own "required" message named only the flag).
+    pub(crate) fn url(&self) -> Result<&str, Error> {
+        match self.store.as_deref() {
+            Some(u) if !u.is_empty() => Ok(u),
+            _ => Err(Error::invalid(
+                "store",
+                format!(
+                    "no store given: pass --store URL, set LEASEHOLD_STORE, or put \"store\" in the config file ({}); \
+                     e.g. file:///tmp/fleet on a laptop, s3://bucket/prefix in the cloud",
+                    config_path().map_or_else(
+                        || "$XDG_CONFIG_HOME/leasehold/config.json".to_string(),
+                        |p| p.display().to_string()
+                    )
+                ),
+            )),
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]

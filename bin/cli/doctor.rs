@@ -46,7 +46,7 @@ pub(super) async fn doctor(args: &StoreArgs, json: bool) -> Result<(), Failure> 
     let store = open(args).await?;
     // Named before the probe: when the probe fails for want of credentials,
     // where they were looked for is the first thing an operator needs.
-    let credentials = leasehold::store::open::credentials_source(&args.store).await;
+    let credentials = leasehold::store::open::credentials_source(args.url()?).await;
     let clock = leasehold::clock::SystemClock::new();
     let started = clock.now();
     let (report, result) = leasehold::probe::probe_report(&store, &OsEntropy::new(), &clock).await;
@@ -80,7 +80,7 @@ pub(super) async fn doctor(args: &StoreArgs, json: bool) -> Result<(), Failure> 
     // A local directory's lock files: an older build's scheme keeps one
     // for every key ever written (docs/stores.md, "Its lock files").
     let lock_files = args
-        .store
+        .url()?
         .split_once("://")
         .filter(|(scheme, p)| scheme.eq_ignore_ascii_case("file") && p.starts_with('/'))
         .and_then(|(_, p)| leasehold::store::local::lock_files(std::path::Path::new(p)).ok());

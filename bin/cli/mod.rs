@@ -226,7 +226,7 @@ const DEFAULT_FULL_EVERY_TTLS: u32 = 60;
 /// path would be created and listed as an empty fleet): `init` and `node
 /// run` create it ([`open_creating`]).
 pub(crate) async fn open(args: &StoreArgs) -> Result<Arc<dyn Store>, Error> {
-    let url = args.store.as_str();
+    let url = args.url()?;
     let lower = url.to_ascii_lowercase();
     if lower.starts_with("memory:") {
         return Err(Error::invalid(
@@ -262,11 +262,11 @@ async fn open_creating_on(
     args: &StoreArgs,
     io: Option<tokio::runtime::Handle>,
 ) -> Result<Arc<dyn Store>, Error> {
-    if let Some(dir) = args
-        .store
+    let url = args.url()?;
+    if let Some(dir) = url
         .to_ascii_lowercase()
         .strip_prefix("file://")
-        .map(|_| &args.store["file://".len()..])
+        .map(|_| &url["file://".len()..])
         && dir.starts_with('/')
         && !std::path::Path::new(dir).exists()
     {
@@ -277,7 +277,7 @@ async fn open_creating_on(
         request_timeout: args.request_timeout,
         io_runtime: io,
     };
-    open_store(&args.store, &opts).await
+    open_store(url, &opts).await
 }
 
 /// Every command that writes a manifest or a claim hints it in the change
