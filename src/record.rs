@@ -58,6 +58,13 @@ pub struct Holder {
     pub instance: String,
 }
 
+/// `node/instance on host`: how logs and messages name a holder.
+impl std::fmt::Display for Holder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{} on {}", self.node, self.instance, self.host)
+    }
+}
+
 /// The record stored in a lease object.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -924,6 +924,21 @@ fn apply_and_delete_manifests() {
         "--json",
     ]);
     assert_eq!(json(&o)["result"], "replaced");
+    // The same spec again with --replace: unchanged, and nothing written
+    // (issue #44: it said "replaced" and wrote a new version).
+    let before = json(&run(&["inspect", "manifests/web", "--store", &s, "--json"]));
+    let o = run(&[
+        "apply",
+        f.to_str().unwrap(),
+        "--store",
+        &s,
+        "--replace",
+        "--json",
+    ]);
+    assert_eq!(json(&o)["result"], "unchanged", "{}", stdout(&o));
+    let after = json(&run(&["inspect", "manifests/web", "--store", &s, "--json"]));
+    assert_eq!(before["version"], after["version"], "{before} / {after}");
+    assert!(!before["version"].is_null(), "{before}");
     for (body, needle) in [
         (
             r#"{"name": "web", "spec": {"command": ""}}"#,
@@ -3018,7 +3033,12 @@ fn watch_prints_unknown_kinds_and_says_what_it_skipped() {
 /// may come from (issue #44: clap's message named only `--store`).
 #[test]
 fn a_missing_store_names_the_flag_the_variable_and_the_config_file() {
-    for args in [&["ls"][..], &["describe", "web"], &["lease", "show", "x"], &["doctor"]] {
+    for args in [
+        &["ls"][..],
+        &["describe", "web"],
+        &["lease", "show", "x"],
+        &["doctor"],
+    ] {
         let o = run(args);
         assert_eq!(code(&o), 2, "{args:?}: {}", stderr(&o));
         let e = stderr(&o);

@@ -609,9 +609,9 @@ pub async fn apply(
     // read, not from a refused create: a refused write is still hinted in
     // the change feed and rings the bell (a retried write may have landed;
     // see `feed::HintingStore`), so an apply loop of unchanged manifests (a
-    // GitOps controller) woke every node each round.
-    if replace.is_none()
-        && let Some(o) = &current
+    // GitOps controller) woke every node each round. With `--replace`
+    // too: a replace by the same spec changes nothing, and says so.
+    if let Some(o) = &current
         && let Ok(m) = ManifestRecord::decode(&key, &o.bytes)
         && m.digest == rec.digest
     {

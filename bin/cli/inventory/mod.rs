@@ -8,6 +8,9 @@
 
 mod describe;
 mod resolve;
+mod table;
+
+use table::Table;
 
 pub use describe::{describe, inspect};
 pub use resolve::resolve;
@@ -146,11 +149,6 @@ fn decode_row<T>(
     }
 }
 
-/// Prints the CORRUPT line of a row that could not be read.
-fn print_corrupt(name: &str, corrupt: &str, width: usize) {
-    println!("{name:<width$} CORRUPT: {corrupt}");
-}
-
 /// A wall-clock age in milliseconds, for humans.
 fn ago(ms: u64) -> String {
     if ms < 10_000 {
@@ -233,55 +231,45 @@ pub async fn ls(
             if json {
                 print_json(&serde_json::to_value(&rows).expect("rows serialise"));
             } else {
-                println!(
-                    "{:<16} {:<17} {:<6} {:<9} {:<10} {:<22} {:<14}{}",
-                    "NODE",
-                    "INSTANCE",
-                    "EPOCH",
-                    "LOAD",
-                    "STATE",
-                    "ADDRESS",
-                    "RENEWED",
-                    if wide {
-                        " HOST                 LISTS  PROTO LABELS"
-                    } else {
-                        ""
-                    }
-                );
+                let mut header = vec![
+                    "NODE", "INSTANCE", "EPOCH", "LOAD", "STATE", "ADDRESS", "RENEWED",
+                ];
+                if wide {
+                    header.extend(["HOST", "LISTS", "PROTO", "LABELS"]);
+                }
+                let mut table = Table::new(&header);
                 for r in rows {
                     let r = match r {
                         NodeLine::Node(r) => r,
                         NodeLine::Corrupt { node, corrupt } => {
-                            print_corrupt(&node, &corrupt, 16);
+                            table.spanning(&node, format!("CORRUPT: {corrupt}"));
                             continue;
                         }
                     };
-                    let extra = if wide {
-                        format!(
-                            " {:<20} {:<6} {:<5} {}",
-                            r.host,
-                            ago(r.max_poll_ms),
-                            r.proto,
-                            kv_list(&r.labels)
-                        )
-                    } else {
-                        String::new()
-                    };
-                    println!(
-                        "{:<16} {:<17} {:<6} {:<9} {:<10} {:<22} {:<14}{extra}",
-                        r.node,
-                        r.instance,
-                        r.epoch,
+                    let mut cells = vec![
+                        r.node.clone(),
+                        r.instance.clone(),
+                        r.epoch.to_string(),
                         format!("{}/{}", r.load, r.capacity),
                         format!(
                             "{}{}",
                             r.state.as_str(),
                             if r.cordoned { ",cordoned" } else { "" }
                         ),
-                        r.address.as_deref().unwrap_or("-"),
+                        r.address.clone().unwrap_or_else(|| "-".into()),
                         format!("{} ago", ago(r.renewed_ms_ago_wall)),
-                    );
+                    ];
+                    if wide {
+                        cells.extend([
+                            r.host.clone(),
+                            ago(r.max_poll_ms),
+                            r.proto.to_string(),
+                            kv_list(&r.labels),
+                        ]);
+                    }
+                    table.row(cells);
                 }
+                table.print();
             }
         }
         LsWhat::Manifests => {
@@ -313,38 +301,38 @@ pub async fn ls(
             if json {
                 print_json(&serde_json::to_value(&rows).expect("rows serialise"));
             } else {
-                println!(
-                    "{:<24} {:<13} {:<11} {:<7} {}COMMAND",
-                    "NAME",
-                    "DIGEST",
-                    "RESTART",
-                    "PAUSED",
-                    if wide { "SELECTOR             " } else { "" }
-                );
+                let mut header = vec!["NAME", "DIGEST", "RESTART", "PAUSED"];
+                if wide {
+                    header.push("SELECTOR");
+                }
+                header.push("COMMAND");
+                let mut table = Table::new(&header);
                 for r in rows {
                     let r = match r {
                         ManifestLine::Manifest(r) => r,
                         ManifestLine::Corrupt { name, corrupt } => {
-                            print_corrupt(&name, &corrupt, 24);
+                            table.spanning(&name, format!("CORRUPT: {corrupt}"));
                             continue;
                         }
                     };
-                    let selector = if wide {
+                    let mut cells = vec![
+                        r.name.clone(),
+                        r.digest.get(..12).unwrap_or(&r.digest).to_string(),
+                        r.restart.policy.as_str().to_string(),
+                        r.paused.to_string(),
+                    ];
+                    if wide {
                         let s = kv_list(&r.selector);
-                        format!("{:<20} ", if s.is_empty() { "-" } else { &s })
-                    } else {
-                        String::new()
-                    };
-                    println!(
-                        "{:<24} {:<13} {:<11} {:<7} {selector}{} {}",
-                        r.name,
-                        r.digest.get(..12).unwrap_or(&r.digest),
-                        r.restart.policy.as_str(),
-                        r.paused,
+                        cells.push(if s.is_empty() { "-".into() } else { s });
+                    }
+                    cells.push(format!(
+                        "{} {}",
                         shown(&r.command),
-                        shown(&r.args.join(" ")),
-                    );
+                        shown(&r.args.join(" "))
+                    ));
+                    table.row(cells);
                 }
+                table.print();
             }
         }
         LsWhat::Sessions => {
@@ -439,51 +427,42 @@ pub async fn ls(
                 let rows: Vec<&SessionLine> = rows.values().collect();
                 print_json(&serde_json::to_value(&rows).expect("rows serialise"));
             } else {
-                println!(
-                    "{:<24} {:<12} {:<16} {:<6} {:<9} {}REASON",
-                    "NAME",
-                    "STATUS",
-                    "OWNER",
-                    "EPOCH",
-                    "AGE",
-                    if wide {
-                        "INSTANCE          RESTARTS EXIT ADDRESS                "
-                    } else {
-                        ""
-                    }
-                );
+                let mut header = vec!["NAME", "STATUS", "OWNER", "EPOCH", "AGE"];
+                if wide {
+                    header.extend(["INSTANCE", "RESTARTS", "EXIT", "ADDRESS"]);
+                }
+                header.push("REASON");
+                let mut table = Table::new(&header);
                 for r in rows.into_values() {
                     let r = match r {
                         SessionLine::Session(r) => r,
                         SessionLine::Corrupt { name, corrupt, .. } => {
-                            print_corrupt(&name, &corrupt, 24);
+                            table.spanning(&name, format!("CORRUPT: {corrupt}"));
                             continue;
                         }
                     };
                     let c = r.claim.as_ref();
                     let dash = || "-".to_string();
-                    let extra = if wide {
-                        format!(
-                            "{:<17} {:<8} {:<4} {:<22} ",
-                            c.map_or("-", |c| c.instance.as_str()),
+                    let mut cells = vec![
+                        r.name.clone(),
+                        word(&r.status),
+                        c.map_or_else(dash, |c| c.owner.clone()),
+                        c.map_or_else(dash, |c| c.epoch.to_string()),
+                        c.map_or_else(dash, |c| ago(c.updated_ms_ago_wall)),
+                    ];
+                    if wide {
+                        cells.extend([
+                            c.map_or_else(dash, |c| c.instance.clone()),
                             c.map_or_else(dash, |c| c.restarts.to_string()),
                             c.and_then(|c| c.exit_code)
                                 .map_or_else(dash, |x| x.to_string()),
-                            c.and_then(|c| c.address.as_deref()).unwrap_or("-"),
-                        )
-                    } else {
-                        String::new()
-                    };
-                    println!(
-                        "{:<24} {:<12} {:<16} {:<6} {:<9} {extra}{}",
-                        r.name,
-                        word(&r.status),
-                        c.map_or("-", |c| c.owner.as_str()),
-                        c.map_or_else(dash, |c| c.epoch.to_string()),
-                        c.map_or_else(dash, |c| ago(c.updated_ms_ago_wall)),
-                        r.reason,
-                    );
+                            c.and_then(|c| c.address.clone()).unwrap_or_else(dash),
+                        ]);
+                    }
+                    cells.push(r.reason.clone());
+                    table.row(cells);
                 }
+                table.print();
             }
         }
     }

@@ -223,7 +223,7 @@ async fn register(
             Ok(Acquire::Acquired(_)) => core::Registration::Acquired,
             Ok(Acquire::Held { holder, .. }) => {
                 if warned.as_ref() != Some(holder) {
-                    tracing::warn!(node = %cfg.id, holder = ?holder, "node id held by another instance; waiting");
+                    tracing::warn!(node = %cfg.id, holder = %holder, "node id held by another instance; waiting");
                     warned = Some(holder.clone());
                 } else {
                     tracing::debug!(node = %cfg.id, "node id still held; waiting");
