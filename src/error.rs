@@ -135,6 +135,13 @@ pub enum Error {
     #[error("{key} not found")]
     NotFound { key: String },
 
+    /// The store holds no fleet: its marker (`fleet`) is missing.
+    #[error(
+        "no fleet at {store}: its marker `fleet` is missing. For a new fleet, run `leasehold init` once; \
+         if this bucket held a fleet, it was wiped or replaced: run `leasehold init --generation <its last generation + 1>`"
+    )]
+    NoFleet { store: String },
+
     /// The bucket could not be reached or failed transiently.
     #[error("store unavailable during {op} {key}")]
     Unavailable {
@@ -175,7 +182,7 @@ impl Error {
             Error::Lost { .. } => ErrorKind::Fenced,
             Error::Corrupt { .. } => ErrorKind::Data,
             Error::Unsupported { .. } => ErrorKind::Unsupported,
-            Error::NotFound { .. } => ErrorKind::NotFound,
+            Error::NotFound { .. } | Error::NoFleet { .. } => ErrorKind::NotFound,
             Error::Unavailable { .. } => ErrorKind::Unavailable,
             Error::Denied { .. } => ErrorKind::Permission,
             Error::Store { source, .. } => match source {

@@ -85,6 +85,10 @@ struct Run<'a> {
     steps: Vec<Step>,
     clock: &'a dyn Clock,
     mark: crate::clock::MonoTime,
+    /// The ETag form is known: step 4 showed it refuses a stale version.
+    /// Until then a report names no dialect (what the handle holds is only
+    /// its default).
+    dialect_known: bool,
 }
 
 impl Run<'_> {
@@ -172,6 +176,7 @@ pub async fn probe_report(
         steps: Vec::new(),
         clock,
         mark: clock.now(),
+        dialect_known: false,
     };
     let r = steps(&mut run, &dir, &a, &b, entropy).await;
     // Clean up whatever happened; failures here are not the store's fault.
@@ -192,7 +197,7 @@ pub async fn probe_report(
         store: store.to_string(),
         steps: run.steps,
         conditional_get: *r.as_ref().unwrap_or(&false),
-        etag_dialect: store.etag_dialect(),
+        etag_dialect: store.etag_dialect().filter(|_| run.dialect_known),
     };
     (report, r.map(|_| ()))
 }
@@ -271,6 +276,7 @@ pub async fn learn_dialect(
         steps: Vec::new(),
         clock,
         mark: clock.now(),
+        dialect_known: false,
     };
     let r = sequential(&mut run, &dir, &a, entropy).await;
     if let Err(e) = store.delete(&a).await {
@@ -422,6 +428,7 @@ async fn sequential(
             if let Some(l) = learned {
                 store.set_etag_dialect(l);
             }
+            run.dialect_known = true;
             run.pass("rejected stale update", "Precondition; object unchanged")
         }
         Ok(_) => {

@@ -1972,6 +1972,17 @@ fn a_lock_free_s3_server_is_refused_by_doctor_node_run_and_acquire() {
     assert!(stderr(&o).contains("race"), "{}", stderr(&o));
     let o = racy(&["lease", "acquire", "job", "--store", url, "--json"]);
     assert_eq!(code(&o), 6, "{}{}", stdout(&o), stderr(&o));
+    // `init` probes first too (issue #44: on a store ignoring conditions,
+    // three inits printed three fleet ids, each replacing the marker).
+    let o = racy(&["init", "--store", url]);
+    assert_eq!(
+        code(&o),
+        6,
+        "init on a lock-free store: {}{}",
+        stdout(&o),
+        stderr(&o)
+    );
+    assert!(stderr(&o).contains("race"), "{}", stderr(&o));
     // Nothing was held: the refused runs wrote no node record and no lease.
     let o = racy(&["nodes", "--store", url, "-o", "json"]);
     assert_eq!(code(&o), 0, "{}", stderr(&o));
@@ -3061,4 +3072,31 @@ fn get_is_ls() {
     assert_eq!(code(&ls), 0, "{}", stderr(&ls));
     assert_eq!(code(&get), 0, "{}", stderr(&get));
     assert_eq!(json(&ls), json(&get));
+}
+
+/// `node run` before `init` (issue #44): a missing local root is refused,
+/// not created, and the message says what to run; an empty one says there
+/// is no fleet there and how to make one, in one sentence.
+#[test]
+fn node_run_before_init_says_to_init_and_creates_nothing() {
+    let d = common::session_dir();
+    let root = d.path().join("fleet");
+    let url = format!("file://{}", root.display());
+    let o = run(&["node", "run", "--id", "n1", "--store", &url]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&format!("`leasehold init --store {url}`")),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!root.exists(), "node run created {}", root.display());
+    std::fs::create_dir(&root).unwrap();
+    let o = run(&["node", "run", "--id", "n1", "--store", &url]);
+    assert_eq!(code(&o), 7, "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(
+        e.contains(&format!("no fleet at {url}")) && e.contains("run `leasehold init` once"),
+        "{e}"
+    );
+    assert!(!e.contains("was not found"), "{e}");
 }

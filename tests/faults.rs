@@ -498,6 +498,7 @@ async fn the_etag_dialect_and_identity_pass_through_every_wrapper() {
 #[tokio::test]
 async fn the_probe_refuses_a_stale_etag_in_either_form_and_listings_without_versions() {
     use leasehold::store::fault::{DialectDouble, DialectQuirk};
+    let mut sides = [false; 2];
     for (quirk, step, says) in [
         (
             DialectQuirk::UnquotedIgnored,
@@ -526,7 +527,25 @@ async fn the_probe_refuses_a_stale_etag_in_either_form_and_listings_without_vers
         let last = report.steps.last().unwrap();
         assert_eq!((last.name, last.ok), (step, false), "{:?}", report.steps);
         assert!(report.steps[..report.steps.len() - 1].iter().all(|s| s.ok));
+        // A dialect is reported only once the probe learned it (issue #44:
+        // doctor printed the handle's default after a probe that failed
+        // before it could learn anything).
+        let learned = report
+            .steps
+            .iter()
+            .any(|s| s.name == "rejected stale update" && s.ok);
+        assert_eq!(
+            report.etag_dialect.is_some(),
+            learned,
+            "{quirk:?}: {:?} after {:?}",
+            report.etag_dialect,
+            report.steps
+        );
+        sides[learned as usize] = true;
     }
+    // One failed before the dialect was learned and one after: both sides
+    // of the rule above were exercised.
+    assert_eq!(sides, [true, true]);
 }
 
 /// AWS S3 answers concurrent conditional writes with 409

@@ -253,7 +253,7 @@ pub(crate) async fn open(args: &StoreArgs) -> Result<Arc<dyn Store>, Error> {
 /// Opens the store, creating a `file://` root that does not exist yet (and
 /// saying so on stderr): for `init` and `node run`.
 pub(crate) async fn open_creating(args: &StoreArgs) -> Result<Arc<dyn Store>, Error> {
-    open_creating_on(args, None).await
+    open_creating_on(args, None, true).await
 }
 
 /// As [`open_creating`], with the HTTP stores' socket work on `io` (see
@@ -261,6 +261,7 @@ pub(crate) async fn open_creating(args: &StoreArgs) -> Result<Arc<dyn Store>, Er
 async fn open_creating_on(
     args: &StoreArgs,
     io: Option<tokio::runtime::Handle>,
+    create: bool,
 ) -> Result<Arc<dyn Store>, Error> {
     let url = args.url()?;
     if let Some(dir) = url
@@ -270,6 +271,14 @@ async fn open_creating_on(
         && dir.starts_with('/')
         && !std::path::Path::new(dir).exists()
     {
+        if !create {
+            return Err(Error::invalid(
+                "--store",
+                format!(
+                    "{dir} does not exist: `leasehold init --store {url}` creates a fleet there (a typo?)"
+                ),
+            ));
+        }
         eprintln!("creating {dir} (a new local store)");
     }
     let opts = OpenOptions {
@@ -427,6 +436,10 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             json,
         } => {
             let store = open_creating(&store).await?;
+            // Probed first, as a node probes before it serves: on a store
+            // that ignores conditions, the marker's create-if-absent would
+            // be no guard, and each `init` would write a fleet of its own.
+            leasehold::probe::probe(&store, &OsEntropy::new(), &SystemClock::new()).await?;
             let (m, created) = leasehold::fleet::marker::init(
                 &store,
                 &OsEntropy::new(),

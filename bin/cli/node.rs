@@ -212,7 +212,8 @@ pub(super) async fn node(op: NodeOp) -> Result<(), Failure> {
     // (`leasehold::fleet::renew_thread`); it lives until the node has
     // released its lease, at the end of this function.
     let renew_thread = leasehold::fleet::renew_thread::RenewThread::start("leasehold-renew")?;
-    let store = open_creating_on(&store, Some(renew_thread.handle())).await?;
+    // A missing local root is refused, not created: `init` makes a fleet.
+    let store = open_creating_on(&store, Some(renew_thread.handle()), false).await?;
     let counting = Arc::new(leasehold::store::CountingStore::new(store));
     // Hints are counted with the rest of the node's requests; their form
     // is the node's to decide (`NodeDeps::hint_forms`).

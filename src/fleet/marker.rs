@@ -101,12 +101,8 @@ pub async fn read(store: &Arc<dyn Store>) -> Result<Option<(FleetMarker, Version
 /// The marker a node needs before it serves, or the error that says why
 /// not: none there (`init` it; if it was there, the bucket was wiped).
 pub async fn require(store: &Arc<dyn Store>) -> Result<(FleetMarker, Version)> {
-    read(store).await?.ok_or_else(|| Error::NotFound {
-        key: format!(
-            "the fleet marker `{KEY}` of {store} (for a new fleet, run `leasehold init` once; \
-             if this bucket held a fleet, it was wiped or replaced: run \
-             `leasehold init --generation <its last generation + 1>`) was"
-        ),
+    read(store).await?.ok_or_else(|| Error::NoFleet {
+        store: store.to_string(),
     })
 }
 
