@@ -72,6 +72,7 @@ pub(crate) enum Command {
     Doctor {
         #[command(flatten)]
         store: StoreArgs,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -97,6 +98,7 @@ pub(crate) enum Command {
     /// {"name": "...", "spec": {"command": "...", "args": [...], ...}}.
     /// The same spec again is a no-op; a different spec needs --replace.
     Apply {
+        /// The manifest: a JSON file with "name" and "spec", or - for stdin.
         file: String,
         #[command(flatten)]
         store: StoreArgs,
@@ -109,18 +111,21 @@ pub(crate) enum Command {
         /// node's next pass.
         #[arg(long, env = "LEASEHOLD_TOKEN_FILE")]
         token_file: Option<std::path::PathBuf>,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
     /// Which node owns a session: exit 0 when a live owner runs it, 1
     /// otherwise (none, or not running), 2 on any error.
     Resolve {
+        /// The session to resolve.
         name: String,
         #[command(flatten)]
         store: StoreArgs,
         /// Also dial the owner; if it does not answer, check its node lease.
         #[arg(long)]
         wake: bool,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -129,15 +134,18 @@ pub(crate) enum Command {
     /// (one conditional write; concurrent wakes start one run). Exit 0 when
     /// ready, 1 when not within --wait.
     Wake {
+        /// The session to wake.
         name: String,
         #[command(flatten)]
         store: StoreArgs,
+        /// How long to wait for it to run and be ready.
         #[arg(long, default_value = "30s", value_parser = parse_duration, allow_hyphen_values = true)]
         wait: Duration,
         /// The fleet's token: the wake then reaches the owner of a running
         /// session, restarting its idle time (`sleep.after_idle`).
         #[arg(long, env = "LEASEHOLD_TOKEN_FILE")]
         token_file: Option<std::path::PathBuf>,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -148,6 +156,7 @@ pub(crate) enum Command {
     /// in kubectl).
     #[command(visible_alias = "get")]
     Ls {
+        /// What to list: sessions (default), nodes or manifests.
         #[arg(value_enum, default_value = "sessions")]
         what: LsWhat,
         #[command(flatten)]
@@ -161,12 +170,14 @@ pub(crate) enum Command {
     /// Everything about one session: manifest, claim, owner liveness, status
     /// and reason, restarts, and (with --token-file) its recent events.
     Describe {
+        /// The session to describe.
         name: String,
         #[command(flatten)]
         store: StoreArgs,
         /// File with the fleet's bearer token, to read the owner's journal.
         #[arg(long, env = "LEASEHOLD_TOKEN_FILE")]
         token_file: Option<std::path::PathBuf>,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -180,9 +191,11 @@ pub(crate) enum Command {
     /// One object: its raw bytes, version and decoded form; corruption is
     /// reported as such (exit 5).
     Inspect {
+        /// The object key, e.g. sessions/web, manifests/web, nodes/n1, fleet.
         key: String,
         #[command(flatten)]
         store: StoreArgs,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -217,6 +230,7 @@ pub(crate) enum Command {
         #[arg(long, default_value_t = 1,
               value_parser = clap::value_parser!(u64).range(1..=leasehold::fleet::marker::MAX_GENERATION))]
         generation: u64,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -224,12 +238,14 @@ pub(crate) enum Command {
     /// node's API; with --follow, keep printing, following the session to
     /// its next owner.
     Logs {
+        /// The session whose output to show.
         name: String,
         #[command(flatten)]
         store: StoreArgs,
         /// File with the fleet's bearer token.
         #[arg(long, env = "LEASEHOLD_TOKEN_FILE")]
         token_file: std::path::PathBuf,
+        /// Keep printing new output as the session writes it (across owners).
         #[arg(short, long)]
         follow: bool,
         /// Only the last N lines (default: all that is kept).
@@ -251,17 +267,20 @@ pub(crate) enum Command {
         /// Print what would be removed; remove nothing.
         #[arg(long)]
         dry_run: bool,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions {
+        /// The shell to write completions for.
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
     /// Pause a session: its owner stops it and keeps its claim (`paused`);
     /// no node starts it until `resume`. Exit 7 if there is no manifest.
     Pause {
+        /// The session to pause.
         name: String,
         #[command(flatten)]
         store: StoreArgs,
@@ -272,6 +291,7 @@ pub(crate) enum Command {
     },
     /// Resume a paused session. Exit 7 if there is no manifest.
     Resume {
+        /// The session to resume.
         name: String,
         #[command(flatten)]
         store: StoreArgs,
@@ -284,6 +304,7 @@ pub(crate) enum Command {
     /// higher epoch (a new fencing token). Stamps the spec's `restarted_at`,
     /// as `kubectl rollout restart` does. Exit 7 if there is no manifest.
     Restart {
+        /// The session to run again.
         name: String,
         #[command(flatten)]
         store: StoreArgs,
@@ -294,6 +315,7 @@ pub(crate) enum Command {
     /// Delete a manifest; its owner stops the session and releases the claim.
     /// Exit 7 if there is none (0 with --ignore-not-found).
     Delete {
+        /// The session whose manifest to delete.
         name: String,
         #[command(flatten)]
         store: StoreArgs,
@@ -375,6 +397,7 @@ pub(crate) enum NodeOp {
     /// cordon`. Written to control/ID; the node applies it within a few
     /// passes, at once when nudged (with --token-file).
     Cordon {
+        /// The node to cordon.
         id: String,
         #[command(flatten)]
         store: StoreArgs,
@@ -384,9 +407,11 @@ pub(crate) enum NodeOp {
     },
     /// Undo cordon and drain: node ID takes sessions again.
     Uncordon {
+        /// The node to uncordon.
         id: String,
         #[command(flatten)]
         store: StoreArgs,
+        /// The fleet's bearer token: nudges the node, so it acts at once.
         #[arg(long, env = "LEASEHOLD_TOKEN_FILE")]
         token_file: Option<std::path::PathBuf>,
     },
@@ -394,11 +419,14 @@ pub(crate) enum NodeOp {
     /// its claim released, so a peer claims it at once); waits until the
     /// node holds none, or --timeout (exit 4).
     Drain {
+        /// The node to drain.
         id: String,
         #[command(flatten)]
         store: StoreArgs,
+        /// The fleet's bearer token: nudges the node, so it acts at once.
         #[arg(long, env = "LEASEHOLD_TOKEN_FILE")]
         token_file: Option<std::path::PathBuf>,
+        /// How long to wait for the node's sessions to move before giving up (exit 4); the drain goes on.
         #[arg(long, default_value = "2m", value_parser = parse_duration, allow_hyphen_values = true)]
         timeout: Duration,
     },
@@ -562,18 +590,22 @@ pub(crate) enum LeaseOp {
     /// acquired only after watching it absent for its ttl + margin. Exit 0
     /// whether or not it existed ("exists" says which).
     Create {
+        /// The lease to declare (a name: 1-128 of [a-z0-9._-]).
         name: String,
         #[command(flatten)]
         store: StoreArgs,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
     /// Acquire NAME. Prints the epoch (the fencing token) and a lease token
     /// for `renew`/`release`. Exit 1 if someone else holds it.
     Acquire {
+        /// The lease to acquire.
         name: String,
         #[command(flatten)]
         store: StoreArgs,
+        /// How long the lease holds without a renewal (renew every ttl/3).
         #[arg(long, default_value = "10s", value_parser = parse_duration, allow_hyphen_values = true)]
         ttl: Duration,
         /// Holder node id (default: this host's name, sanitised).
@@ -604,11 +636,13 @@ pub(crate) enum LeaseOp {
         /// has passed.
         #[arg(long)]
         no_probe: bool,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
     /// Renew NAME with the token from `acquire` (or the last `renew`).
     Renew {
+        /// The lease to renew.
         name: String,
         #[command(flatten)]
         store: StoreArgs,
@@ -616,24 +650,30 @@ pub(crate) enum LeaseOp {
         /// readable in the bucket).
         #[arg(long, env = "LEASEHOLD_LEASE_TOKEN")]
         token: String,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
     /// Release NAME: a tombstone that keeps the epoch.
     Release {
+        /// The lease to release.
         name: String,
         #[command(flatten)]
         store: StoreArgs,
+        /// Lease token from `acquire` or the last `renew`.
         #[arg(long, env = "LEASEHOLD_LEASE_TOKEN")]
         token: String,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
     /// Show the record of NAME.
     Show {
+        /// The lease to show.
         name: String,
         #[command(flatten)]
         store: StoreArgs,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -655,6 +695,7 @@ pub(crate) enum FenceOp {
     /// This run as its node sees it (session, epoch, node, lease validity
     /// left), from memory: no bucket request.
     Check {
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -662,9 +703,45 @@ pub(crate) enum FenceOp {
     /// only if it still names this run, with the node's lease valid for
     /// --margin after the read.
     Ack {
+        /// How long the node lease must stay valid after the claim is read for the answer to be yes.
         #[arg(long, default_value = "1s", value_parser = parse_duration, allow_hyphen_values = true)]
         margin: Duration,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// Every flag and argument of every command says what it is (issue
+    /// #44: `apply --json`, `logs -f`, `<FILE>`, `<NAME>` had none).
+    #[test]
+    fn every_flag_and_argument_has_help() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for a in cmd.get_arguments() {
+                let id = a.get_id().as_str();
+                if id == "help" || id == "version" {
+                    continue;
+                }
+                if a.get_help().is_none() && a.get_long_help().is_none() {
+                    missing.push(format!("{path} {id}"));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                walk(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&Cli::command(), "leasehold", &mut missing);
+        assert!(
+            missing.is_empty(),
+            "{} without help:\n{}",
+            missing.len(),
+            missing.join("\n")
+        );
+    }
 }
