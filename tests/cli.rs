@@ -3100,3 +3100,108 @@ fn node_run_before_init_says_to_init_and_creates_nothing() {
     );
     assert!(!e.contains("was not found"), "{e}");
 }
+
+/// `apply -f` as kubectl users type it (issue #44): files, a directory,
+/// stdin; YAML documents and JSON arrays; one bad document writes nothing
+/// and its error names the file, the document and the field.
+#[test]
+fn apply_takes_files_directories_stdin_yaml_and_json_arrays() {
+    let (d, url) = store();
+    let m = d.path().join("m");
+    std::fs::create_dir(&m).unwrap();
+    std::fs::write(
+        m.join("a.yaml"),
+        "name: web\nspec:\n  command: sh\n  args: [\"-c\", \"sleep 100\"]\n  restart: always\n---\nname: worker\nspec:\n  command: sleep\n  args: [\"60\"]\n",
+    )
+    .unwrap();
+    std::fs::write(
+        m.join("b.json"),
+        r#"[{"name": "j1", "spec": {"command": "true"}}, {"name": "j2", "spec": {"command": "true"}}]"#,
+    )
+    .unwrap();
+    std::fs::write(m.join("notes.txt"), "not a manifest").unwrap();
+    let o = run(&[
+        "apply",
+        "-f",
+        m.to_str().unwrap(),
+        "--store",
+        &url,
+        "--json",
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let answers = json(&o);
+    let keys: Vec<&str> = answers
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "manifests/web",
+            "manifests/worker",
+            "manifests/j1",
+            "manifests/j2"
+        ]
+    );
+    assert!(
+        answers
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|a| a["result"] == "created")
+    );
+    // stdin, YAML: the same specs are unchanged.
+    let mut child = bin()
+        .args(["apply", "-f", "-", "--store", &url])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(&std::fs::read(m.join("a.yaml")).unwrap())
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("manifests/web unchanged"),
+        "{}",
+        stdout(&o)
+    );
+    // One bad document among good ones: nothing written, and said where.
+    let two = d.path().join("two.yaml");
+    std::fs::write(
+        &two,
+        "name: ok1\nspec: {command: \"true\"}\n---\nname: bad\nspec:\n  command: sh\n  restart: sometimes\n",
+    )
+    .unwrap();
+    let o = run(&["apply", "-f", two.to_str().unwrap(), "--store", &url]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(
+        e.contains("two.yaml (document 2) at spec.restart: unknown variant `sometimes`"),
+        "{e}"
+    );
+    let o = run(&["inspect", "manifests/ok1", "--store", &url]);
+    assert_eq!(code(&o), 7, "ok1 was written: {}", stdout(&o));
+    // A JSON array's bad element is named by its index.
+    let arr = d.path().join("arr.json");
+    std::fs::write(
+        &arr,
+        r#"[{"name": "x1", "spec": {"command": "true"}}, {"name": "x2", "spec": {"command": ""}}]"#,
+    )
+    .unwrap();
+    let o = run(&["apply", arr.to_str().unwrap(), "--store", &url]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("arr.json at [1]"), "{}", stderr(&o));
+    // Nothing given.
+    let o = run(&["apply", "--store", &url]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("-f FILE|DIR|-"), "{}", stderr(&o));
+}

@@ -9,63 +9,255 @@ pub(crate) struct ManifestFile {
     spec: leasehold::fleet::manifest::Spec,
 }
 
+/// Most bytes read from one manifest file (or stdin): many manifests
+/// each up to `MAX_MANIFEST_BYTES`.
+const MAX_FILE_BYTES: usize = 8 << 20;
+
+/// One manifest as read, with where it came from for messages
+/// (`web.yaml`, `all.yaml (document 3)`, `list.json at [2]`).
+pub(crate) struct Source {
+    pub(crate) from: String,
+    pub(crate) manifest: ManifestFile,
+}
+
+/// The files `paths` name: files as given, directories as their `*.json`,
+/// `*.yaml` and `*.yml` in name order (not recursive), `-` as stdin.
+fn expand(paths: &[String]) -> Result<Vec<String>, Error> {
+    if paths.is_empty() {
+        return Err(Error::invalid(
+            "manifest file",
+            "none given: `leasehold apply FILE` or `-f FILE|DIR|-` (repeatable)",
+        ));
+    }
+    let mut out = Vec::new();
+    for p in paths {
+        let path = std::path::Path::new(p);
+        if p != "-" && path.is_dir() {
+            let mut found: Vec<String> = std::fs::read_dir(path)
+                .map_err(|e| Error::invalid("manifest directory", format!("{p}: {e}")))?
+                .filter_map(|e| e.ok())
+                .map(|e| e.path())
+                .filter(|f| {
+                    f.is_file()
+                        && f.extension()
+                            .and_then(|x| x.to_str())
+                            .is_some_and(|x| matches!(x, "json" | "yaml" | "yml"))
+                })
+                .map(|f| f.display().to_string())
+                .collect();
+            found.sort();
+            if found.is_empty() {
+                return Err(Error::invalid(
+                    "manifest directory",
+                    format!("{p} holds no *.json, *.yaml or *.yml file"),
+                ));
+            }
+            out.extend(found);
+        } else {
+            out.push(p.clone());
+        }
+    }
+    if out.iter().filter(|p| *p == "-").count() > 1 {
+        return Err(Error::invalid("manifest file", "stdin (-) given twice"));
+    }
+    Ok(out)
+}
+
+/// The manifests of one file: JSON (an object, or an array of them) or
+/// YAML (one or more documents). By extension; stdin and other names by
+/// their first character (`{` or `[` is JSON). Every error names the file,
+/// the document and the field.
+fn parse_file(file: &str, bytes: &[u8]) -> Result<Vec<Source>, Error> {
+    let lower = file.to_ascii_lowercase();
+    let yaml = if lower.ends_with(".json") {
+        false
+    } else if lower.ends_with(".yaml") || lower.ends_with(".yml") {
+        true
+    } else {
+        !matches!(
+            bytes.iter().find(|b| !b.is_ascii_whitespace()),
+            Some(b'{') | Some(b'[')
+        )
+    };
+    let at = |path: String| {
+        if path == "." {
+            String::new()
+        } else {
+            format!(" at {path}")
+        }
+    };
+    if !yaml {
+        // Parsed once, from the file itself: an error names the field's
+        // path (`spec.restart`, `[2].name`) and the line and column in
+        // *this* file.
+        let de = &mut serde_json::Deserializer::from_slice(bytes);
+        let bad = |e: serde_path_to_error::Error<serde_json::Error>| {
+            let path = e.path().to_string();
+            Error::invalid(
+                "manifest file",
+                format!("{file}{}: {}", at(path), e.into_inner()),
+            )
+        };
+        // An array of manifests, or one.
+        if bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
+            let ms: Vec<ManifestFile> = serde_path_to_error::deserialize(de).map_err(bad)?;
+            return Ok(ms
+                .into_iter()
+                .enumerate()
+                .map(|(i, m)| Source {
+                    from: format!("{file} at [{i}]"),
+                    manifest: m,
+                })
+                .collect());
+        }
+        let m: ManifestFile = serde_path_to_error::deserialize(de).map_err(bad)?;
+        return Ok(vec![Source {
+            from: file.to_string(),
+            manifest: m,
+        }]);
+    }
+    let text = std::str::from_utf8(bytes)
+        .map_err(|e| Error::invalid("manifest file", format!("{file}: not UTF-8 text: {e}")))?;
+    let mut out = Vec::new();
+    for (i, doc) in serde_norway::Deserializer::from_str(text).enumerate() {
+        let n = i + 1;
+        let m: Option<ManifestFile> = serde_path_to_error::deserialize(doc).map_err(|e| {
+            let path = e.path().to_string();
+            // serde_norway names the path itself: said once.
+            let inner = e.into_inner().to_string();
+            let inner = inner
+                .strip_prefix(&format!("{path}: "))
+                .unwrap_or(&inner)
+                .to_string();
+            Error::invalid(
+                "manifest file",
+                format!("{file} (document {n}){}: {inner}", at(path)),
+            )
+        })?;
+        // An empty document (a leading or trailing `---`) holds nothing.
+        if let Some(m) = m {
+            out.push(Source {
+                from: format!("{file} (document {n})"),
+                manifest: m,
+            });
+        }
+    }
+    if out.is_empty() {
+        return Err(Error::invalid(
+            "manifest file",
+            format!("{file} holds no manifest"),
+        ));
+    }
+    Ok(out)
+}
+
+/// Reads every manifest `paths` name, and checks each (name, spec) before
+/// anything is written: one bad document writes nothing.
+pub(crate) fn read_manifests(paths: &[String]) -> Result<Vec<Source>, Error> {
+    use leasehold::fleet::manifest;
+    use std::io::Read;
+    let mut all = Vec::new();
+    for file in expand(paths)? {
+        let mut bytes = Vec::new();
+        let limit = MAX_FILE_BYTES as u64 + 1;
+        let read = if file == "-" {
+            std::io::stdin().take(limit).read_to_end(&mut bytes)
+        } else {
+            std::fs::File::open(&file).and_then(|f| f.take(limit).read_to_end(&mut bytes))
+        };
+        let shown = if file == "-" { "stdin" } else { file.as_str() };
+        read.map_err(|e| Error::invalid("manifest file", format!("{shown}: {e}")))?;
+        if bytes.len() > MAX_FILE_BYTES {
+            return Err(Error::invalid(
+                "manifest file",
+                format!(
+                    "{shown} is larger than the limit of {} MiB ({MAX_FILE_BYTES} bytes)",
+                    MAX_FILE_BYTES >> 20
+                ),
+            ));
+        }
+        for s in parse_file(shown, &bytes)? {
+            let name = Name::new(s.manifest.name.as_str())
+                .map_err(|e| Error::invalid("manifest file", format!("{}: {e}", s.from)))?;
+            s.manifest
+                .spec
+                .validate()
+                .map_err(|e| Error::invalid("manifest file", format!("{}: {e}", s.from)))?;
+            let size = serde_json::to_vec(&s.manifest.spec).map_or(0, |b| b.len());
+            if size > manifest::MAX_MANIFEST_BYTES {
+                return Err(Error::invalid(
+                    "manifest file",
+                    format!(
+                        "{}: the spec of {name} is larger than the limit of {} KiB ({} bytes)",
+                        s.from,
+                        manifest::MAX_MANIFEST_BYTES / 1024,
+                        manifest::MAX_MANIFEST_BYTES
+                    ),
+                ));
+            }
+            if all
+                .iter()
+                .any(|o: &Source| o.manifest.name == s.manifest.name)
+            {
+                return Err(Error::invalid(
+                    "manifest file",
+                    format!("{}: {name} is given twice", s.from),
+                ));
+            }
+            all.push(s);
+        }
+    }
+    Ok(all)
+}
+
 pub(super) async fn apply(
-    file: &str,
+    paths: &[String],
     store: &StoreArgs,
     replace: bool,
     token_file: Option<&std::path::Path>,
     json: bool,
     max_skew: Duration,
 ) -> Result<(), Failure> {
-    use leasehold::fleet::manifest::{self, Applied, Spec};
-    use std::io::Read;
-    let mut bytes = Vec::new();
-    let limit = manifest::MAX_MANIFEST_BYTES as u64 + 1;
-    let read = if file == "-" {
-        std::io::stdin().take(limit).read_to_end(&mut bytes)
-    } else {
-        std::fs::File::open(file).and_then(|f| f.take(limit).read_to_end(&mut bytes))
-    };
-    read.map_err(|e| Error::invalid("manifest file", format!("{file}: {e}")))?;
-    if bytes.len() > manifest::MAX_MANIFEST_BYTES {
-        return Err(Error::invalid(
-            "manifest file",
-            format!(
-                "{file} is larger than the limit of {} KiB ({} bytes)",
-                manifest::MAX_MANIFEST_BYTES / 1024,
-                manifest::MAX_MANIFEST_BYTES
-            ),
-        )
-        .into());
-    }
-    // Parsed once, from the file itself: an error names the field's path
-    // (`spec.restart`) and the line and column in *this* file.
-    let de = &mut serde_json::Deserializer::from_slice(&bytes);
-    let parsed: ManifestFile = serde_path_to_error::deserialize(de).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner();
-        let at = if path == "." {
-            String::new()
-        } else {
-            format!(" at {path}")
-        };
-        Error::invalid("manifest file", format!("{file}{at}: {inner}"))
-    })?;
-    let name = Name::new(parsed.name)?;
-    let spec: Spec = parsed.spec;
-    spec.validate()?;
+    let sources = read_manifests(paths)?;
     let store = if replace {
         open_for_match(store).await?
     } else {
         open(store).await?
     };
+    let mut answers = Vec::new();
+    for s in sources {
+        answers.push(apply_one(s.manifest, &store, replace, token_file, json, max_skew).await?);
+    }
+    if json {
+        match answers.len() {
+            1 => print_json(&answers[0]),
+            _ => print_json(&serde_json::Value::Array(answers)),
+        }
+    }
+    Ok(())
+}
+
+/// Applies one manifest (already checked); prints its line, or returns its
+/// JSON answer.
+async fn apply_one(
+    parsed: ManifestFile,
+    store: &Arc<dyn Store>,
+    replace: bool,
+    token_file: Option<&std::path::Path>,
+    json: bool,
+    max_skew: Duration,
+) -> Result<serde_json::Value, Failure> {
+    use leasehold::fleet::manifest::{self, Applied, Spec};
+    let name = Name::new(parsed.name)?;
+    let spec: Spec = parsed.spec;
+    spec.validate()?;
     let current = if replace {
-        manifest::get(&store, &name).await?.map(|(_, v)| v)
+        manifest::get(store, &name).await?.map(|(_, v)| v)
     } else {
         None
     };
     let entropy = OsEntropy::new();
-    let r = manifest::apply(&store, &entropy, &name, &spec, current.as_ref()).await?;
+    let r = manifest::apply(store, &entropy, &name, &spec, current.as_ref()).await?;
     let (what, version) = match &r {
         Applied::Created(v) => ("created", v),
         Applied::Unchanged(v) => ("unchanged", v),
@@ -75,19 +267,16 @@ pub(super) async fn apply(
     let mut nudged = Vec::new();
     if token_file.is_some()
         && !matches!(r, Applied::Unchanged(_))
-        && let Ok(Some((m, _))) = manifest::get(&store, &name).await
+        && let Ok(Some((m, _))) = manifest::get(store, &name).await
     {
-        for id in ranked_for(&store, &m, max_skew).await {
-            if nudge_nodes(&store, token_file, std::slice::from_ref(&id)).await > 0 {
+        for id in ranked_for(store, &m, max_skew).await {
+            if nudge_nodes(store, token_file, std::slice::from_ref(&id)).await > 0 {
                 nudged.push(id);
             }
         }
     }
-    if json {
-        print_json(
-            &serde_json::json!({"key": leasehold::keys::manifest(name), "result": what, "digest": spec.digest(), "version": version, "nudged": nudged}),
-        );
-    } else {
+    let answer = serde_json::json!({"key": leasehold::keys::manifest(&name), "result": what, "digest": spec.digest(), "version": version, "nudged": nudged});
+    if !json {
         println!(
             "{} {what} (digest {}){}",
             leasehold::keys::manifest(name),
@@ -103,7 +292,7 @@ pub(super) async fn apply(
             }
         );
     }
-    Ok(())
+    Ok(answer)
 }
 
 /// Best effort: asks nodes `ids` (their live records' addresses) to look at

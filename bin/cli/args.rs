@@ -98,8 +98,14 @@ pub(crate) enum Command {
     /// {"name": "...", "spec": {"command": "...", "args": [...], ...}}.
     /// The same spec again is a no-op; a different spec needs --replace.
     Apply {
-        /// The manifest: a JSON file with "name" and "spec", or - for stdin.
-        file: String,
+        /// Manifest files, as with -f.
+        files: Vec<String>,
+        /// A manifest file, a directory of them (its *.json, *.yaml and *.yml,
+        /// in name order), or - for stdin; may be repeated. A file holds one
+        /// manifest ({"name", "spec"}), a JSON array of them, or YAML
+        /// documents separated by `---`.
+        #[arg(short = 'f', long = "filename")]
+        filenames: Vec<String>,
         #[command(flatten)]
         store: StoreArgs,
         /// Replace an existing manifest with a different spec (If-Match on

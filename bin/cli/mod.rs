@@ -383,14 +383,16 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             .map_err(Failure::Error),
         Command::Node { op } => node(*op).await,
         Command::Apply {
-            file,
+            files,
+            filenames,
             store,
             replace,
             token_file,
             json,
         } => {
+            let paths: Vec<String> = files.into_iter().chain(filenames).collect();
             apply(
-                &file,
+                &paths,
                 &store,
                 replace,
                 token_file.as_deref(),
