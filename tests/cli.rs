@@ -3063,15 +3063,43 @@ fn a_missing_store_names_the_flag_the_variable_and_the_config_file() {
     }
 }
 
-/// `get` is `ls`, as in kubectl.
+/// `get` is `ls`, as in kubectl; `-o yaml` holds what `-o json` does.
 #[test]
-fn get_is_ls() {
-    let (_d, url) = store();
-    let ls = run(&["ls", "--store", &url, "-o", "json"]);
-    let get = run(&["get", "--store", &url, "-o", "json"]);
-    assert_eq!(code(&ls), 0, "{}", stderr(&ls));
-    assert_eq!(code(&get), 0, "{}", stderr(&get));
-    assert_eq!(json(&ls), json(&get));
+fn get_is_ls_and_yaml_is_json() {
+    let (d, url) = store();
+    let f = d.path().join("web.json");
+    std::fs::write(
+        &f,
+        r#"{"name": "web", "spec": {"command": "sleep", "args": ["1"]}}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        code(&run(&["apply", f.to_str().unwrap(), "--store", &url])),
+        0
+    );
+    for what in ["sessions", "manifests", "nodes"] {
+        let ls = run(&["ls", what, "--store", &url, "-o", "json"]);
+        let get = run(&["get", what, "--store", &url, "-o", "json"]);
+        assert_eq!(code(&ls), 0, "{}", stderr(&ls));
+        assert_eq!(code(&get), 0, "{}", stderr(&get));
+        let yaml = run(&["get", what, "--store", &url, "-o", "yaml"]);
+        assert_eq!(code(&yaml), 0, "{}", stderr(&yaml));
+        let from_yaml: serde_json::Value = serde_norway::from_str(&stdout(&yaml)).unwrap();
+        // Ages move between the runs; the rest must agree.
+        let strip = |mut v: serde_json::Value| {
+            for r in v.as_array_mut().into_iter().flatten() {
+                if let Some(o) = r.as_object_mut() {
+                    o.retain(|k, _| !k.contains("ago") && k != "claim");
+                }
+            }
+            v
+        };
+        assert_eq!(strip(json(&ls)), strip(json(&get)), "{what}");
+        assert_eq!(strip(json(&ls)), strip(from_yaml), "{what}");
+        if what == "manifests" {
+            assert!(stdout(&yaml).contains("name: web"), "{}", stdout(&yaml));
+        }
+    }
 }
 
 /// `node run` before `init` (issue #44): a missing local root is refused,

@@ -359,7 +359,8 @@ pub(crate) struct ListView {
     /// JSON (same as -o json).
     #[arg(long)]
     pub json: bool,
-    /// table (default), wide (more columns) or json.
+    /// table (default), wide (more columns), json or yaml (the same
+    /// fields as json).
     #[arg(short = 'o', long, value_enum)]
     pub output: Option<Output>,
     /// Only rows matching every k=v: nodes by their labels; sessions and
@@ -373,11 +374,21 @@ pub(crate) enum Output {
     Table,
     Wide,
     Json,
+    Yaml,
 }
 
 impl ListView {
+    /// Rows as data (json or yaml), not a table.
     pub fn json(&self) -> bool {
-        self.json || self.output == Some(Output::Json)
+        self.json || matches!(self.output, Some(Output::Json | Output::Yaml))
+    }
+    /// Prints `rows` as JSON, or as YAML with `-o yaml`.
+    pub fn print(&self, rows: &serde_json::Value) {
+        if self.output == Some(Output::Yaml) && !self.json {
+            print!("{}", serde_norway::to_string(rows).expect("rows serialise"));
+        } else {
+            print_json(rows);
+        }
     }
     pub fn wide(&self) -> bool {
         self.output == Some(Output::Wide)

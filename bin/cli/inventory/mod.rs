@@ -229,7 +229,7 @@ pub async fn ls(
                 NodeLine::Corrupt { .. } => view.selector.is_empty(),
             });
             if json {
-                print_json(&serde_json::to_value(&rows).expect("rows serialise"));
+                view.print(&serde_json::to_value(&rows).expect("rows serialise"));
             } else {
                 let mut header = vec![
                     "NODE", "INSTANCE", "EPOCH", "LOAD", "STATE", "ADDRESS", "RENEWED",
@@ -299,7 +299,7 @@ pub async fn ls(
                 ManifestLine::Corrupt { .. } => view.selector.is_empty(),
             });
             if json {
-                print_json(&serde_json::to_value(&rows).expect("rows serialise"));
+                view.print(&serde_json::to_value(&rows).expect("rows serialise"));
             } else {
                 let mut header = vec!["NAME", "DIGEST", "RESTART", "PAUSED"];
                 if wide {
@@ -425,7 +425,7 @@ pub async fn ls(
             }
             if json {
                 let rows: Vec<&SessionLine> = rows.values().collect();
-                print_json(&serde_json::to_value(&rows).expect("rows serialise"));
+                view.print(&serde_json::to_value(&rows).expect("rows serialise"));
             } else {
                 let mut header = vec!["NAME", "STATUS", "OWNER", "EPOCH", "AGE"];
                 if wide {
