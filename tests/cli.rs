@@ -3233,3 +3233,39 @@ fn apply_takes_files_directories_stdin_yaml_and_json_arrays() {
     assert_eq!(code(&o), 2, "{}", stderr(&o));
     assert!(stderr(&o).contains("-f FILE|DIR|-"), "{}", stderr(&o));
 }
+
+/// One vocabulary (issue #44): a paused manifest never claimed is `paused`
+/// in `resolve` (text and JSON) as in `ls`, not "queued".
+#[test]
+fn a_paused_session_never_claimed_is_paused_everywhere() {
+    let (d, url) = store();
+    let f = d.path().join("web.json");
+    std::fs::write(
+        &f,
+        r#"{"name": "web", "spec": {"command": "sleep", "args": ["1"]}}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        code(&run(&["apply", f.to_str().unwrap(), "--store", &url])),
+        0
+    );
+    let o = run(&["resolve", "web", "--store", &url]);
+    assert!(
+        stdout(&o).contains("web: queued (never claimed)"),
+        "{}",
+        stdout(&o)
+    );
+    let o = run(&["pause", "web", "--store", &url]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let o = run(&["resolve", "web", "--store", &url]);
+    assert_eq!(code(&o), 1);
+    assert!(
+        stdout(&o).contains("web: paused (never claimed)"),
+        "{}",
+        stdout(&o)
+    );
+    let o = run(&["resolve", "web", "--store", &url, "--json"]);
+    assert_eq!(json(&o)["status"], "paused", "{}", stdout(&o));
+    let o = run(&["ls", "--store", &url, "-o", "json"]);
+    assert_eq!(json(&o)[0]["status"], "paused", "{}", stdout(&o));
+}

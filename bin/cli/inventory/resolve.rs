@@ -11,7 +11,7 @@ pub async fn resolve(
 ) -> Result<(), Failure> {
     let name = Name::new(name)?;
     let store = open(store).await?;
-    let resolver = Resolver::new(store).with_max_skew(max_skew);
+    let resolver = Resolver::new(store.clone()).with_max_skew(max_skew);
     if wake {
         let w = resolver.wake(&name, Duration::from_secs(2)).await?;
         if json {
@@ -88,6 +88,12 @@ pub async fn resolve(
         _ => None,
     };
     let live = lease == Some(OwnerLease::Live);
+    // With no owner, paused or queued is the manifest's to say (one more
+    // GET, only then): `ls` says paused for a paused manifest never claimed.
+    let paused = matches!(r.owner, Owned::Released { .. } | Owned::Unowned)
+        && leasehold::fleet::manifest::get(&store, &name)
+            .await?
+            .is_some_and(|(m, _)| m.spec.paused);
     // The word `ls` and `describe` print for it (`Status::of`).
     let word = match &r.owner {
         Owned::Claimed {
@@ -103,6 +109,7 @@ pub async fn resolve(
             SystemClock::new().wall_ms(),
         )
         .as_str(),
+        Owned::Released { .. } | Owned::Unowned if paused => "paused",
         Owned::Released { .. } | Owned::Unowned => "queued",
         Owned::Sleeping { .. } => "sleeping",
         _ => "none",
@@ -147,11 +154,11 @@ pub async fn resolve(
                     ),
                 }
             ),
-            Owned::Released { epoch } => println!("{name}: released (epoch {epoch}); queued"),
+            Owned::Released { epoch } => println!("{name}: released (epoch {epoch}); {word}"),
             Owned::Sleeping { epoch, .. } => println!(
                 "{name}: sleeping (epoch {epoch}); `leasehold wake {name}` runs it at a higher epoch"
             ),
-            Owned::Unowned => println!("{name}: queued (no claim yet)"),
+            Owned::Unowned => println!("{name}: {word} (never claimed)"),
             Owned::NoManifest => println!("{name}: no such session (no claim, no manifest)"),
             other => println!("{name}: {other:?}"),
         }
