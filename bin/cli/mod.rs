@@ -348,6 +348,35 @@ fn node_name(node: Option<String>) -> Result<Name, Error> {
     }
 }
 
+/// A duration as people write it: humantime's units, with a space after
+/// each number ("1 day", "2h 30m"; humantime prints "1day").
+pub(crate) fn for_humans(d: Duration) -> String {
+    let text = humantime::format_duration(d).to_string();
+    let mut out = String::with_capacity(text.len() + 4);
+    let mut prev_digit = false;
+    for c in text.chars() {
+        if prev_digit && c.is_ascii_alphabetic() && c != 'h' && c != 'm' && c != 's' {
+            out.push(' ');
+        }
+        prev_digit = c.is_ascii_digit();
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_as_people_write_them() {
+        assert_eq!(for_humans(Duration::from_secs(86_400)), "1 day");
+        assert_eq!(for_humans(Duration::from_secs(2 * 86_400 + 3_600)), "2 days 1h");
+        assert_eq!(for_humans(Duration::from_secs(90)), "1m 30s");
+        assert_eq!(for_humans(Duration::from_millis(250)), "250ms");
+    }
+}
+
 pub(crate) fn print_json(v: &serde_json::Value) {
     println!("{}", serde_json::to_string_pretty(v).expect("json"));
 }
@@ -518,7 +547,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                     } else {
                         "removed"
                     },
-                    humantime::format_duration(older_than)
+                    for_humans(older_than)
                 );
             }
             Ok(())
