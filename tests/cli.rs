@@ -3269,3 +3269,50 @@ fn a_paused_session_never_claimed_is_paused_everywhere() {
     let o = run(&["ls", "--store", &url, "-o", "json"]);
     assert_eq!(json(&o)[0]["status"], "paused", "{}", stdout(&o));
 }
+
+/// A queued session is nobody's (issue #44): after its node released it,
+/// the table shows no owner and the epoch it left at in parentheses, not
+/// the node that let it go.
+#[test]
+fn a_released_session_shows_no_owner_in_the_table() {
+    let (d, s) = store();
+    let tok = d.path().join("tok");
+    std::fs::write(&tok, "test-token-0123456789abcdef\n").unwrap();
+    let mut n1 = node_with_api(&s, "n1", &tok, &d.path().join("locks"));
+    let f = d.path().join("m.json");
+    std::fs::write(
+        &f,
+        r#"{"name": "s0", "spec": {"command": "sleep", "args": ["100"], "restart": "always"}}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        code(&run(&["apply", f.to_str().unwrap(), "--store", &s])),
+        0
+    );
+    let status = || json(&run(&["ls", "--store", &s, "--json"]))[0]["status"].clone();
+    let mut running = false;
+    for _ in 0..300 {
+        if status() == "running" {
+            running = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(running, "{}", status());
+    // SIGTERM: the node stops its session and releases the claim.
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(n1.0.id() as i32, libc::SIGTERM) };
+    let _ = n1.0.wait();
+    assert_eq!(status(), "queued");
+    let table = stdout(&run(&["ls", "--store", &s]));
+    let row: Vec<&str> = table
+        .lines()
+        .find(|l| l.starts_with("s0"))
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    assert_eq!(&row[..4], ["s0", "queued", "-", "(1)"], "{table}");
+    // JSON keeps what the claim says.
+    let j = json(&run(&["ls", "--store", &s, "--json"]));
+    assert_eq!(j[0]["owner"], "n1", "{j}");
+}

@@ -364,19 +364,6 @@ pub(crate) fn for_humans(d: Duration) -> String {
     out
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations_read_as_people_write_them() {
-        assert_eq!(for_humans(Duration::from_secs(86_400)), "1 day");
-        assert_eq!(for_humans(Duration::from_secs(2 * 86_400 + 3_600)), "2 days 1h");
-        assert_eq!(for_humans(Duration::from_secs(90)), "1m 30s");
-        assert_eq!(for_humans(Duration::from_millis(250)), "250ms");
-    }
-}
-
 pub(crate) fn print_json(v: &serde_json::Value) {
     println!("{}", serde_json::to_string_pretty(v).expect("json"));
 }
@@ -623,4 +610,20 @@ async fn open_for_match(args: &StoreArgs) -> Result<Arc<dyn Store>, Error> {
         leasehold::probe::learn_dialect(&store, &OsEntropy::new(), &SystemClock::new()).await?;
     }
     Ok(store)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_as_people_write_them() {
+        assert_eq!(for_humans(Duration::from_secs(86_400)), "1 day");
+        assert_eq!(
+            for_humans(Duration::from_secs(2 * 86_400 + 3_600)),
+            "2 days 1h"
+        );
+        assert_eq!(for_humans(Duration::from_secs(90)), "1m 30s");
+        assert_eq!(for_humans(Duration::from_millis(250)), "250ms");
+    }
 }

@@ -443,11 +443,25 @@ pub async fn ls(
                     };
                     let c = r.claim.as_ref();
                     let dash = || "-".to_string();
+                    // Queued or asleep: nobody owns it, whatever node let it
+                    // go (a drained one, say); its epoch is the one it left
+                    // at, shown as such.
+                    let owned = !matches!(
+                        r.status,
+                        leasehold::fleet::claim::Status::Queued
+                            | leasehold::fleet::claim::Status::Sleeping
+                    );
                     let mut cells = vec![
                         r.name.clone(),
                         word(&r.status),
-                        c.map_or_else(dash, |c| c.owner.clone()),
-                        c.map_or_else(dash, |c| c.epoch.to_string()),
+                        c.filter(|_| owned).map_or_else(dash, |c| c.owner.clone()),
+                        c.map_or_else(dash, |c| {
+                            if owned {
+                                c.epoch.to_string()
+                            } else {
+                                format!("({})", c.epoch)
+                            }
+                        }),
                         c.map_or_else(dash, |c| ago(c.updated_ms_ago_wall)),
                     ];
                     if wide {
