@@ -149,6 +149,31 @@ fn body(tag: &str, entropy: &dyn Entropy) -> Bytes {
     ))
 }
 
+/// The store as the probe sees it: every key a write is sent to is noted.
+#[derive(Debug)]
+struct Written {
+    inner: Arc<dyn Store>,
+    keys: std::sync::Mutex<std::collections::BTreeSet<String>>,
+}
+
+impl std::fmt::Display for Written {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.inner.fmt(f)
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::store::Forward for Written {
+    fn inner(&self) -> &dyn Store {
+        &*self.inner
+    }
+
+    async fn put(&self, key: &str, bytes: Bytes, cond: Cond) -> Result<Version, StoreError> {
+        self.keys.lock().unwrap().insert(key.to_string());
+        self.inner.put(key, bytes, cond).await
+    }
+}
+
 /// Runs the probe. `Err(Unsupported)` if the store does not honour
 /// conditional writes; a transient error if it could not be reached.
 pub async fn probe(
@@ -171,18 +196,27 @@ pub async fn probe_report(
     let dir = format!("_probe/{}", entropy.hex_id());
     let a = format!("{dir}/a");
     let b = format!("{dir}/b");
+    // Every key a write was sent to (landed or not: an ambiguous one may
+    // have), so that the clean-up deletes those and no others: a probe
+    // refused at its first write has nothing to clean up.
+    let written = Arc::new(Written {
+        inner: store.clone(),
+        keys: Default::default(),
+    });
+    let recording: Arc<dyn Store> = written.clone();
     let mut run = Run {
-        store,
+        store: &recording,
         steps: Vec::new(),
         clock,
         mark: clock.now(),
         dialect_known: false,
     };
     let r = steps(&mut run, &dir, &a, &b, entropy).await;
+    let (steps_run, dialect_known) = (std::mem::take(&mut run.steps), run.dialect_known);
     // Clean up whatever happened; failures here are not the store's fault.
-    let race_keys: Vec<String> = (0..RACE_ROUNDS).map(|i| format!("{dir}/c{i}")).collect();
+    let keys: Vec<String> = written.keys.lock().unwrap().iter().cloned().collect();
     let mut failed = 0;
-    for k in [&a, &b].into_iter().chain(race_keys.iter()) {
+    for k in &keys {
         if let Err(e) = store.delete(k).await {
             if failed == 0 {
                 tracing::warn!(key = k, error = %e, "probe clean-up failed");
@@ -195,9 +229,9 @@ pub async fn probe_report(
     }
     let report = ProbeReport {
         store: store.to_string(),
-        steps: run.steps,
+        steps: steps_run,
         conditional_get: *r.as_ref().unwrap_or(&false),
-        etag_dialect: store.etag_dialect().filter(|_| run.dialect_known),
+        etag_dialect: store.etag_dialect().filter(|_| dialect_known),
     };
     (report, r.map(|_| ()))
 }

@@ -3315,4 +3315,13 @@ fn a_released_session_shows_no_owner_in_the_table() {
     // JSON keeps what the claim says.
     let j = json(&run(&["ls", "--store", &s, "--json"]));
     assert_eq!(j[0]["owner"], "n1", "{j}");
+    // The released node runs nothing: no load from its last renewal.
+    let nodes = stdout(&run(&["nodes", "--store", &s]));
+    let row: Vec<&str> = nodes
+        .lines()
+        .find(|l| l.starts_with("n1"))
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    assert!(row[3].starts_with("-/"), "{nodes}");
 }

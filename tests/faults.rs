@@ -548,6 +548,39 @@ async fn the_probe_refuses_a_stale_etag_in_either_form_and_listings_without_vers
     assert_eq!(sides, [true, true]);
 }
 
+/// The probe's clean-up deletes only keys it sent a write to (issue #44:
+/// refused at its first write, it tried to delete 18 keys it never made,
+/// and warned about them).
+#[tokio::test]
+async fn a_probe_refused_at_its_first_write_deletes_only_that_key() {
+    use leasehold::store::counting::CountingStore;
+    use leasehold::store::fault::{DialectDouble, DialectQuirk};
+    let counting = Arc::new(CountingStore::new(Arc::new(ObjectStoreBackend::new(
+        Arc::new(DialectDouble::new(DialectQuirk::NoEtagOnPut)),
+        "",
+        "quirky://",
+    ))));
+    let store: Arc<dyn Store> = counting.clone();
+    let (report, outcome) =
+        leasehold::probe::probe_report(&store, &SeededEntropy::new(4), &MockClock::new()).await;
+    assert!(outcome.is_err());
+    assert_eq!(report.steps.last().unwrap().name, "create");
+    let c = counting.counts();
+    assert_eq!((c.put_create + c.put_match, c.delete), (1, 1), "{c:?}");
+    // A probe that passes cleans up every key it wrote, and only those.
+    let counting = Arc::new(CountingStore::new(Arc::new(
+        leasehold::store::MemoryStore::new(),
+    )));
+    let store: Arc<dyn Store> = counting.clone();
+    leasehold::probe::probe(&store, &SeededEntropy::new(5), &MockClock::new())
+        .await
+        .unwrap();
+    let left: Vec<_> = futures::StreamExt::collect::<Vec<_>>(store.list("_probe/")).await;
+    assert!(left.is_empty(), "{left:?}");
+    let c = counting.counts();
+    assert!(c.delete >= 3 && c.delete <= c.put_create, "{c:?}");
+}
+
 /// AWS S3 answers concurrent conditional writes with 409
 /// ConditionalRequestConflict, which object_store reports as AlreadyExists
 /// once its retries are spent. leasehold reads back and decides by its

@@ -250,7 +250,13 @@ pub async fn ls(
                         r.node.clone(),
                         r.instance.clone(),
                         r.epoch.to_string(),
-                        format!("{}/{}", r.load, r.capacity),
+                        // A released record's load is its last renewal's:
+                        // it runs nothing now (issue #44 showed 6/16).
+                        if r.released {
+                            format!("-/{}", r.capacity)
+                        } else {
+                            format!("{}/{}", r.load, r.capacity)
+                        },
                         format!(
                             "{}{}",
                             r.state.as_str(),
