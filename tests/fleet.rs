@@ -4333,3 +4333,58 @@ async fn a_shutdown_stops_and_releases_its_sessions_together() {
         assert_eq!(c.state, ClaimState::Released, "{name}");
     }
 }
+
+/// A store out of reach when the node starts is probed again with back-off
+/// (issue #44): the node serves once it answers, instead of exiting at its
+/// first transport error. A refusal still stops it (the probe tests).
+#[tokio::test(flavor = "current_thread")]
+async fn a_store_out_of_reach_at_start_is_probed_again_until_it_answers() {
+    use leasehold::clock::ManualClock;
+    use leasehold::store::fault::FaultStore;
+    let clock = ManualClock::new();
+    let inner: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());
+    init_marker(&inner).await;
+    let faulty = Arc::new(FaultStore::new(inner.clone()));
+    faulty.set_partitioned(true);
+    let store: Arc<dyn Store> = faulty.clone();
+    let cfg = NodeConfig::new(Name::new("n1").unwrap(), Duration::from_secs(10));
+    assert!(cfg.probe);
+    let runner = Arc::new(RecordingRunner::new(Arc::new(clock.clone())));
+    let status: Arc<leasehold::fleet::node::NodeStatus> = Default::default();
+    let deps = NodeDeps {
+        journal: Arc::new(Journal::new(1000, 1 << 20)),
+        status: status.clone(),
+        ..NodeDeps::new(store.clone(), Arc::new(clock.clone()), runner.clone())
+    };
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(node::run(cfg, deps, shutdown.clone()));
+    let step = async |n: u32| {
+        for _ in 0..n {
+            clock.advance(Duration::from_millis(100));
+            for _ in 0..20 {
+                tokio::task::yield_now().await;
+            }
+        }
+    };
+    // A virtual minute out of reach: still trying, not ended.
+    step(600).await;
+    assert!(!task.is_finished(), "the node gave up: {:?}", task.await);
+    assert!(inner.get("nodes/n1").await.unwrap().is_none());
+    faulty.set_partitioned(false);
+    // Back-off is at most 30 s: registered within a virtual minute more.
+    let mut registered = false;
+    for _ in 0..600 {
+        step(1).await;
+        if inner.get("nodes/n1").await.unwrap().is_some() {
+            registered = true;
+            break;
+        }
+    }
+    assert!(
+        registered,
+        "the node did not register once the store answered"
+    );
+    shutdown.cancel();
+    step(50).await;
+    task.await.unwrap().unwrap();
+}

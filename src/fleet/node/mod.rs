@@ -89,7 +89,31 @@ pub async fn run(cfg: NodeConfig, deps: NodeDeps, shutdown: CancellationToken) -
         return Err(Error::invalid("capacity", "must be at least 1"));
     }
     if cfg.probe {
-        crate::probe::probe(&deps.store, deps.entropy.as_ref(), deps.clock.as_ref()).await?;
+        // A store not reachable yet at start (a network still coming up, a
+        // throttled burst) is probed again with back-off, as the marker is
+        // read below; a refusal (the store ignores conditions) or any other
+        // definite answer still stops the node.
+        let mut delays = backon::BackoffBuilder::build(
+            backon::ExponentialBuilder::default()
+                .with_min_delay(Duration::from_millis(500))
+                .with_max_delay(Duration::from_secs(30))
+                .without_max_times(),
+        );
+        loop {
+            match crate::probe::probe(&deps.store, deps.entropy.as_ref(), deps.clock.as_ref()).await
+            {
+                Err(e) if e.is_transient() => {
+                    let wait = delays.next().unwrap_or(Duration::from_secs(30));
+                    tracing::warn!(error = %e, retry_in = ?wait, "probing the store; trying again");
+                    tokio::select! {
+                        biased;
+                        _ = shutdown.cancelled() => return Ok(()),
+                        _ = deps.clock.sleep(wait) => {}
+                    }
+                }
+                other => break other.map(|_| ())?,
+            }
+        }
     }
     // No marker, no service: a bucket without one is new (init it) or wiped.
     // A transient failure to read it is retried, as registration is.
