@@ -179,10 +179,6 @@ pub(crate) fn read_manifests(paths: &[String]) -> Result<Vec<Source>, Error> {
         for s in parse_file(shown, &bytes)? {
             let name = Name::new(s.manifest.name.as_str())
                 .map_err(|e| Error::invalid("manifest file", format!("{}: {e}", s.from)))?;
-            s.manifest
-                .spec
-                .validate()
-                .map_err(|e| Error::invalid("manifest file", format!("{}: {e}", s.from)))?;
             let size = serde_json::to_vec(&s.manifest.spec).map_or(0, |b| b.len());
             if size > manifest::MAX_MANIFEST_BYTES {
                 return Err(Error::invalid(
@@ -195,6 +191,12 @@ pub(crate) fn read_manifests(paths: &[String]) -> Result<Vec<Source>, Error> {
                     ),
                 ));
             }
+            // After the size: a manifest too large says so, whatever else
+            // is wrong in it.
+            s.manifest
+                .spec
+                .validate()
+                .map_err(|e| Error::invalid("manifest file", format!("{}: {e}", s.from)))?;
             if all
                 .iter()
                 .any(|o: &Source| o.manifest.name == s.manifest.name)

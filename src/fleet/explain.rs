@@ -220,7 +220,7 @@ pub fn explain(
         }
         ClaimState::Running | ClaimState::Released => Explained {
             status: Status::Interrupted,
-            reason: interrupted_reason(c, owner, nodes, now_ms),
+            reason: interrupted_reason(c, m, owner, nodes, now_ms),
         },
     };
     Some(e)
@@ -261,11 +261,18 @@ fn unreadable_owner(c: &ClaimRecord) -> String {
 
 fn interrupted_reason(
     c: &ClaimRecord,
+    m: &ManifestRecord,
     owner: Liveness,
     nodes: &BTreeMap<String, NodeFacts>,
     now_ms: u64,
 ) -> String {
     let who = &c.owner.node;
+    // "A peer is taking it over" only when one can: else what a queued
+    // session would be told, asked of the nodes other than the owner.
+    let taker = || match queued_reason_except(m, nodes, Some(who)) {
+        why if why == WAITING => "a peer is taking it over".to_string(),
+        why => format!("no other node can take it over: {why}"),
+    };
     match owner {
         Liveness::Expired => {
             // Peers take over once they have *observed* the lease unchanged
@@ -278,8 +285,8 @@ fn interrupted_reason(
                 r.ttl_ms / 1000
             )
         }
-        Liveness::Fenced => format!("owner {who} was fenced; a peer is taking it over"),
-        Liveness::Released => format!("owner {who} shut down; a peer is taking it over"),
+        Liveness::Fenced => format!("owner {who} was fenced; {}", taker()),
+        Liveness::Released => format!("owner {who} shut down; {}", taker()),
         Liveness::Superseded => format!("owner {who} restarted; its new instance reclaims it"),
         Liveness::Absent => {
             format!("owner {who} has no node record; taken over once that is observed")
@@ -308,10 +315,24 @@ fn overdue(c: &ClaimRecord, nodes: &BTreeMap<String, NodeFacts>, now_ms: u64) ->
     )
 }
 
+/// What `queued_reason` says when some node can claim the session.
+const WAITING: &str = "waiting for a node to claim it (next pass)";
+
 fn queued_reason(m: &ManifestRecord, nodes: &BTreeMap<String, NodeFacts>) -> String {
+    queued_reason_except(m, nodes, None)
+}
+
+/// As `queued_reason`, leaving node `except` out (the owner of an
+/// interrupted session, which is not taking it back).
+fn queued_reason_except(
+    m: &ManifestRecord,
+    nodes: &BTreeMap<String, NodeFacts>,
+    except: Option<&str>,
+) -> String {
     let live: Vec<&NodeFacts> = nodes
         .values()
         .filter(|n| n.liveness == Liveness::Live)
+        .filter(|n| Some(n.record.holder.node.as_str()) != except)
         .collect();
     if live.is_empty() {
         return "no live node".into();
@@ -346,7 +367,7 @@ fn queued_reason(m: &ManifestRecord, nodes: &BTreeMap<String, NodeFacts>) -> Str
             if open.len() == 1 { " is" } else { "s are" }
         );
     }
-    "waiting for a node to claim it (next pass)".into()
+    WAITING.into()
 }
 
 #[cfg(test)]
@@ -640,6 +661,35 @@ mod tests {
             x(Some(&m), None, &cordoned),
             Status::Queued,
             "cordoned (n3)",
+        );
+    }
+
+    /// "A peer is taking it over" only when one can (issue #44: a session
+    /// whose selector matched only its fenced owner said so).
+    #[test]
+    fn an_interrupted_session_says_a_peer_takes_it_only_when_one_can() {
+        let skew = Duration::from_secs(5);
+        let (id, owner) = node("n1", NOW - 1_000, 2, 1, "a");
+        let mut record = owner.record.clone();
+        record.released = true;
+        let fleet: BTreeMap<String, NodeFacts> = [
+            (id, NodeFacts::from_record(record, NOW, skew)),
+            node("n2", NOW - 1_000, 4, 0, "b"),
+        ]
+        .into_iter()
+        .collect();
+        let c = claim("n1", ClaimState::Running, 0, None);
+        let x =
+            |m: &ManifestRecord| explain(Some(m), Some(&c), &fleet, &BTreeSet::new(), NOW, skew);
+        says(
+            x(&manifest(&[("zone", "b")], false)),
+            Status::Interrupted,
+            "owner n1 shut down; a peer is taking it over",
+        );
+        says(
+            x(&manifest(&[("zone", "a")], false)),
+            Status::Interrupted,
+            "owner n1 shut down; no other node can take it over: no node matches zone=a",
         );
     }
 }
