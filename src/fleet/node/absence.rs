@@ -198,7 +198,7 @@ impl Node {
         let own = crate::keys::node(&self.cfg.id);
         for (key, version) in listed.iter().filter(|(k, _)| *k != own) {
             self.fetch_node(key, None).await?;
-            if !self.corrupt_nodes.contains(key) {
+            if !self.peers.corrupt.contains(key) {
                 continue;
             }
             // Corrupt as read (a truncated response, or foreign bytes): its

@@ -62,7 +62,7 @@ impl Node {
             round_trips += 1;
             let owner = crate::keys::node(&c.owner.node);
             self.fetch_node(&owner, None).await?;
-            owner_corrupt = self.corrupt_nodes.contains(&owner);
+            owner_corrupt = self.peers.corrupt.contains(&owner);
         }
         let mv = manifest_view(&m);
         if !plan::selects(&mv.selector, &self.cfg.labels) {
@@ -86,9 +86,9 @@ impl Node {
             manifest_corrupt: false,
             owner_corrupt,
             claimable: plan::claimable(&mv, cv.as_ref(), &views, &self.me),
-            control_read: self.control_read,
+            control_read: self.control.read,
             cordoned: self.deps.status.cordoned(),
-            draining: self.draining,
+            draining: self.control.draining,
             absence_pending: vanished && self.absent_claim_wait(name.as_str()).is_some(),
             // Read just now.
             owner_stale: false,
@@ -106,7 +106,7 @@ impl Node {
             core::Gate::Skip => {
                 return Ok(declined(core::skip_reason(
                     owner_corrupt,
-                    self.control_read,
+                    self.control.read,
                 )));
             }
             core::Gate::NotClaimable => {

@@ -164,8 +164,8 @@ impl Node {
         let key = crate::keys::session(name);
         match put? {
             Put::Committed(v) => {
-                self.claim_writes += 1;
-                if self.claim_writes.is_multiple_of(AUDIT_SAMPLE) {
+                self.audit.claim_writes += 1;
+                if self.audit.claim_writes.is_multiple_of(AUDIT_SAMPLE) {
                     self.audit(&key, &next.nonce, next.epoch).await;
                 }
                 self.claims.insert(key, (v.clone(), ClaimView::from(&next)));

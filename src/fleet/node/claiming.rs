@@ -209,6 +209,7 @@ impl Node {
             (Some(c), Some(key)) if c.state != ClaimState::Released => {
                 !refetched.contains(key)
                     && self
+                        .peers
                         .nodes
                         .get(key)
                         .is_none_or(|n| n.record.holder.instance != c.owner.instance)
@@ -220,14 +221,15 @@ impl Node {
             &core::Candidate {
                 claim_corrupt: self.corrupt.contains_key(ckey),
                 manifest_corrupt: self.corrupt.contains_key(mkey),
-                owner_corrupt: okey.is_some_and(|k| self.corrupt_nodes.contains(k)),
+                owner_corrupt: okey.is_some_and(|k| self.peers.corrupt.contains(k)),
                 claimable,
-                control_read: self.control_read,
+                control_read: self.control.read,
                 cordoned: self.deps.status.cordoned(),
-                draining: self.draining,
+                draining: self.control.draining,
                 absence_pending: vanished && self.absent_claim_wait(name).is_some(),
                 owner_stale,
                 claimable_for: self
+                    .gate
                     .first_claimable
                     .get(name)
                     .map_or(Duration::ZERO, |first| now.saturating_since(*first)),
@@ -239,7 +241,7 @@ impl Node {
                 let position = ranked.iter().position(|n| n.id == self.me.node)?;
                 let ahead_idle_for = ranked[..position]
                     .iter()
-                    .filter_map(|n| self.progress.get(&n.id).and_then(|(_, t)| *t))
+                    .filter_map(|n| self.peers.progress.get(&n.id).and_then(|(_, t)| *t))
                     .map(|t| now.saturating_since(t))
                     .min()
                     .unwrap_or(Duration::MAX);
@@ -329,7 +331,7 @@ impl Node {
             live: Live {
                 decided: self.valid_until(),
                 lease: self.validity.clone(),
-                violation: self.violation.clone(),
+                violation: self.audit.violation.clone(),
             },
         })
     }
@@ -433,11 +435,11 @@ impl Node {
                 self.note_audit(&t.key, audit, record.epoch);
                 // A store that let two writers win: nothing more is started
                 // or recorded (the node stops, and its lease with it).
-                if self.violation.lock().unwrap().is_some() {
+                if self.audit.violation.lock().unwrap().is_some() {
                     return Ok(true);
                 }
                 let (name, key, epoch) = (t.name.as_str(), t.key.as_str(), record.epoch);
-                self.first_claimable.remove(name);
+                self.gate.first_claimable.remove(name);
                 self.event(
                     EventKind::Claimed,
                     Some(name),

@@ -27,9 +27,10 @@ impl Node {
         c.is_some_and(|c| {
             c.owner.node == self.me.node
                 && c.owner.instance != self.me.instance
-                && self.proven_predecessor.as_ref() != Some(&c.owner.instance)
+                && self.predecessor.proven.as_ref() != Some(&c.owner.instance)
         }) && self
-            .predecessor_unproven_until
+            .predecessor
+            .unproven_until
             .is_some_and(|t| self.deps.clock.now() < t)
     }
 
@@ -50,7 +51,7 @@ impl Node {
     /// not per session. Returns whether the takeover may proceed.
     pub(super) async fn fence_owner(&mut self, c: &ClaimView) -> Result<bool> {
         let key = crate::keys::node(&c.owner.node);
-        let cached = self.nodes.get(&key).cloned();
+        let cached = self.peers.nodes.get(&key).cloned();
         let view = match &cached {
             None => core::OwnerRecord::Unknown,
             Some(n) => core::OwnerRecord::Known {
@@ -73,8 +74,8 @@ impl Node {
                 self.next.list_nodes(Why::OwnerNotInView);
                 self.fetch_node(&key, None).await?;
                 return Ok(core::after_owner_read(
-                    self.nodes.contains_key(&key),
-                    self.corrupt_nodes.contains(&key),
+                    self.peers.nodes.contains_key(&key),
+                    self.peers.corrupt.contains(&key),
                     self.node_absent_long_enough(&key),
                 ));
             }
@@ -103,14 +104,14 @@ impl Node {
                     let Ok(record) = LeaseRecord::decode(&key, &o.bytes, Kind::Node) else {
                         // Unreadable: never fenced, never taken over (as a
                         // corrupt record met by a listing).
-                        self.corrupt_nodes.insert(key.clone());
+                        self.peers.corrupt.insert(key.clone());
                         return Ok(false);
                     };
                     let judged = owner_liveness(&record, &c.owner.instance);
                     let still =
                         self.client
                             .observer()
-                            .unchanged_for(&key, &n.listed, self.nodes_listed_at);
+                            .unchanged_for(&key, &n.listed, self.peers.listed_at);
                     if !core::dead_at_listed(
                         judged.is_final(),
                         still,
@@ -130,7 +131,7 @@ impl Node {
                     self.next.list_nodes(Why::OwnerOvertaken);
                     let now = self.deps.clock.now();
                     let ttl = Duration::from_millis(n.record.ttl_ms);
-                    self.nodes.remove(&key);
+                    self.peers.nodes.remove(&key);
                     self.memory.absent_nodes.entry(key).or_insert((now, ttl));
                     return Ok(false);
                 }
@@ -170,7 +171,7 @@ impl Node {
         match put {
             Put::Committed(version) => {
                 self.audit(&key, &tomb.nonce, tomb.epoch).await;
-                self.fenced_now.push(tomb.holder.node.clone());
+                self.peers.fenced_now.push(tomb.holder.node.clone());
                 self.event(
                     EventKind::Fenced,
                     None,
@@ -180,7 +181,7 @@ impl Node {
                         tomb.holder.node, tomb.holder.instance
                     ),
                 );
-                self.nodes.insert(
+                self.peers.nodes.insert(
                     key,
                     PeerNode {
                         listed: version.clone(),
@@ -197,7 +198,8 @@ impl Node {
                 self.next.list_nodes(Why::TombstoneRejected);
                 self.fetch_node(&key, None).await?;
                 Ok(core::after_tombstone_rejected(
-                    self.nodes
+                    self.peers
+                        .nodes
                         .get(&key)
                         .map(|n| owner_liveness(&n.record, &c.owner.instance)),
                 ))
@@ -228,6 +230,7 @@ impl Node {
         loads: &HashMap<String, u32>,
     ) {
         let mut dead: Vec<(String, String)> = self
+            .peers
             .nodes
             .iter()
             .filter(|(key, n)| {
@@ -291,12 +294,12 @@ impl Node {
     /// pause later). Two per session, as `apply` nudges (views of load
     /// differ a little between nodes), at most `MAX_NUDGED` in all.
     pub(super) fn after_fence(&mut self, views: &[NodeView]) {
-        while self.nudges.try_join_next().is_some() {}
-        if self.fenced_now.is_empty() {
+        while self.peers.nudges.try_join_next().is_some() {}
+        if self.peers.fenced_now.is_empty() {
             return;
         }
         let dead: Vec<String> = {
-            let mut d = std::mem::take(&mut self.fenced_now);
+            let mut d = std::mem::take(&mut self.peers.fenced_now);
             d.sort();
             d.dedup();
             d
@@ -325,6 +328,7 @@ impl Node {
             .into_iter()
             .map(|id| {
                 let address = self
+                    .peers
                     .nodes
                     .get(&crate::keys::node(&id))
                     .and_then(|n| n.record.address.clone());
@@ -337,7 +341,7 @@ impl Node {
         let forms = self.deps.hint_forms.clone();
         let wall = self.deps.clock.wall_ms();
         let nudge = self.deps.nudge.clone();
-        self.nudges.spawn(async move {
+        self.peers.nudges.spawn(async move {
             if hint {
                 // Retried: without it a taker that does not watch the dead
                 // peer learns of the tombstone only at its slow `nodes/`

@@ -90,7 +90,7 @@ impl Node {
                 return false;
             }
         };
-        self.control_read = true;
+        self.control.read = true;
         let (cordon, drain) = c.map_or((false, false), |c| (c.cordon || c.drain, c.drain));
         let was = self
             .deps
@@ -115,7 +115,7 @@ impl Node {
             );
             changed = true;
         }
-        self.draining = drain;
+        self.control.draining = drain;
         // A finished session stays with a draining node (see
         // `release_claims`): only the others are handed over.
         let to_hand = self

@@ -237,7 +237,7 @@ impl Node {
     pub(super) fn owned_due(&mut self, full: bool) -> Vec<String> {
         let now = self.deps.clock.now();
         let inputs = self.owned_inputs();
-        if self.owned_idle == Some(inputs) {
+        if self.memo.owned_idle == Some(inputs) {
             return Vec::new();
         }
         let (mut ckey, mut mkey) = (String::new(), String::new());
@@ -271,7 +271,7 @@ impl Node {
         // Time alone never makes an idle answer stale: the one fact time
         // changes is a back-off ending, and a pending back-off is itself
         // asked of (`Wait`; checked over every combination in `core`).
-        self.owned_idle = due.is_empty().then_some(inputs);
+        self.memo.owned_idle = due.is_empty().then_some(inputs);
         due.sort_unstable(); // see `stop_all`
         due
     }
@@ -297,7 +297,7 @@ impl Node {
         let mut load = self.load();
         // A draining node takes on nothing: a finished session whose spec
         // changes is handed over (released), as on a full node.
-        let (capacity, draining) = (self.cfg.capacity, self.draining);
+        let (capacity, draining) = (self.cfg.capacity, self.control.draining);
         let full = move |load: u32| load >= capacity || draining;
         for name in self.owned_due(full(load)) {
             let key = crate::keys::session(&name);

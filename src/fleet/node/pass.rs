@@ -78,8 +78,8 @@ impl Node {
         // in the meantime), and while a drain has sessions left, every pass.
         if core::control_due(
             nudged,
-            self.control_read,
-            self.draining && !self.owned.is_empty(),
+            self.control.read,
+            self.control.draining && !self.owned.is_empty(),
             self.pass,
             crate::fleet::control::CONTROL_EVERY,
         ) && self.apply_control().await
@@ -159,12 +159,12 @@ impl Node {
         let node_entries = if core::nodes_listing_due(
             full || !self.cfg.feed_on(),
             self.next.take_nodes().is_some() || nudged || peer_hinted,
-            now.saturating_since(self.nodes_listed_at),
+            now.saturating_since(self.peers.listed_at),
             self.cfg.nodes_every,
         ) {
             let at = self.deps.clock.now();
             let entries = self.client.observe_listing(crate::keys::NODES).await?;
-            self.nodes_listed_at = at;
+            self.peers.listed_at = at;
             Some(entries)
         } else {
             None
@@ -321,21 +321,21 @@ impl Node {
     /// Publishes what the listings established: corrupt keys, the claims'
     /// confirmation, and the deadline every session runs under.
     fn publish_listed(&mut self, full: bool) {
-        let nodes = &self.nodes;
+        let nodes = &self.peers.nodes;
         self.ring
             .missing
             .retain(|k, v| nodes.get(k).is_some_and(|n| n.listed == *v));
         self.deps.status.set_corrupt(
             self.corrupt
                 .keys()
-                .chain(&self.corrupt_nodes)
+                .chain(&self.peers.corrupt)
                 .cloned()
                 .collect(),
         );
         self.recount_confirmed(!full);
         // Every manifest is claimable at once while a fleet is placed; the
         // table that held them is given back once placement is over.
-        crate::memory::shrink_if_sparse(&mut self.first_claimable);
+        crate::memory::shrink_if_sparse(&mut self.gate.first_claimable);
         // ZERO: no claims, no bound beyond the lease's.
         self.confirmed_tx
             .send_replace(self.confirmed_until().unwrap_or(MonoTime::ZERO));
@@ -354,12 +354,12 @@ impl Node {
         // expiry then costs one base poll, not one backed-off poll.
         // The next pass lists `nodes/` then, whatever `nodes_every` says:
         // the expiry is judged on a listing.
-        let expiring = self.nodes.iter().any(|(key, n)| {
+        let expiring = self.peers.nodes.iter().any(|(key, n)| {
             core::peer_expiring(
                 n.record.released,
                 self.client
                     .observer()
-                    .unchanged_for(key, &n.listed, self.nodes_listed_at),
+                    .unchanged_for(key, &n.listed, self.peers.listed_at),
                 Duration::from_millis(n.record.ttl_ms),
             )
         });
@@ -451,8 +451,8 @@ impl Node {
         // whose claim names a peer that changed (`core::peers_changed`
         // says why no others), not every manifest. A survivor of a death
         // at 100,000 sessions looks at its dead peer's ~10,000, not all.
-        let changed_peers = core::peers_changed(&self.fleet_seen, &seen);
-        self.fleet_seen = seen;
+        let changed_peers = core::peers_changed(&self.peers.seen, &seen);
+        self.peers.seen = seen;
         let scan_all = self.next.take_rescan().is_some();
         let names: Vec<String> = if scan_all {
             let mut all: Vec<String> = self
@@ -463,7 +463,7 @@ impl Node {
             all.sort();
             all
         } else {
-            let mut some = std::mem::take(&mut self.revisit);
+            let mut some = std::mem::take(&mut self.gate.revisit);
             some.extend(hinted.iter().cloned());
             if !changed_peers.is_empty() {
                 some.extend(
@@ -531,7 +531,7 @@ impl Node {
                 self.gate_for(&name, &mkey, &ckey, okey, mv, cv, views, &refetched, now)
             };
             if first == core::Gate::NotClaimable {
-                self.first_claimable.remove(&name);
+                self.gate.first_claimable.remove(&name);
                 continue;
             }
             // Unless claimed below, looked at again.
@@ -582,7 +582,7 @@ impl Node {
             }
             match gate {
                 core::Gate::NotClaimable => {
-                    self.first_claimable.remove(&name);
+                    self.gate.first_claimable.remove(&name);
                     revisit.remove(&name);
                     continue;
                 }
@@ -610,16 +610,16 @@ impl Node {
                     continue;
                 }
                 core::Gate::Unranked => {
-                    self.first_claimable.entry(name.clone()).or_insert(now);
+                    self.gate.first_claimable.entry(name.clone()).or_insert(now);
                     continue;
                 }
                 core::Gate::Grace => {
-                    self.first_claimable.entry(name.clone()).or_insert(now);
+                    self.gate.first_claimable.entry(name.clone()).or_insert(now);
                     changed = true; // keep polling briskly while a claim is pending
                     continue;
                 }
                 core::Gate::Claim => {
-                    self.first_claimable.entry(name.clone()).or_insert(now);
+                    self.gate.first_claimable.entry(name.clone()).or_insert(now);
                 }
             }
             // A claim no token can follow is left before the fence: its
@@ -627,7 +627,7 @@ impl Node {
             if let Some((_, c)) = &claim
                 && core::at_highest_epoch(Some(c))
             {
-                if self.stuck.insert(name.clone()) {
+                if self.gate.stuck.insert(name.clone()) {
                     tracing::warn!(
                         session = %name,
                         epoch = c.epoch,
@@ -666,7 +666,7 @@ impl Node {
         changed |= self
             .send_claims(&mut batch, &mut revisit, &mut load)
             .await?;
-        self.revisit = revisit;
+        self.gate.revisit = revisit;
         Ok(changed)
     }
 

@@ -10,7 +10,7 @@ impl Node {
     pub(super) async fn read_hinted_nodes(&mut self, keys: Vec<String>) -> Result<()> {
         let mine = crate::keys::node(&self.me.node);
         for k in keys {
-            if k != mine && self.nodes.contains_key(&k) {
+            if k != mine && self.peers.nodes.contains_key(&k) {
                 self.fetch_node(&k, None).await?;
             }
         }
@@ -68,9 +68,15 @@ impl Node {
     /// A peer first seen has shown nothing yet, whatever it holds.
     pub(super) fn note_progress(&mut self, views: &[NodeView], now: MonoTime) {
         let ids: std::collections::HashSet<&str> = views.iter().map(|v| v.id.as_str()).collect();
-        self.progress.retain(|id, _| ids.contains(id.as_str()));
+        self.peers
+            .progress
+            .retain(|id, _| ids.contains(id.as_str()));
         for v in views.iter().filter(|v| v.id != self.me.node) {
-            let e = self.progress.entry(v.id.clone()).or_insert((v.load, None));
+            let e = self
+                .peers
+                .progress
+                .entry(v.id.clone())
+                .or_insert((v.load, None));
             if v.load > e.0 {
                 e.1 = Some(now);
             }
@@ -83,7 +89,7 @@ impl Node {
     /// proportional to the fleet's sessions here.
     pub(super) fn claim_loads(&mut self) -> HashMap<String, u32> {
         let generation = self.claims.generation();
-        if let Some((at, loads)) = &self.loads
+        if let Some((at, loads)) = &self.memo.loads
             && *at == generation
         {
             return loads.clone();
@@ -103,7 +109,7 @@ impl Node {
             .into_iter()
             .map(|((node, instance), n)| (format!("{node}/{instance}"), n))
             .collect();
-        self.loads.insert((generation, loads)).1.clone()
+        self.memo.loads.insert((generation, loads)).1.clone()
     }
 
     pub(super) fn node_views(&self, loads: &HashMap<String, u32>) -> Vec<NodeView> {
@@ -131,7 +137,7 @@ impl Node {
             // peers.
             unproven: false,
         }];
-        for (key, n) in &self.nodes {
+        for (key, n) in &self.peers.nodes {
             let rec = &n.record;
             let (judged, evidence) = self.peer_evidence(key, n);
             let judged = judged.as_ref();
@@ -167,7 +173,7 @@ impl Node {
         let unchanged_for = self
             .client
             .observer()
-            .unchanged_for(key, &n.listed, self.nodes_listed_at)
+            .unchanged_for(key, &n.listed, self.peers.listed_at)
             .unwrap_or(Duration::ZERO);
         let judged = if n.listed == n.fetched {
             std::borrow::Cow::Borrowed(rec)
@@ -209,7 +215,7 @@ impl Node {
     /// (`note_fleet_size`). Below `attrs::PROTO_BUCKETED_HINTS`, it reads
     /// flat hints only (`note_hint_form`).
     pub(super) fn older_peer_live(&self, level: u32) -> bool {
-        self.nodes.iter().any(|(key, n)| {
+        self.peers.nodes.iter().any(|(key, n)| {
             NodeAttrs::of(&n.record).proto < level && {
                 let (judged, evidence) = self.peer_evidence(key, n);
                 crate::liveness::judge(Some(judged.as_ref()), None, evidence)
@@ -227,10 +233,10 @@ impl Node {
     pub(super) fn corrupt_peer_unsettled(&self) -> bool {
         let ttl = self.cfg.ttl.max(self.memory.longest.0);
         let observer = self.client.observer();
-        self.corrupt_nodes.iter().any(|key| {
+        self.peers.corrupt.iter().any(|key| {
             observer.version(key).is_none_or(|v| {
                 observer
-                    .unchanged_for(key, &v, self.nodes_listed_at)
+                    .unchanged_for(key, &v, self.peers.listed_at)
                     .is_none_or(|d| d < ttl.saturating_add(default_margin(ttl)))
             })
         })
@@ -246,6 +252,7 @@ impl Node {
     /// peer holds the interval back. Whether every read succeeded.
     pub(super) async fn fetch_unread_nodes(&mut self) -> bool {
         let mut unread: Vec<(String, Version)> = self
+            .peers
             .nodes
             .iter()
             .filter(|(_, n)| n.listed != n.fetched)
@@ -261,7 +268,7 @@ impl Node {
             }
             // Corrupt as read (a truncated response, foreign bytes): its
             // build is unknown, so it counts as not read.
-            if self.corrupt_nodes.contains(&key) {
+            if self.peers.corrupt.contains(&key) {
                 return false;
             }
         }
@@ -277,7 +284,7 @@ impl Node {
         match got {
             Ok(Some(o)) => match LeaseRecord::decode(key, &o.bytes, Kind::Node) {
                 Ok(record) => {
-                    self.corrupt_nodes.remove(key);
+                    self.peers.corrupt.remove(key);
                     self.memory.absent_nodes.remove(key);
                     let mp = NodeAttrs::of(&record).max_poll_ms;
                     self.memory.longest = (
@@ -288,13 +295,13 @@ impl Node {
                         self.memory.longest.1.max(Duration::from_millis(mp)),
                     );
                     let listed = listed
-                        .or_else(|| self.nodes.get(key).map(|n| n.listed.clone()))
+                        .or_else(|| self.peers.nodes.get(key).map(|n| n.listed.clone()))
                         .unwrap_or_else(|| o.version.clone());
-                    let (listed_since, listed_last) = match self.nodes.get(key) {
+                    let (listed_since, listed_last) = match self.peers.nodes.get(key) {
                         Some(n) if n.listed == listed => (n.listed_since, n.listed_last),
                         _ => (now, now),
                     };
-                    self.nodes.insert(
+                    self.peers.nodes.insert(
                         key.to_string(),
                         PeerNode {
                             listed,
@@ -308,12 +315,13 @@ impl Node {
                 }
                 Err(e) => {
                     tracing::warn!(key, error = %e, "corrupt node record; its sessions are left alone");
-                    self.corrupt_nodes.insert(key.to_string());
-                    self.nodes.remove(key);
+                    self.peers.corrupt.insert(key.to_string());
+                    self.peers.nodes.remove(key);
                 }
             },
             Ok(None) => {
                 let ttl = self
+                    .peers
                     .nodes
                     .remove(key)
                     .map_or(self.cfg.ttl, |n| Duration::from_millis(n.record.ttl_ms));
@@ -327,8 +335,8 @@ impl Node {
                 | crate::store::StoreError::Invalid { .. }),
             ) => {
                 tracing::warn!(key, error = %e, "unreadable node record; its sessions are left alone");
-                self.corrupt_nodes.insert(key.to_string());
-                self.nodes.remove(key);
+                self.peers.corrupt.insert(key.to_string());
+                self.peers.nodes.remove(key);
             }
             Err(e) => return Err(Error::from_store("get", key, e)),
         }
@@ -350,7 +358,7 @@ impl Node {
         let now = self.deps.clock.now();
         // A peer that vanished from the listing is absent as of now (after
         // the listing arrived), not dead: see `node_absent_long_enough`.
-        for (k, n) in &self.nodes {
+        for (k, n) in &self.peers.nodes {
             if !listed.contains(k.as_str()) {
                 self.memory
                     .absent_nodes
@@ -377,13 +385,13 @@ impl Node {
                     .is_some_and(|id| named.contains(id))
             });
         }
-        self.nodes.retain(|k, _| listed.contains(k.as_str()));
-        self.corrupt_nodes.retain(|k| listed.contains(k.as_str()));
+        self.peers.nodes.retain(|k, _| listed.contains(k.as_str()));
+        self.peers.corrupt.retain(|k| listed.contains(k.as_str()));
         for e in entries {
             if e.key == mine {
                 continue;
             }
-            let due = match self.nodes.get_mut(&e.key) {
+            let due = match self.peers.nodes.get_mut(&e.key) {
                 Some(n) => {
                     // Stood still: two of our listings more than ttl/2
                     // apart showed the same version. (Not merely "changed

@@ -13,7 +13,7 @@ impl Node {
         // Nothing owned changed since our snapshot, and nobody replaced it:
         // no look at the 10,000 sessions a node may own (issue #14).
         let generation = self.owned.generation();
-        if self.published == Some((generation, ready, self.deps.status.sets())) {
+        if self.memo.published == Some((generation, ready, self.deps.status.sets())) {
             return;
         }
         {
@@ -45,7 +45,7 @@ impl Node {
                 // Read under the snapshot's lock, which `set` counts under.
                 let sets = self.deps.status.sets();
                 drop(published);
-                self.published = Some((generation, ready, sets));
+                self.memo.published = Some((generation, ready, sets));
                 return;
             }
         }
@@ -67,6 +67,6 @@ impl Node {
             ready,
             sessions,
         });
-        self.published = Some((generation, ready, sets));
+        self.memo.published = Some((generation, ready, sets));
     }
 }

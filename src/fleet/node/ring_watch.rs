@@ -26,13 +26,14 @@ impl Node {
     pub(super) fn watched(&self) -> Vec<(String, usize, Duration)> {
         let observer = self.client.observer();
         let ids: Vec<&str> = self
+            .peers
             .nodes
             .iter()
             .filter(|(key, n)| {
                 let ttl = Duration::from_millis(n.record.ttl_ms);
                 !n.record.released
                     && observer
-                        .unchanged_for(key, &n.listed, self.nodes_listed_at)
+                        .unchanged_for(key, &n.listed, self.peers.listed_at)
                         .is_none_or(|d| {
                             !crate::liveness::stood_still_long_enough(d, ttl, default_margin(ttl))
                         })
@@ -44,7 +45,7 @@ impl Node {
             .enumerate()
             .filter_map(|(position, id)| {
                 let key = crate::keys::node(id);
-                let ttl = Duration::from_millis(self.nodes.get(&key)?.record.ttl_ms);
+                let ttl = Duration::from_millis(self.peers.nodes.get(&key)?.record.ttl_ms);
                 Some((key, position, ttl))
             })
             .collect()
@@ -143,7 +144,7 @@ impl Node {
         let observer = self.client.observer();
         // Both reads at once: the pause is waiting on them.
         let reads = watched.into_iter().filter_map(|key| {
-            let n = self.nodes.get(&key)?;
+            let n = self.peers.nodes.get(&key)?;
             let ttl = Duration::from_millis(n.record.ttl_ms);
             // The latest version any response showed (a watch read may have
             // seen a renewal the last listing did not).

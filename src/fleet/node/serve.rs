@@ -11,7 +11,7 @@ impl Node {
         shutdown: &CancellationToken,
     ) -> Result<Ended> {
         let took_unproven = lease.replaced().is_some_and(|r| NodeAttrs::of(r).unproven);
-        self.proven_predecessor = lease.replaced().map(|r| r.holder.instance.clone());
+        self.predecessor.proven = lease.replaced().map(|r| r.holder.instance.clone());
         if lease.created() || took_unproven {
             // Our ttl, or a longer one this process has read in a node
             // record before. A fresh process knows only its own, and the
@@ -19,7 +19,7 @@ impl Node {
             // ttl there, the wait falls short by the difference (a known
             // gap, docs/fleet.md "Known gaps": use one ttl per node id).
             let ttl = self.cfg.ttl.max(self.memory.longest.0);
-            self.predecessor_unproven_until =
+            self.predecessor.unproven_until =
                 Some(self.deps.clock.now() + ttl + default_margin(ttl));
         }
         let (valid_tx, valid_rx) = watch::channel(Validity {
@@ -39,9 +39,9 @@ impl Node {
                 valid: valid_tx,
                 load: load_rx,
                 confirmed: self.confirmed_tx.subscribe(),
-                violation: self.violation.clone(),
+                violation: self.audit.violation.clone(),
                 stop: stop_renew.clone(),
-                unproven_until: self.predecessor_unproven_until,
+                unproven_until: self.predecessor.unproven_until,
                 pace: self.pace.tx.subscribe(),
                 pace_landed: pace_landed_tx,
             },
@@ -64,7 +64,7 @@ impl Node {
         };
         let mut request: Option<ClaimRequest> = None;
         let ended = loop {
-            let violation = self.violation.lock().unwrap().clone();
+            let violation = self.audit.violation.lock().unwrap().clone();
             // Marks the value seen, so `changed()` below waits for the next one.
             let v = *valid_rx.borrow_and_update();
             // The renew task publishes until it is stopped below; a closed
@@ -267,7 +267,7 @@ impl Node {
                             if w.bell.is_some() {
                                 self.ring.bell = w.bell;
                             }
-                            let nodes = &self.nodes;
+                            let nodes = &self.peers.nodes;
                             self.ring.read.retain(|k, _| nodes.contains_key(k));
                             if w.pass {
                                 // A watched peer stood still, or the bell

@@ -146,34 +146,13 @@ pub(super) struct Node {
     /// cheaply: the one insertion site lowers it, raises of a `confirmed`
     /// and removals leave it (low), and each pass recounts it once.
     pub(super) confirmed_floor: Option<MonoTime>,
-    /// Peers' node records (never our own: we know it).
-    pub(super) nodes: HashMap<String, PeerNode>,
-    /// Listed node keys whose record is corrupt: their owners' claims are
-    /// never taken over (corruption is not absence).
-    pub(super) corrupt_nodes: std::collections::HashSet<String>,
     /// Listed manifest and claim keys that cannot be decoded (or are not
     /// ours at all), with the version found so: each affects its own key
     /// only. A corrupt manifest leaves its session as last known; a corrupt
     /// claim is never taken over; our own claim turning corrupt is lost.
     pub(super) corrupt: Tracked<Version>,
-    /// Sessions whose claim sits at the highest epoch (foreign bytes: no
-    /// token above it exists, so nothing may take it over), each said once.
-    pub(super) stuck: std::collections::HashSet<String>,
     pub(super) manifests: Cached<KnownManifest>,
     pub(super) claims: Cached<ClaimView>,
-    /// `claim_loads` as of the claims' generation it was counted at.
-    pub(super) loads: Option<(u64, HashMap<String, u32>)>,
-    /// The inputs' generations (`owned_inputs`) at which `owned_due`'s
-    /// last scan found nothing due.
-    pub(super) owned_idle: Option<[u64; 4]>,
-    /// What `publish_status` last published: the owned sessions' generation,
-    /// `ready`, and the status's count of snapshots set after ours.
-    pub(super) published: Option<(u64, bool, u64)>,
-    /// Each peer's claim count at the last pass, and when it last rose
-    /// (`note_progress`).
-    pub(super) progress: HashMap<String, (u32, Option<MonoTime>)>,
-    /// When each session was first seen claimable (for rank × grace).
-    pub(super) first_claimable: HashMap<String, MonoTime>,
     pub(super) idle_ticks: u32,
     /// No crash-loop back-off of an owned session ends before this (a
     /// lower bound: a session lost or restarted since leaves it early,
@@ -189,58 +168,18 @@ pub(super) struct Node {
     pub(super) sleepers: std::collections::BTreeSet<String>,
     /// Exits were recorded during the last claim batch (`send_claims`).
     pub(super) exits_mid_batch: bool,
-    /// Draining (see `apply_control`): not even a predecessor's sessions
-    /// are reclaimed.
-    pub(super) draining: bool,
-    /// A read of the control object has succeeded in this registration;
-    /// until then nothing is claimed (see `tick`).
-    pub(super) control_read: bool,
-    /// When the last `nodes/` listing was sent. A peer counts as expired only
-    /// if a listing *sent* ttl + margin after its version first arrived still
-    /// showed that version: judging against the time the pass reaches its
-    /// decision instead would let a slow pass (seconds of reads after the
-    /// listing) call peers expired that renewed in the meantime.
-    pub(super) nodes_listed_at: MonoTime,
     /// The node lease's validity as the renew task last published it.
     pub(super) validity: Option<watch::Receiver<Validity>>,
     /// Shares `confirmed_until` with the renew task, which announces
     /// min(lease validity, it) to the runner.
     pub(super) confirmed_tx: watch::Sender<MonoTime>,
-    /// Set when an audit read-back contradicts a write the store reported
-    /// committed (here or in the renew task): the node stops serving.
-    pub(super) violation: Arc<std::sync::Mutex<Option<String>>>,
-    /// Conditional writes of claims so far, for the audit's sample.
-    pub(super) claim_writes: u64,
     /// Passes so far (a claim request between passes counts as one), and
     /// the pass and time of the last confirmation of the marker.
     pub(super) pass: u64,
-    /// Until when another instance of this node id is not known to have
-    /// stopped: set when this instance's registration *created* its node
-    /// record (an operator deleted it, or gc did). Without the host lock's
-    /// proof, the earlier instance may run until its own deadline, which is
-    /// within ttl + margin of that creation (its last renewal was sent
-    /// before the deletion, which was before the create).
-    pub(super) predecessor_unproven_until: Option<MonoTime>,
-    /// The instance whose record this registration took over by a proof
-    /// (its release, its expiry, or our host lock): its claims are ours at
-    /// once even during the wait above, which is for instances before it.
-    pub(super) proven_predecessor: Option<String>,
     /// What the next pass must do beyond its schedule, and why.
     pub(super) next: NextPass,
-    /// The peers as the last pass saw them (id, instance, live, offers
-    /// capacity, unproven): a change means a look at the names their
-    /// claims hold (`core::peers_changed`).
-    pub(super) fleet_seen: Vec<core::PeerSeen>,
-    /// Names to look at again in the next pass whatever the hints say: those
-    /// the last pass did not claim and did not find unclaimable (grace,
-    /// rank, absence waits, a refused write, capacity).
-    pub(super) revisit: std::collections::BTreeSet<String>,
     /// Set while a pass runs; still set at the next one if it failed.
     pub(super) pass_incomplete: bool,
-    /// Peers this node fenced whose ranked takers are not nudged yet.
-    pub(super) fenced_now: Vec<String>,
-    /// The nudges in flight (best effort; aborted when the node ends).
-    pub(super) nudges: tokio::task::JoinSet<()>,
     /// When every node record was last read again, whole and decodable,
     /// before a vanished claim was made (`read_holds`): when those reads
     /// were sent.
@@ -255,6 +194,108 @@ pub(super) struct Node {
     pub(super) memory: Memory,
     /// The listing interval, and the belief in our claims measured in it.
     pub(super) pace: Pace,
+    /// Peers as this node sees them: their node records (never our own), those that cannot be read, when `nodes/` was last listed, who is busy claiming, the fleet as the last pass saw it, and the peers fenced whose takers are not nudged yet.
+    pub(super) peers: Peers,
+    /// An earlier instance of this node id, and what is proven of it.
+    pub(super) predecessor: Predecessor,
+    /// What the operator asked of this node (`control/<id>`).
+    pub(super) control: Control,
+    /// The audit of our own writes: a contradiction seen, and how many claim writes were sent (for the sample).
+    pub(super) audit: Audit,
+    /// Answers kept while their inputs' generations stand (change-counted caches).
+    pub(super) memo: Memo,
+    /// The claim gate's memory between passes: when each session was first seen claimable, the names to look at again, the sessions stuck at the highest epoch.
+    pub(super) gate: GateState,
+}
+
+/// Peers as this node sees them: their node records (never our own), those that cannot be read, when `nodes/` was last listed, who is busy claiming, the fleet as the last pass saw it, and the peers fenced whose takers are not nudged yet.
+pub(super) struct Peers {
+    /// Peers' node records (never our own: we know it).
+    pub(super) nodes: HashMap<String, PeerNode>,
+    /// Listed node keys whose record is corrupt: their owners' claims are
+    /// never taken over (corruption is not absence).
+    pub(super) corrupt: std::collections::HashSet<String>,
+    /// When the last `nodes/` listing was sent. A peer counts as expired only
+    /// if a listing *sent* ttl + margin after its version first arrived still
+    /// showed that version: judging against the time the pass reaches its
+    /// decision instead would let a slow pass (seconds of reads after the
+    /// listing) call peers expired that renewed in the meantime.
+    pub(super) listed_at: MonoTime,
+    /// Each peer's claim count at the last pass, and when it last rose
+    /// (`note_progress`).
+    pub(super) progress: HashMap<String, (u32, Option<MonoTime>)>,
+    /// The peers as the last pass saw them (id, instance, live, offers
+    /// capacity, unproven): a change means a look at the names their
+    /// claims hold (`core::peers_changed`).
+    pub(super) seen: Vec<core::PeerSeen>,
+    /// Peers this node fenced whose ranked takers are not nudged yet.
+    pub(super) fenced_now: Vec<String>,
+    /// The nudges in flight (best effort; aborted when the node ends).
+    pub(super) nudges: tokio::task::JoinSet<()>,
+}
+
+/// An earlier instance of this node id, and what is proven of it.
+#[derive(Default)]
+pub(super) struct Predecessor {
+    /// Until when another instance of this node id is not known to have
+    /// stopped: set when this instance's registration *created* its node
+    /// record (an operator deleted it, or gc did). Without the host lock's
+    /// proof, the earlier instance may run until its own deadline, which is
+    /// within ttl + margin of that creation (its last renewal was sent
+    /// before the deletion, which was before the create).
+    pub(super) unproven_until: Option<MonoTime>,
+    /// The instance whose record this registration took over by a proof
+    /// (its release, its expiry, or our host lock): its claims are ours at
+    /// once even during the wait above, which is for instances before it.
+    pub(super) proven: Option<String>,
+}
+
+/// What the operator asked of this node (`control/<id>`).
+#[derive(Default)]
+pub(super) struct Control {
+    /// Draining (see `apply_control`): not even a predecessor's sessions
+    /// are reclaimed.
+    pub(super) draining: bool,
+    /// A read of the control object has succeeded in this registration;
+    /// until then nothing is claimed (see `tick`).
+    pub(super) read: bool,
+}
+
+/// The audit of our own writes: a contradiction seen, and how many claim writes were sent (for the sample).
+#[derive(Default)]
+pub(super) struct Audit {
+    /// Set when an audit read-back contradicts a write the store reported
+    /// committed (here or in the renew task): the node stops serving.
+    pub(super) violation: Arc<std::sync::Mutex<Option<String>>>,
+    /// Conditional writes of claims so far, for the audit's sample.
+    pub(super) claim_writes: u64,
+}
+
+/// Answers kept while their inputs' generations stand (change-counted caches).
+#[derive(Default)]
+pub(super) struct Memo {
+    /// `claim_loads` as of the claims' generation it was counted at.
+    pub(super) loads: Option<(u64, HashMap<String, u32>)>,
+    /// The inputs' generations (`owned_inputs`) at which `owned_due`'s
+    /// last scan found nothing due.
+    pub(super) owned_idle: Option<[u64; 4]>,
+    /// What `publish_status` last published: the owned sessions' generation,
+    /// `ready`, and the status's count of snapshots set after ours.
+    pub(super) published: Option<(u64, bool, u64)>,
+}
+
+/// The claim gate's memory between passes: when each session was first seen claimable, the names to look at again, the sessions stuck at the highest epoch.
+#[derive(Default)]
+pub(super) struct GateState {
+    /// When each session was first seen claimable (for rank × grace).
+    pub(super) first_claimable: HashMap<String, MonoTime>,
+    /// Names to look at again in the next pass whatever the hints say: those
+    /// the last pass did not claim and did not find unclaimable (grace,
+    /// rank, absence waits, a refused write, capacity).
+    pub(super) revisit: std::collections::BTreeSet<String>,
+    /// Sessions whose claim sits at the highest epoch (foreign bytes: no
+    /// token above it exists, so nothing may take it over), each said once.
+    pub(super) stuck: std::collections::HashSet<String>,
 }
 
 /// The change feed as this node reads it (light passes; see [`crate::fleet::feed`]), and the feed's retention.
@@ -379,38 +420,19 @@ impl Node {
             me,
             owned: Tracked::default(),
             confirmed_floor: None,
-            nodes: HashMap::new(),
-            corrupt_nodes: Default::default(),
             corrupt: Tracked::default(),
-            stuck: Default::default(),
             manifests: Cached::default(),
             claims: Cached::default(),
-            loads: None,
-            owned_idle: None,
-            published: None,
-            first_claimable: HashMap::new(),
-            progress: HashMap::new(),
             idle_ticks: 0,
-            draining: false,
-            control_read: false,
-            nodes_listed_at: MonoTime::ZERO,
             validity: None,
             confirmed_tx: watch::Sender::new(MonoTime::ZERO),
-            violation: Default::default(),
-            claim_writes: 0,
             pass: 0,
-            predecessor_unproven_until: None,
-            proven_predecessor: None,
             next_restart: None,
             checks: Default::default(),
             sleepers: Default::default(),
             exits_mid_batch: false,
             next: NextPass::registered(),
-            fleet_seen: Vec::new(),
-            revisit: Default::default(),
             pass_incomplete: false,
-            fenced_now: Vec::new(),
-            nudges: tokio::task::JoinSet::new(),
             holds_read: None,
             feed: FeedState {
                 cursor: crate::fleet::feed::FeedCursor::new(cfg_skew),
@@ -430,6 +452,37 @@ impl Node {
             },
             memory,
             pace: Pace::new(full_every),
+            peers: Peers {
+                nodes: HashMap::new(),
+                corrupt: Default::default(),
+                listed_at: MonoTime::ZERO,
+                progress: HashMap::new(),
+                seen: Vec::new(),
+                fenced_now: Vec::new(),
+                nudges: tokio::task::JoinSet::new(),
+            },
+            predecessor: Predecessor {
+                unproven_until: None,
+                proven: None,
+            },
+            control: Control {
+                draining: false,
+                read: false,
+            },
+            audit: Audit {
+                violation: Default::default(),
+                claim_writes: 0,
+            },
+            memo: Memo {
+                loads: None,
+                owned_idle: None,
+                published: None,
+            },
+            gate: GateState {
+                first_claimable: HashMap::new(),
+                revisit: Default::default(),
+                stuck: Default::default(),
+            },
         }
     }
 
@@ -482,7 +535,7 @@ impl Node {
             Err(e) if e.kind() == crate::ErrorKind::Unsupported => {
                 tracing::error!(error = %e, "store violation: stopping");
                 self.event(EventKind::StoreViolation, None, Some(epoch), e.to_string());
-                *self.violation.lock().unwrap() = Some(match e {
+                *self.audit.violation.lock().unwrap() = Some(match e {
                     Error::Unsupported { detail, .. } => detail,
                     other => other.to_string(),
                 });
