@@ -271,6 +271,8 @@ fn every_variable_is_documented() {
     let config = &doc[doc
         .find("## Configuration")
         .expect("a configuration section")..];
+    // That section only: up to the next heading of its level.
+    let config = &config[..config[3..].find("\n## ").map_or(config.len(), |i| i + 3)];
     let missing: Vec<&String> = vars
         .iter()
         .filter(|v| !config.contains(&format!("`{v}`")))

@@ -3084,7 +3084,7 @@ fn get_is_ls_and_yaml_is_json() {
         assert_eq!(code(&get), 0, "{}", stderr(&get));
         let yaml = run(&["get", what, "--store", &url, "-o", "yaml"]);
         assert_eq!(code(&yaml), 0, "{}", stderr(&yaml));
-        let from_yaml: serde_json::Value = serde_norway::from_str(&stdout(&yaml)).unwrap();
+        let from_yaml: serde_json::Value = serde_saphyr::from_str(&stdout(&yaml)).unwrap();
         // Ages move between the runs; the rest must agree.
         let strip = |mut v: serde_json::Value| {
             for r in v.as_array_mut().into_iter().flatten() {
@@ -3213,7 +3213,7 @@ fn apply_takes_files_directories_stdin_yaml_and_json_arrays() {
     assert_eq!(code(&o), 2, "{}", stderr(&o));
     let e = stderr(&o);
     assert!(
-        e.contains("two.yaml (document 2) at spec.restart: unknown variant `sometimes`"),
+        e.contains("two.yaml: line 7 column") && e.contains("unknown variant `sometimes`"),
         "{e}"
     );
     let o = run(&["inspect", "manifests/ok1", "--store", &url]);
@@ -3228,6 +3228,51 @@ fn apply_takes_files_directories_stdin_yaml_and_json_arrays() {
     let o = run(&["apply", arr.to_str().unwrap(), "--store", &url]);
     assert_eq!(code(&o), 2, "{}", stderr(&o));
     assert!(stderr(&o).contains("arr.json at [1]"), "{}", stderr(&o));
+    // Aliases (a YAML bomb's means) are refused before anything expands.
+    let bomb = d.path().join("bomb.yaml");
+    std::fs::write(
+        &bomb,
+        "name: b\nspec:\n  command: &c sh\n  args: [*c, *c, *c]\n",
+    )
+    .unwrap();
+    let o = run(&["apply", bomb.to_str().unwrap(), "--store", &url]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("aliases"), "{}", stderr(&o));
+    // JSON: nothing after the value, and an empty array is no manifest.
+    for (body, says) in [
+        (
+            r#"{"name": "c1", "spec": {"command": "true"}}{"name": "c2", "spec": {"command": "true"}}"#,
+            "trailing characters",
+        ),
+        ("[]", "holds no manifest"),
+    ] {
+        let f = d.path().join("odd.json");
+        std::fs::write(&f, body).unwrap();
+        let o = run(&["apply", f.to_str().unwrap(), "--store", &url]);
+        assert_eq!(code(&o), 2, "{body}: {}", stderr(&o));
+        assert!(stderr(&o).contains(says), "{body}: {}", stderr(&o));
+    }
+    let o = run(&["inspect", "manifests/c1", "--store", &url]);
+    assert_eq!(code(&o), 7, "c1 was written: {}", stdout(&o));
+    // A manifest the store refuses (another spec there) does not stop the
+    // others; the command fails with it.
+    let refused = d.path().join("refused.json");
+    std::fs::write(
+        &refused,
+        r#"[{"name": "web", "spec": {"command": "other"}}, {"name": "later", "spec": {"command": "true"}}]"#,
+    )
+    .unwrap();
+    let o = run(&[
+        "apply",
+        refused.to_str().unwrap(),
+        "--store",
+        &url,
+        "--json",
+    ]);
+    assert_eq!(code(&o), 3, "{}", stderr(&o));
+    let answers = json(&o);
+    assert_eq!(answers[0]["result"], "error", "{answers}");
+    assert_eq!(answers[1]["result"], "created", "{answers}");
     // Nothing given.
     let o = run(&["apply", "--store", &url]);
     assert_eq!(code(&o), 2, "{}", stderr(&o));

@@ -4346,7 +4346,8 @@ async fn a_store_out_of_reach_at_start_is_probed_again_until_it_answers() {
     init_marker(&inner).await;
     let faulty = Arc::new(FaultStore::new(inner.clone()));
     faulty.set_partitioned(true);
-    let store: Arc<dyn Store> = faulty.clone();
+    let counting = Arc::new(leasehold::store::CountingStore::new(faulty.clone()));
+    let store: Arc<dyn Store> = counting.clone();
     let cfg = NodeConfig::new(Name::new("n1").unwrap(), Duration::from_secs(10));
     assert!(cfg.probe);
     let runner = Arc::new(RecordingRunner::new(Arc::new(clock.clone())));
@@ -4366,10 +4367,17 @@ async fn a_store_out_of_reach_at_start_is_probed_again_until_it_answers() {
             }
         }
     };
-    // A virtual minute out of reach: still trying, not ended.
+    // A virtual minute out of reach: still trying, not ended, and backing
+    // off (0.5 s doubling to 30 s, up to half again: 5 to 7 probes, each
+    // refused at its first write), not hammering the store.
     step(600).await;
     assert!(!task.is_finished(), "the node gave up: {:?}", task.await);
     assert!(inner.get("nodes/n1").await.unwrap().is_none());
+    let probes = counting.counts().put_create;
+    assert!(
+        (4..=9).contains(&probes),
+        "{probes} probes in a virtual minute"
+    );
     faulty.set_partitioned(false);
     // Back-off is at most 30 s: registered within a virtual minute more.
     let mut registered = false;
@@ -4386,5 +4394,22 @@ async fn a_store_out_of_reach_at_start_is_probed_again_until_it_answers() {
     );
     shutdown.cancel();
     step(50).await;
+    task.await.unwrap().unwrap();
+    // A shutdown during the back-off ends the node at once.
+    faulty.set_partitioned(true);
+    let cfg = NodeConfig::new(Name::new("n2").unwrap(), Duration::from_secs(10));
+    let deps = NodeDeps {
+        journal: Arc::new(Journal::new(1000, 1 << 20)),
+        ..NodeDeps::new(store.clone(), Arc::new(clock.clone()), runner.clone())
+    };
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(node::run(cfg, deps, shutdown.clone()));
+    step(100).await;
+    assert!(!task.is_finished());
+    shutdown.cancel();
+    for _ in 0..20 {
+        tokio::task::yield_now().await;
+    }
+    assert!(task.is_finished(), "still waiting out its back-off");
     task.await.unwrap().unwrap();
 }

@@ -89,7 +89,11 @@ fn the_readme_quick_start_runs_as_written() {
         ("where it runs", stdout.contains("web: running on n")),
         (
             "the table",
-            stdout.contains("web") && stdout.contains("running"),
+            stdout.contains("NAME")
+                && stdout.contains("STATUS")
+                && stdout
+                    .lines()
+                    .any(|l| l.starts_with("web ") && l.contains("running")),
         ),
         (
             "its output through logs",

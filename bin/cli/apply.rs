@@ -39,9 +39,9 @@ fn expand(paths: &[String]) -> Result<Vec<String>, Error> {
                 .map(|e| e.path())
                 .filter(|f| {
                     f.is_file()
-                        && f.extension()
-                            .and_then(|x| x.to_str())
-                            .is_some_and(|x| matches!(x, "json" | "yaml" | "yml"))
+                        && f.extension().and_then(|x| x.to_str()).is_some_and(|x| {
+                            matches!(x.to_ascii_lowercase().as_str(), "json" | "yaml" | "yml")
+                        })
                 })
                 .map(|f| f.display().to_string())
                 .collect();
@@ -68,6 +68,8 @@ fn expand(paths: &[String]) -> Result<Vec<String>, Error> {
 /// their first character (`{` or `[` is JSON). Every error names the file,
 /// the document and the field.
 fn parse_file(file: &str, bytes: &[u8]) -> Result<Vec<Source>, Error> {
+    // A UTF-8 byte order mark (some editors write one) is not content.
+    let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
     let lower = file.to_ascii_lowercase();
     let yaml = if lower.ends_with(".json") {
         false
@@ -99,8 +101,21 @@ fn parse_file(file: &str, bytes: &[u8]) -> Result<Vec<Source>, Error> {
             )
         };
         // An array of manifests, or one.
+        // Nothing may follow the value (two objects back to back would
+        // otherwise apply the first alone).
+        let trailing = |de: &mut serde_json::Deserializer<serde_json::de::SliceRead<'_>>| {
+            de.end()
+                .map_err(|e| Error::invalid("manifest file", format!("{file}: {e}")))
+        };
         if bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
-            let ms: Vec<ManifestFile> = serde_path_to_error::deserialize(de).map_err(bad)?;
+            let ms: Vec<ManifestFile> = serde_path_to_error::deserialize(&mut *de).map_err(bad)?;
+            trailing(de)?;
+            if ms.is_empty() {
+                return Err(Error::invalid(
+                    "manifest file",
+                    format!("{file} holds no manifest (an empty array)"),
+                ));
+            }
             return Ok(ms
                 .into_iter()
                 .enumerate()
@@ -110,7 +125,8 @@ fn parse_file(file: &str, bytes: &[u8]) -> Result<Vec<Source>, Error> {
                 })
                 .collect());
         }
-        let m: ManifestFile = serde_path_to_error::deserialize(de).map_err(bad)?;
+        let m: ManifestFile = serde_path_to_error::deserialize(&mut *de).map_err(bad)?;
+        trailing(de)?;
         return Ok(vec![Source {
             from: file.to_string(),
             manifest: m,
@@ -118,29 +134,39 @@ fn parse_file(file: &str, bytes: &[u8]) -> Result<Vec<Source>, Error> {
     }
     let text = std::str::from_utf8(bytes)
         .map_err(|e| Error::invalid("manifest file", format!("{file}: not UTF-8 text: {e}")))?;
-    let mut out = Vec::new();
-    for (i, doc) in serde_norway::Deserializer::from_str(text).enumerate() {
-        let n = i + 1;
-        let m: Option<ManifestFile> = serde_path_to_error::deserialize(doc).map_err(|e| {
-            let path = e.path().to_string();
-            // serde_norway names the path itself: said once.
-            let inner = e.into_inner().to_string();
-            let inner = inner
-                .strip_prefix(&format!("{path}: "))
-                .unwrap_or(&inner)
-                .to_string();
-            Error::invalid(
-                "manifest file",
-                format!("{file} (document {n}){}: {inner}", at(path)),
-            )
+    // No alias at all: a manifest never needs one, and an alias is how a
+    // small file expands into gigabytes (the budget refuses it at once).
+    let options = serde_saphyr::options! {
+        budget: serde_saphyr::budget! { max_aliases: 0 },
+    };
+    let docs: Vec<ManifestFile> =
+        serde_saphyr::from_multiple_with_options(text, options).map_err(|e| {
+            // Its first line says where and what; the rest is a snippet of
+            // the file, which the terminal does not need twice.
+            let full = e.to_string();
+            let first = full
+                .lines()
+                .next()
+                .unwrap_or("")
+                .trim_start_matches("error: ");
+            let why = if first.contains("budget breached") {
+                " (anchors and aliases, `&name` and `*name`, are not accepted in manifests)"
+            } else {
+                ""
+            };
+            Error::invalid("manifest file", format!("{file}: {first}{why}"))
         })?;
-        // An empty document (a leading or trailing `---`) holds nothing.
-        if let Some(m) = m {
-            out.push(Source {
-                from: format!("{file} (document {n})"),
-                manifest: m,
-            });
-        }
+    let n = docs.len();
+    let mut out = Vec::new();
+    for (i, m) in docs.into_iter().enumerate() {
+        out.push(Source {
+            from: if n == 1 {
+                file.to_string()
+            } else {
+                format!("{file} (document {})", i + 1)
+            },
+            manifest: m,
+        });
     }
     if out.is_empty() {
         return Err(Error::invalid(
@@ -179,12 +205,22 @@ pub(crate) fn read_manifests(paths: &[String]) -> Result<Vec<Source>, Error> {
         for s in parse_file(shown, &bytes)? {
             let name = Name::new(s.manifest.name.as_str())
                 .map_err(|e| Error::invalid("manifest file", format!("{}: {e}", s.from)))?;
-            let size = serde_json::to_vec(&s.manifest.spec).map_or(0, |b| b.len());
+            // Measured as it will be stored (name, digest and nonce beside
+            // the spec), so nothing refuses it after earlier ones are written.
+            let size = serde_json::to_vec(&manifest::ManifestRecord {
+                schema: leasehold::record::SCHEMA.into(),
+                kind: "manifest".into(),
+                name: name.to_string(),
+                digest: s.manifest.spec.digest(),
+                spec: s.manifest.spec.clone(),
+                nonce: "0".repeat(16),
+            })
+            .map_or(0, |b| b.len());
             if size > manifest::MAX_MANIFEST_BYTES {
                 return Err(Error::invalid(
                     "manifest file",
                     format!(
-                        "{}: the spec of {name} is larger than the limit of {} KiB ({} bytes)",
+                        "{}: the manifest {name} is larger than the limit of {} KiB ({} bytes) as stored",
                         s.from,
                         manifest::MAX_MANIFEST_BYTES / 1024,
                         manifest::MAX_MANIFEST_BYTES
@@ -226,9 +262,28 @@ pub(super) async fn apply(
     } else {
         open(store).await?
     };
+    // As kubectl: one manifest the store refuses (a different spec there,
+    // a lost race) does not stop the others; each says what came of it,
+    // and the command fails with the first error.
     let mut answers = Vec::new();
+    let mut first_error = None;
+    let many = sources.len() > 1;
     for s in sources {
-        answers.push(apply_one(s.manifest, &store, replace, token_file, json, max_skew).await?);
+        let key = leasehold::keys::manifest(s.manifest.name.as_str());
+        match apply_one(s.manifest, &store, replace, token_file, json, max_skew).await {
+            Ok(a) => answers.push(a),
+            Err(Failure::Error(e)) => {
+                if json {
+                    answers.push(serde_json::json!({
+                        "key": key, "result": "error", "error": e.to_string(),
+                    }));
+                } else if many {
+                    eprintln!("{key}: {e}");
+                }
+                first_error.get_or_insert(e);
+            }
+            Err(other) => return Err(other),
+        }
     }
     if json {
         match answers.len() {
@@ -236,7 +291,10 @@ pub(super) async fn apply(
             _ => print_json(&serde_json::Value::Array(answers)),
         }
     }
-    Ok(())
+    match first_error {
+        Some(e) => Err(e.into()),
+        None => Ok(()),
+    }
 }
 
 /// Applies one manifest (already checked); prints its line, or returns its

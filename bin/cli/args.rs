@@ -385,7 +385,7 @@ impl ListView {
     /// Prints `rows` as JSON, or as YAML with `-o yaml`.
     pub fn print(&self, rows: &serde_json::Value) {
         if self.output == Some(Output::Yaml) && !self.json {
-            print!("{}", serde_norway::to_string(rows).expect("rows serialise"));
+            print!("{}", serde_saphyr::to_string(rows).expect("rows serialise"));
         } else {
             print_json(rows);
         }

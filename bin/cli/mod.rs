@@ -354,8 +354,12 @@ pub(crate) fn for_humans(d: Duration) -> String {
     let text = humantime::format_duration(d).to_string();
     let mut out = String::with_capacity(text.len() + 4);
     let mut prev_digit = false;
-    for c in text.chars() {
-        if prev_digit && c.is_ascii_alphabetic() && c != 'h' && c != 'm' && c != 's' {
+    for (i, c) in text.char_indices() {
+        // Words get a space ("1 day", "2 months"); h, m, s, ms, us, ns
+        // stay as units do.
+        let word = c.is_ascii_alphabetic()
+            && (!matches!(c, 'h' | 'm' | 's' | 'u' | 'n') || text[i..].starts_with("month"));
+        if prev_digit && word {
             out.push(' ');
         }
         prev_digit = c.is_ascii_digit();
@@ -625,5 +629,6 @@ mod tests {
         );
         assert_eq!(for_humans(Duration::from_secs(90)), "1m 30s");
         assert_eq!(for_humans(Duration::from_millis(250)), "250ms");
+        assert!(for_humans(Duration::from_secs(40 * 86_400)).starts_with("1 month"));
     }
 }

@@ -269,10 +269,13 @@ fn interrupted_reason(
     let who = &c.owner.node;
     // "A peer is taking it over" only when one can: else what a queued
     // session would be told, asked of the nodes other than the owner.
-    let taker = || match queued_reason_except(m, nodes, Some(who)) {
-        why if why == WAITING => "a peer is taking it over".to_string(),
-        why => format!("no other node can take it over: {why}"),
+    let blocked = || {
+        let why = queued_reason_except(m, nodes, Some(who));
+        (why != WAITING).then(|| format!("no other node can take it over: {why}"))
     };
+    let taker = || blocked().unwrap_or_else(|| "a peer is taking it over".to_string());
+    // For the waits below: said only when nobody could take it after them.
+    let then = || blocked().map(|b| format!("; {b}")).unwrap_or_default();
     match owner {
         Liveness::Expired => {
             // Peers take over once they have *observed* the lease unchanged
@@ -280,16 +283,20 @@ fn interrupted_reason(
             // wall clocks only say how stale it looks from here.
             let r = &nodes[who].record;
             format!(
-                "waiting for a peer to observe {who}'s lease expired (not renewed for {} s by wall clock; ttl {} s)",
+                "waiting for a peer to observe {who}'s lease expired (not renewed for {} s by wall clock; ttl {} s){}",
                 now_ms.saturating_sub(r.renewed_at_ms) / 1000,
-                r.ttl_ms / 1000
+                r.ttl_ms / 1000,
+                then()
             )
         }
         Liveness::Fenced => format!("owner {who} was fenced; {}", taker()),
         Liveness::Released => format!("owner {who} shut down; {}", taker()),
         Liveness::Superseded => format!("owner {who} restarted; its new instance reclaims it"),
         Liveness::Absent => {
-            format!("owner {who} has no node record; taken over once that is observed")
+            format!(
+                "owner {who} has no node record; taken over once that is observed{}",
+                then()
+            )
         }
         Liveness::Live => String::new(),
     }

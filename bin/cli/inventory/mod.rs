@@ -413,6 +413,11 @@ pub async fn ls(
                     },
                     instance: c.owner.instance.clone(),
                     epoch: c.epoch,
+                    let_go: matches!(
+                        c.state,
+                        leasehold::fleet::claim::ClaimState::Released
+                            | leasehold::fleet::claim::ClaimState::Sleeping
+                    ),
                     address: c.address.clone(),
                     restarts: c.restarts,
                     exit_code: c.exit_code,
@@ -452,11 +457,7 @@ pub async fn ls(
                     // Queued or asleep: nobody owns it, whatever node let it
                     // go (a drained one, say); its epoch is the one it left
                     // at, shown as such.
-                    let owned = !matches!(
-                        r.status,
-                        leasehold::fleet::claim::Status::Queued
-                            | leasehold::fleet::claim::Status::Sleeping
-                    );
+                    let owned = !c.is_some_and(|c| c.let_go);
                     let mut cells = vec![
                         r.name.clone(),
                         word(&r.status),
@@ -598,6 +599,11 @@ struct ClaimCols {
     owner: String,
     instance: String,
     epoch: u64,
+    /// Released or asleep: the node named let it go (the table shows no
+    /// owner); by the claim's state, whatever the status word says (a
+    /// paused manifest's released claim reads `paused`).
+    #[serde(skip)]
+    let_go: bool,
     address: Option<String>,
     restarts: u32,
     exit_code: Option<i32>,

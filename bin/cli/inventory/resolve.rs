@@ -91,8 +91,12 @@ pub async fn resolve(
     // With no owner, paused or queued is the manifest's to say (one more
     // GET, only then): `ls` says paused for a paused manifest never claimed.
     let paused = matches!(r.owner, Owned::Released { .. } | Owned::Unowned)
+        // A manifest that cannot be read says nothing here (`describe`
+        // reports it); resolve answers from the claim as before.
         && leasehold::fleet::manifest::get(&store, &name)
-            .await?
+            .await
+            .ok()
+            .flatten()
             .is_some_and(|(m, _)| m.spec.paused);
     // The word `ls` and `describe` print for it (`Status::of`).
     let word = match &r.owner {

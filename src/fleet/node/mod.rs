@@ -100,10 +100,19 @@ pub async fn run(cfg: NodeConfig, deps: NodeDeps, shutdown: CancellationToken) -
                 .without_max_times(),
         );
         loop {
-            match crate::probe::probe(&deps.store, deps.entropy.as_ref(), deps.clock.as_ref()).await
-            {
+            // A shutdown is not kept waiting by a request that hangs.
+            let probed = tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => return Ok(()),
+                r = crate::probe::probe(&deps.store, deps.entropy.as_ref(), deps.clock.as_ref()) => r,
+            };
+            match probed {
                 Err(e) if e.is_transient() => {
-                    let wait = delays.next().unwrap_or(Duration::from_secs(30));
+                    // Up to half again, from the node's entropy (seeded in
+                    // the simulations): a fleet restarted during an outage
+                    // does not probe in step.
+                    let base = delays.next().unwrap_or(Duration::from_secs(30));
+                    let wait = base + base.mul_f64((deps.entropy.next_u64() % 500) as f64 / 1000.0);
                     tracing::warn!(error = %e, retry_in = ?wait, "probing the store; trying again");
                     tokio::select! {
                         biased;
