@@ -203,8 +203,10 @@ async fn a_session_the_node_cannot_run_as_asked_fails_with_its_reason() {
         assert_eq!(c.reason.as_deref(), Some(reason), "{}", log_of(&n1));
         assert_eq!(c.restarts, 0, "{name} is not a crash loop");
     }
+    // Written, not only created: the shell creates the file for its
+    // redirection before `pwd` writes into it.
     wait_until("in-dir ran", Duration::from_secs(20), async || {
-        env.path("in-dir.pwd").exists()
+        read(&env, "in-dir.pwd").ends_with("/wd")
     })
     .await;
     assert_eq!(read(&env, "in-dir.pwd"), wd.display().to_string());
