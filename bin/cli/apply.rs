@@ -207,15 +207,7 @@ pub(crate) fn read_manifests(paths: &[String]) -> Result<Vec<Source>, Error> {
                 .map_err(|e| Error::invalid("manifest file", format!("{}: {e}", s.from)))?;
             // Measured as it will be stored (name, digest and nonce beside
             // the spec), so nothing refuses it after earlier ones are written.
-            let size = serde_json::to_vec(&manifest::ManifestRecord {
-                schema: leasehold::record::SCHEMA.into(),
-                kind: "manifest".into(),
-                name: name.to_string(),
-                digest: s.manifest.spec.digest(),
-                spec: s.manifest.spec.clone(),
-                nonce: "0".repeat(16),
-            })
-            .map_or(0, |b| b.len());
+            let size = manifest::ManifestRecord::stored_len(&name, &s.manifest.spec);
             if size > manifest::MAX_MANIFEST_BYTES {
                 return Err(Error::invalid(
                     "manifest file",

@@ -346,12 +346,7 @@ fn queued_reason_except(
     }
     let matching: Vec<&&NodeFacts> = live
         .iter()
-        .filter(|n| {
-            m.spec
-                .selector
-                .iter()
-                .all(|(k, v)| n.labels.get(k) == Some(v))
-        })
+        .filter(|n| crate::fleet::plan::selects(&m.spec.selector, &n.labels))
         .collect();
     if matching.is_empty() {
         return format!("no node matches {}", m.spec.selector_text());

@@ -540,6 +540,26 @@ pub struct ManifestRecord {
 }
 
 impl ManifestRecord {
+    /// The record `apply` stores for `spec` under `name`.
+    pub fn new(name: &Name, spec: &Spec, nonce: String) -> Self {
+        ManifestRecord {
+            schema: SCHEMA.into(),
+            kind: "manifest".into(),
+            name: name.to_string(),
+            digest: spec.digest(),
+            spec: spec.clone(),
+            nonce,
+        }
+    }
+
+    /// Its size as `apply` stores it (with a nonce of the usual length),
+    /// for checking a batch against [`MAX_MANIFEST_BYTES`] before any of
+    /// it is written.
+    pub fn stored_len(name: &Name, spec: &Spec) -> usize {
+        let rec = ManifestRecord::new(name, spec, "0".repeat(16));
+        serde_json::to_vec(&rec).map_or(0, |b| b.len())
+    }
+
     pub fn decode(key: &str, bytes: &[u8]) -> Result<Self> {
         let corrupt = |r: String| Error::corrupt(key, r);
         let r: ManifestRecord =
@@ -581,14 +601,7 @@ pub async fn apply(
 ) -> Result<Applied> {
     spec.validate()?;
     let key = key(name);
-    let rec = ManifestRecord {
-        schema: SCHEMA.into(),
-        kind: "manifest".into(),
-        name: name.to_string(),
-        digest: spec.digest(),
-        spec: spec.clone(),
-        nonce: entropy.hex_id(),
-    };
+    let rec = ManifestRecord::new(name, spec, entropy.hex_id());
     let bytes = serde_json::to_vec(&rec).expect("manifest serialises");
     if bytes.len() > MAX_MANIFEST_BYTES {
         return Err(Error::TooLarge {
