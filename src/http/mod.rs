@@ -16,9 +16,11 @@
 //!
 //! Connections: at most `max_connections` at once (256 by default, and never
 //! more than half the process's descriptor limit: bucket connections must
-//! always find a descriptor); a client has [`HEADER_TIMEOUT`] to send each
-//! request's headers, idle keep-alive connections included, then it is
-//! closed.
+//! always find a descriptor); when all are taken, the connection idle
+//! longest is closed to make room for a new one, so idle connections never
+//! keep `/readyz` or anyone else waiting (see `conns`); a client has
+//! [`HEADER_TIMEOUT`] to send each request's headers, idle keep-alive
+//! connections included, then it is closed.
 //!
 //! A cursor older than retention gets an explicit gap (`"gap": [from, to]`
 //! in a page, an `event: gap` in a stream); a cursor beyond the latest event
@@ -29,6 +31,10 @@
 //!
 //! The bearer token is read from a file, compared in constant time, and never
 //! logged. The default bind is loopback.
+
+mod conns;
+
+pub(crate) use conns::serve_app;
 
 use crate::fleet::journal::Journal;
 use crate::fleet::status::NodeStatus;
@@ -226,104 +232,6 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let limit = state.max_connections;
     serve_app(listener, router(state), limit, shutdown).await
-}
-
-/// A listener [`serve_app`] accepts connections from (TCP for the node's
-/// API, a Unix socket for the session channel).
-pub(crate) trait Accept: Send {
-    type Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static;
-    fn accept_io(&self) -> impl std::future::Future<Output = std::io::Result<Self::Io>> + Send;
-}
-
-impl Accept for tokio::net::TcpListener {
-    type Io = tokio::net::TcpStream;
-    async fn accept_io(&self) -> std::io::Result<Self::Io> {
-        tokio::net::TcpListener::accept(self).await.map(|(s, _)| s)
-    }
-}
-
-impl Accept for tokio::net::UnixListener {
-    type Io = tokio::net::UnixStream;
-    async fn accept_io(&self) -> std::io::Result<Self::Io> {
-        tokio::net::UnixListener::accept(self).await.map(|(s, _)| s)
-    }
-}
-
-/// Serves `app` on `listener`: at most `limit` connections at once (and
-/// never more than half the process's descriptors), [`HEADER_TIMEOUT`] for
-/// each request's headers, and at shutdown two seconds for the connections
-/// to finish. Every server of ours goes through it: a client that opens
-/// connections and sends nothing costs a permit for ten seconds, never a
-/// descriptor the bucket needs, nor a shutdown that never ends.
-// The shutdown's drain is an I/O bound, not protocol time.
-#[allow(clippy::disallowed_methods)]
-pub(crate) async fn serve_app<L: Accept>(
-    listener: L,
-    app: Router,
-    limit: usize,
-    shutdown: tokio_util::sync::CancellationToken,
-) -> std::io::Result<()> {
-    use hyper_util::rt::{TokioIo, TokioTimer};
-    let limit = limit.min(descriptor_limit() / 2).max(1);
-    let permits = Arc::new(tokio::sync::Semaphore::new(limit));
-    let mut conns = tokio::task::JoinSet::new();
-    loop {
-        // Reap finished connection tasks so the set stays small.
-        while conns.try_join_next().is_some() {}
-        let permit = tokio::select! {
-            p = permits.clone().acquire_owned() => p.expect("never closed"),
-            _ = shutdown.cancelled() => break,
-        };
-        let stream = tokio::select! {
-            r = listener.accept_io() => match r {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept");
-                    // A pause, not a spin, while descriptors are short.
-                    // Not a protocol timer: nothing decides by this clock.
-                    #[allow(clippy::disallowed_methods)]
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            _ = shutdown.cancelled() => break,
-        };
-        let svc = hyper_util::service::TowerToHyperService::new(app.clone());
-        let stop = shutdown.clone();
-        conns.spawn(async move {
-            let _permit = permit;
-            let conn = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_TIMEOUT)
-                .serve_connection(TokioIo::new(stream), svc);
-            tokio::pin!(conn);
-            tokio::select! {
-                _ = conn.as_mut() => {}
-                _ = stop.cancelled() => {
-                    conn.as_mut().graceful_shutdown();
-                    let _ = conn.await;
-                }
-            }
-        });
-    }
-    let _ = tokio::time::timeout(Duration::from_secs(2), async {
-        while conns.join_next().await.is_some() {}
-    })
-    .await;
-    Ok(())
-}
-
-/// This process's soft limit on open descriptors.
-fn descriptor_limit() -> usize {
-    let mut r = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit with a valid pointer.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } != 0 || r.rlim_cur == 0 {
-        return 1024;
-    }
-    usize::try_from(r.rlim_cur).unwrap_or(usize::MAX)
 }
 
 /// `POST /v1/nudge`: look at the bucket now (a pass, and this node's control
