@@ -243,3 +243,22 @@ impl Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// An error and its causes on one line (`a: b: c`), for log lines and JSON:
+/// a node's log then says "No space left on device" or "SlowDown" where the
+/// CLI says it under `Caused by:` (issue #44: a full disk was logged only
+/// as "renew failed ... store unavailable"). Store errors keep no
+/// credentials (see [`StoreError`]), so the chain holds none either.
+pub struct Chain<'a>(pub &'a dyn std::error::Error);
+
+impl std::fmt::Display for Chain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut cur = self.0.source();
+        while let Some(c) = cur {
+            write!(f, ": {c}")?;
+            cur = c.source();
+        }
+        Ok(())
+    }
+}

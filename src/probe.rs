@@ -138,7 +138,7 @@ impl Run<'_> {
 }
 
 fn transport(step: &'static str, key: &str, e: StoreError) -> Error {
-    tracing::warn!(step, key, error = %e, "probe step could not complete");
+    tracing::warn!(step, key, error = %crate::error::Chain(&e), "probe step could not complete");
     Error::from_store("probe", key, e)
 }
 
@@ -219,7 +219,7 @@ pub async fn probe_report(
     for k in &keys {
         if let Err(e) = store.delete(k).await {
             if failed == 0 {
-                tracing::warn!(key = k, error = %e, "probe clean-up failed");
+                tracing::warn!(key = k, error = %crate::error::Chain(&e), "probe clean-up failed");
             }
             failed += 1;
         }
@@ -314,7 +314,7 @@ pub async fn learn_dialect(
     };
     let r = sequential(&mut run, &dir, &a, entropy).await;
     if let Err(e) = store.delete(&a).await {
-        tracing::warn!(key = a, error = %e, "probe clean-up failed");
+        tracing::warn!(key = a, error = %crate::error::Chain(&e), "probe clean-up failed");
     }
     r.map(|_| store.etag_dialect())
 }

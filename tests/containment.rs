@@ -746,3 +746,36 @@ async fn sessions_inherit_no_stray_descriptor_or_ignored_signal() {
         .unwrap();
     assert_eq!(ign & (1 << (libc::SIGQUIT - 1)), 0, "{seen}");
 }
+
+/// Issue #44: a store error in the node's log names its cause, as the CLI
+/// does under `Caused by:` (a full disk was logged as "renew failed ...
+/// store unavailable" and nothing else). Here the local store's lock
+/// directory is replaced by a file, so every write fails with the host's
+/// own reason (EEXIST, "File exists"); the log line must carry it. With the
+/// log fields printing only the top-level error, this fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_error_in_the_node_log_names_its_cause() {
+    let env = Env::new();
+    let n1 = env.node("n1", &[]);
+    let s = env.store().await;
+    wait_until("n1 registered", Duration::from_secs(20), async || {
+        node_record(&s, "n1").await.is_some()
+    })
+    .await;
+    let locks = env.path("bucket/.leasehold/keylocks");
+    std::fs::remove_dir_all(&locks).unwrap();
+    std::fs::write(&locks, b"not a directory").unwrap();
+    wait_until("a renewal failed", Duration::from_secs(20), async || {
+        log_of(&n1).contains("renew failed")
+    })
+    .await;
+    let log = log_of(&n1);
+    let line = log
+        .lines()
+        .find(|l| l.contains("renew failed"))
+        .unwrap()
+        .to_string();
+    assert!(line.contains("(os error"), "{line}");
+    assert!(line.contains("create lock directory"), "{line}");
+    drop(n1);
+}

@@ -1608,6 +1608,37 @@ async fn an_idle_node_lists_nodes_only_at_the_slow_pace_and_still_sees_a_death()
     f.finish().await;
 }
 
+/// Issue #44: a lone node, which watches no peer, reads the bell too, so a
+/// session applied without a token (the CLI's write rings the bell) runs
+/// within about a bell period (ttl/6, 1.7 s at ttl 10 s), not at the end
+/// of an idle pause (the ttl): 1.2-3.9 s on a real lone node before. Five
+/// applies at five phases of the node's pauses, in virtual time. Reverted
+/// (no bell without a watched peer), a sample waits up to the ttl.
+#[tokio::test(flavor = "current_thread")]
+async fn a_lone_node_hears_the_bell() {
+    let mut f = FeedFleet::new().await;
+    let store = f.hinting(1, 0.0);
+    f.start("n1", Duration::from_secs(600), store);
+    let writer = f.hinting(100, 0.0);
+    let mut took = Vec::new();
+    for (i, phase) in [0u32, 7, 23, 41, 66].into_iter().enumerate() {
+        // A minute idle: the node's pauses have backed off to the ttl.
+        f.step(600 + phase).await;
+        let t0 = f.clock.now();
+        apply(&writer, &format!("s{i}"), &spec("sleep")).await;
+        let came = f.step_until(200, || f.running(0) == i + 1).await;
+        assert!(came, "s{i} never ran");
+        took.push(f.clock.now().saturating_since(t0));
+    }
+    eprintln!("apply -> running on a lone node: {took:?}");
+    let bell = leasehold::fleet::core::bell_period(Duration::from_secs(10));
+    assert!(
+        took.iter().all(|t| *t <= bell + Duration::from_millis(500)),
+        "{took:?} (bell period {bell:?})"
+    );
+    f.finish().await;
+}
+
 /// As above, where only a node that does not watch the dead one may take
 /// its sessions: they select `zone=b` (n3 and n4) and prefer n3, so all
 /// run there; n2 and n1 watch n3, n4 does not. The first watcher, n2, is

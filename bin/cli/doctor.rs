@@ -171,12 +171,5 @@ pub(super) async fn doctor(args: &StoreArgs, json: bool) -> Result<(), Failure> 
 
 /// An error with its `Caused by` chain on one line, for JSON output.
 pub(super) fn error_text(e: &Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = std::error::Error::source(e);
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
+    leasehold::error::Chain(e).to_string()
 }

@@ -185,7 +185,7 @@ impl HintForms {
             Ok(true) => keys::HintForm::Flat,
             Ok(false) => keys::HintForm::Bucketed,
             Err(e) => {
-                tracing::debug!(error = %e, "listing nodes/ to choose the hint form; flat");
+                tracing::debug!(error = %crate::error::Chain(&e), "listing nodes/ to choose the hint form; flat");
                 keys::HintForm::Flat
             }
         };
@@ -331,12 +331,12 @@ pub async fn ring_bell(store: &Arc<dyn Store>, entropy: &dyn Entropy) {
         Ok(Some(o)) => Cond::Match(o.version),
         Ok(None) => Cond::Create,
         Err(e) => {
-            tracing::debug!(error = %e, "reading the bell");
+            tracing::debug!(error = %crate::error::Chain(&e), "reading the bell");
             return;
         }
     };
     if let Err(e) = store.put(keys::BELL, body, cond).await {
-        tracing::debug!(error = %e, "the bell was not rung (or rung by another)");
+        tracing::debug!(error = %crate::error::Chain(&e), "the bell was not rung (or rung by another)");
     }
 }
 
@@ -357,7 +357,7 @@ pub async fn write_hint(
     match store.put(&hint, Bytes::new(), Cond::Create).await {
         Ok(_) => true,
         Err(e) => {
-            tracing::debug!(hint, error = %e, "a change hint was not written");
+            tracing::debug!(hint, error = %crate::error::Chain(&e), "a change hint was not written");
             false
         }
     }

@@ -104,7 +104,7 @@ impl HttpNudge {
             }
             Err(e) => {
                 // reqwest's error names the URL, never the header.
-                tracing::debug!(peer = node, error = %e, "nudge failed");
+                tracing::debug!(peer = node, error = %crate::error::Chain(&e), "nudge failed");
                 NudgeAnswer::Unreachable
             }
         }

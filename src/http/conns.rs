@@ -212,7 +212,7 @@ pub(crate) async fn serve_app<L: Accept>(
             r = listener.accept_io() => match r {
                 Ok(s) => s,
                 Err(e) => {
-                    tracing::warn!(error = %e, "accept");
+                    tracing::warn!(error = %crate::error::Chain(&e), "accept");
                     // A pause, not a spin, while descriptors are short.
                     // Not a protocol timer: nothing decides by this clock.
                     tokio::time::sleep(Duration::from_millis(50)).await;

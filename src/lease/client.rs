@@ -378,7 +378,7 @@ impl LeaseClient {
                 "lease record vanished; marker written at its epoch"
             ),
             Err(e) => {
-                tracing::warn!(key, epoch, error = %e, "lease record vanished; could not write its marker")
+                tracing::warn!(key, epoch, error = %crate::error::Chain(&e), "lease record vanished; could not write its marker")
             }
         }
     }

@@ -260,7 +260,7 @@ impl Lease {
                         )));
                     }
                     let d = delays.next().unwrap_or(ttl / 6).min(remaining);
-                    tracing::warn!(key = %self.key, error = %e, retry_in = ?d, "renew failed");
+                    tracing::warn!(key = %self.key, error = %crate::error::Chain(&e), retry_in = ?d, "renew failed");
                     last_error = Some(e);
                     clock.sleep(d).await;
                 }
@@ -309,7 +309,7 @@ impl Lease {
                     clock.sleep(ttl / 20).await;
                 }
                 Err(e) if e.is_transient() && tries < 3 => {
-                    tracing::warn!(key = %self.key, error = %e, "release failed; retrying");
+                    tracing::warn!(key = %self.key, error = %crate::error::Chain(&e), "release failed; retrying");
                     tries += 1;
                     clock.sleep(ttl / 20).await;
                 }

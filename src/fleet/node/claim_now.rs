@@ -74,7 +74,7 @@ impl Node {
             round_trips += 1;
             // Failed: the claim is declined as waiting (below).
             if let Err(e) = self.read_holds().await {
-                tracing::warn!(session = %name, error = %e, "reading node records before a vanished claim");
+                tracing::warn!(session = %name, error = %crate::error::Chain(&e), "reading node records before a vanished claim");
             }
         }
         let loads = self.claim_loads();
@@ -117,7 +117,7 @@ impl Node {
                 // `tick`); a missing claim is never taken, however long it
                 // was missing.
                 if let Err(e) = self.mark_vanished(name.as_str()).await {
-                    tracing::warn!(session = %name, error = %e, "writing a vanished marker");
+                    tracing::warn!(session = %name, error = %crate::error::Chain(&e), "writing a vanished marker");
                 }
                 return Ok(declined(
                     "its claim vanished from the bucket; marked, to be made again after the hold period",

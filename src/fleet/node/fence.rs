@@ -268,7 +268,7 @@ impl Node {
                 // Best effort: the takers fence it themselves if this fails
                 // (an unreadable record must not stall the whole pass).
                 if let Err(e) = self.fence_owner(&c).await {
-                    tracing::warn!(peer = id, error = %e, "fencing a dead peer");
+                    tracing::warn!(peer = id, error = %crate::error::Chain(&e), "fencing a dead peer");
                 }
             }
         }

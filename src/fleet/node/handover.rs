@@ -86,7 +86,7 @@ impl Node {
         let c = match crate::fleet::control::get(&self.deps.store, &self.me.node).await {
             Ok(c) => c,
             Err(e) => {
-                tracing::warn!(error = %e, "reading this node's control object");
+                tracing::warn!(error = %crate::error::Chain(&e), "reading this node's control object");
                 return false;
             }
         };
@@ -196,7 +196,9 @@ impl Node {
             match self.state_change(&name, ClaimState::Released, None) {
                 Ok(Some((version, next))) => writes.push((name, version, next)),
                 Ok(None) => {}
-                Err(e) => tracing::warn!(session = name, error = %e, "releasing claim"),
+                Err(e) => {
+                    tracing::warn!(session = name, error = %crate::error::Chain(&e), "releasing claim")
+                }
             }
         }
         let io = ClaimIo::of(&self.deps);
@@ -213,7 +215,7 @@ impl Node {
             .await;
         for (name, w) in sent {
             if let Err(e) = self.apply_state_change(&name, w).await {
-                tracing::warn!(session = name, error = %e, "releasing claim");
+                tracing::warn!(session = name, error = %crate::error::Chain(&e), "releasing claim");
             }
         }
         if forget_the_rest {

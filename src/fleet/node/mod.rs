@@ -113,7 +113,7 @@ pub async fn run(cfg: NodeConfig, deps: NodeDeps, shutdown: CancellationToken) -
                     // does not probe in step.
                     let base = delays.next().unwrap_or(Duration::from_secs(30));
                     let wait = base + base.mul_f64((deps.entropy.next_u64() % 500) as f64 / 1000.0);
-                    tracing::warn!(error = %e, retry_in = ?wait, "probing the store; trying again");
+                    tracing::warn!(error = %crate::error::Chain(&e), retry_in = ?wait, "probing the store; trying again");
                     tokio::select! {
                         biased;
                         _ = shutdown.cancelled() => return Ok(()),
@@ -129,7 +129,7 @@ pub async fn run(cfg: NodeConfig, deps: NodeDeps, shutdown: CancellationToken) -
     let marker = loop {
         match super::marker::require(&deps.store).await {
             Err(e) if e.is_transient() => {
-                tracing::warn!(error = %e, "reading the fleet marker");
+                tracing::warn!(error = %crate::error::Chain(&e), "reading the fleet marker");
                 tokio::select! {
                     biased;
                     _ = shutdown.cancelled() => return Ok(()),
@@ -285,7 +285,9 @@ async fn register(
                 return Ok(Some(l));
             }
             (core::AfterRegister::Fail, Err(e)) => return Err(e),
-            (_, Err(e)) => tracing::warn!(node = %cfg.id, error = %e, "registering"),
+            (_, Err(e)) => {
+                tracing::warn!(node = %cfg.id, error = %crate::error::Chain(&e), "registering")
+            }
             _ => {}
         }
         tokio::select! {

@@ -46,7 +46,7 @@ impl Node {
             }
             // Read again when it is started (`spec_for`).
             Err(e) => {
-                tracing::warn!(session = name, error = %e, "reading the manifest to start it")
+                tracing::warn!(session = name, error = %crate::error::Chain(&e), "reading the manifest to start it")
             }
         }
     }
@@ -159,7 +159,7 @@ impl Node {
                 }
             }
             Err(e) if e.kind() == crate::ErrorKind::Fenced => {
-                tracing::warn!(session = name, error = %e, "not started: the node's deadline passed");
+                tracing::warn!(session = name, error = %crate::error::Chain(&e), "not started: the node's deadline passed");
             }
             Err(e) => {
                 self.event(
@@ -329,7 +329,7 @@ impl Node {
                         Ok(None) => OwnClaim::Deleted,
                         Err(e) => {
                             // Unreadable now; `confirmed_until` bounds us.
-                            tracing::warn!(session = name, error = %e, "reading our own claim");
+                            tracing::warn!(session = name, error = %crate::error::Chain(&e), "reading our own claim");
                             OwnClaim::Unreadable
                         }
                     }

@@ -562,7 +562,7 @@ impl Node {
                     {
                         holds_tried = true;
                         if let Err(e) = self.read_holds().await {
-                            tracing::warn!(session = name, error = %e, "reading node records before a vanished claim");
+                            tracing::warn!(session = name, error = %crate::error::Chain(&e), "reading node records before a vanished claim");
                         }
                     }
                     _ => break,
@@ -595,7 +595,7 @@ impl Node {
                         Some((v, c)) => self.raise_marker(&name, v.clone(), c).await,
                     };
                     if let Err(e) = r {
-                        tracing::warn!(session = name, error = %e, "writing a vanished marker");
+                        tracing::warn!(session = name, error = %crate::error::Chain(&e), "writing a vanished marker");
                     }
                     if !self.cfg.feed_on() {
                         changed = true; // keep polling briskly meanwhile
@@ -737,7 +737,9 @@ impl Node {
                 match crate::fleet::feed::expire(&store, wall).await {
                     Ok(0) => {}
                     Ok(n) => tracing::debug!(hints = n, "expired change hints"),
-                    Err(e) => tracing::warn!(error = %e, "expiring change hints"),
+                    Err(e) => {
+                        tracing::warn!(error = %crate::error::Chain(&e), "expiring change hints")
+                    }
                 }
             })));
         }

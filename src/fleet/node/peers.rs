@@ -263,7 +263,7 @@ impl Node {
         unread.sort_by(|a, b| a.0.cmp(&b.0));
         for (key, listed) in unread {
             if let Err(e) = self.fetch_node(&key, Some(listed)).await {
-                tracing::debug!(error = %e, key, "reading a node record before growing the interval");
+                tracing::debug!(error = %crate::error::Chain(&e), key, "reading a node record before growing the interval");
                 return false;
             }
             // Corrupt as read (a truncated response, foreign bytes): its
@@ -314,7 +314,7 @@ impl Node {
                     );
                 }
                 Err(e) => {
-                    tracing::warn!(key, error = %e, "corrupt node record; its sessions are left alone");
+                    tracing::warn!(key, error = %crate::error::Chain(&e), "corrupt node record; its sessions are left alone");
                     self.peers.corrupt.insert(key.to_string());
                     self.peers.nodes.remove(key);
                 }
@@ -334,7 +334,7 @@ impl Node {
                 e @ (crate::store::StoreError::Corrupt { .. }
                 | crate::store::StoreError::Invalid { .. }),
             ) => {
-                tracing::warn!(key, error = %e, "unreadable node record; its sessions are left alone");
+                tracing::warn!(key, error = %crate::error::Chain(&e), "unreadable node record; its sessions are left alone");
                 self.peers.corrupt.insert(key.to_string());
                 self.peers.nodes.remove(key);
             }

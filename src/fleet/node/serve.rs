@@ -107,14 +107,14 @@ impl Node {
                 // A wiped or replaced bucket stops the node for good; any
                 // other failed pass is retried next pass, at the brisk pace.
                 Err(e) if marker_gone(&e) => {
-                    tracing::error!(error = %e, "stopping every session");
+                    tracing::error!(error = %crate::error::Chain(&e), "stopping every session");
                     self.event(EventKind::BucketWiped, None, None, e.to_string());
                     self.stop_all("the bucket was wiped or replaced").await;
                     self.owned.clear();
                     break Ended::Fatal(e);
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, "pull loop tick failed");
+                    tracing::warn!(error = %crate::error::Chain(&e), "pull loop tick failed");
                     true
                 }
             };
@@ -149,7 +149,7 @@ impl Node {
             if !watching {
                 self.next.list_nodes(Why::TooBriskToWatch);
             }
-            let watch = self.deps.clock.sleep(self.watch_wait().unwrap_or(pause));
+            let watch = self.deps.clock.sleep(self.watch_wait());
             tokio::pin!(watch);
             // The next crash-loop back-off to end (see `next_restart`).
             let mut restart_due = self.next_restart.is_some();
@@ -285,7 +285,7 @@ impl Node {
                         let next = if cut_off {
                             period
                         } else {
-                            self.watch_wait().unwrap_or(pause).max(period / 10)
+                            self.watch_wait().max(period / 10)
                         };
                         watch.set(self.deps.clock.sleep(next));
                     }
@@ -312,7 +312,9 @@ impl Node {
                         released = true;
                         self.event(EventKind::Released, None, Some(epoch), "node lease")
                     }
-                    Err(e) => tracing::warn!(error = %e, "releasing the node lease"),
+                    Err(e) => {
+                        tracing::warn!(error = %crate::error::Chain(&e), "releasing the node lease")
+                    }
                 }
             }
             // Peers hear of the end now: the released record is hinted (a

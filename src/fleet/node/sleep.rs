@@ -38,7 +38,7 @@ impl Node {
                 true
             }
             Err(e) => {
-                tracing::warn!(session = name, error = %e, "putting it to sleep: retried each pass; it is not started meanwhile");
+                tracing::warn!(session = name, error = %crate::error::Chain(&e), "putting it to sleep: retried each pass; it is not started meanwhile");
                 // Unwritten, the claim still says running: kept as a
                 // pending end (`core::reconcile_owned` asks to write it,
                 // and nothing starts the session meanwhile).

@@ -533,14 +533,16 @@ impl Node {
     pub(super) fn note_audit(&mut self, key: &str, r: Result<()>, epoch: u64) {
         match r {
             Err(e) if e.kind() == crate::ErrorKind::Unsupported => {
-                tracing::error!(error = %e, "store violation: stopping");
+                tracing::error!(error = %crate::error::Chain(&e), "store violation: stopping");
                 self.event(EventKind::StoreViolation, None, Some(epoch), e.to_string());
                 *self.audit.violation.lock().unwrap() = Some(match e {
                     Error::Unsupported { detail, .. } => detail,
                     other => other.to_string(),
                 });
             }
-            Err(e) => tracing::warn!(key, error = %e, "audit read-back failed"),
+            Err(e) => {
+                tracing::warn!(key, error = %crate::error::Chain(&e), "audit read-back failed")
+            }
             Ok(()) => {}
         }
     }

@@ -34,7 +34,7 @@ impl KeyLock {
             && let Err(e) = fs::remove_file(path)
             && e.kind() != std::io::ErrorKind::NotFound
         {
-            tracing::warn!(path = %path.display(), error = %e, "local store: a lock file not removed");
+            tracing::warn!(path = %path.display(), error = %crate::error::Chain(&e), "local store: a lock file not removed");
         }
         drop(self.file);
     }
