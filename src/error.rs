@@ -104,7 +104,7 @@ pub enum Error {
 
     /// A manifest exists with another spec, and the caller did not ask to
     /// replace it.
-    #[error("{key} exists with a different spec; use `apply --replace` to change it")]
+    #[error("{key} exists with a different spec or labels; use `apply --replace` to change it")]
     SpecDiffers { key: String },
 
     /// The lease is no longer ours: another writer won, or our validity

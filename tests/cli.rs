@@ -2357,7 +2357,7 @@ fn reasons_and_describe(d: &tempfile::TempDir, s: &str) {
     let f = d.path().join("m.json");
     std::fs::write(
         &f,
-        r#"{"name": "web", "spec": {"command": "sleep", "args": ["100"]}}"#,
+        r#"{"name": "web", "labels": {"team": "b"}, "spec": {"command": "sleep", "args": ["100"]}}"#,
     )
     .unwrap();
     assert_eq!(
@@ -2366,7 +2366,7 @@ fn reasons_and_describe(d: &tempfile::TempDir, s: &str) {
     );
     std::fs::write(
         &f,
-        r#"{"name": "picky", "spec": {"command": "sleep", "args": ["1"], "selector": {"zone": "nowhere"}}}"#,
+        r#"{"name": "picky", "labels": {"team": "a"}, "spec": {"command": "sleep", "args": ["1"], "selector": {"zone": "nowhere"}}}"#,
     )
     .unwrap();
     assert_eq!(
@@ -2400,21 +2400,84 @@ fn reasons_and_describe(d: &tempfile::TempDir, s: &str) {
         "{}",
         stdout(&o)
     );
-    // -l and -o, as kubectl's.
+    // -l and -o, as kubectl's: sessions by their manifest's labels (not
+    // its selector, which names nodes).
+    let names_of = |o: &std::process::Output| -> Vec<String> {
+        json(o)
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let o = run(&["ls", "--store", &s, "-l", "team=a", "-o", "json"]);
+    assert_eq!(names_of(&o), ["picky"]);
+    assert_eq!(json(&o)[0]["labels"]["team"], "a");
     let o = run(&["ls", "--store", &s, "-l", "zone=nowhere", "-o", "json"]);
-    let names: Vec<String> = json(&o)
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["name"].as_str().unwrap().to_string())
-        .collect();
-    assert_eq!(names, ["picky"]);
+    assert_eq!(names_of(&o), Vec::<String>::new());
+    let o = run(&["ls", "manifests", "--store", &s, "-l", "team=b", "--json"]);
+    assert_eq!(names_of(&o), ["web"]);
     let o = run(&["ls", "--store", &s, "-o", "wide"]);
     assert!(
-        stdout(&o).contains("INSTANCE") && stdout(&o).contains("RESTARTS"),
+        stdout(&o).contains("INSTANCE")
+            && stdout(&o).contains("RESTARTS")
+            && stdout(&o).contains("team=b"),
         "{}",
         stdout(&o)
     );
+    // Relabelled: a new version of the manifest, the same digest, and the
+    // session is not run again.
+    let epoch_of_web = || {
+        json(&run(&["ls", "--store", &s, "-l", "team=b", "--json"]))
+            .as_array()
+            .and_then(|a| a.first().cloned())
+            .map(|r| r["epoch"].clone())
+    };
+    let before = epoch_of_web();
+    let web = d.path().join("web.json");
+    std::fs::write(
+        &web,
+        r#"{"name": "web", "labels": {"team": "b", "tier": "front"}, "spec": {"command": "sleep", "args": ["100"]}}"#,
+    )
+    .unwrap();
+    let o = run(&["apply", web.to_str().unwrap(), "--store", &s, "--json"]);
+    assert_eq!(code(&o), 3, "without --replace: {}", stderr(&o));
+    let o = run(&[
+        "apply",
+        "--replace",
+        web.to_str().unwrap(),
+        "--store",
+        &s,
+        "--json",
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert_eq!(json(&o)["result"], "replaced");
+    let o = run(&[
+        "apply",
+        "--replace",
+        web.to_str().unwrap(),
+        "--store",
+        &s,
+        "--json",
+    ]);
+    assert_eq!(json(&o)["result"], "unchanged");
+    // Two passes of the node (ttl 2 s) see the new version.
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    let o = run(&["ls", "--store", &s, "-l", "tier=front", "--json"]);
+    assert_eq!(names_of(&o), ["web"]);
+    assert_eq!(json(&o)[0]["status"], "running");
+    assert_eq!(epoch_of_web(), before, "relabelling ran the session again");
+    // A bad label: refused at apply, exit 2, nothing written.
+    std::fs::write(
+        &web,
+        r#"{"name": "web2", "labels": {"team": "has space"}, "spec": {"command": "sleep", "args": ["1"]}}"#,
+    )
+    .unwrap();
+    let o = run(&["apply", web.to_str().unwrap(), "--store", &s]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("labels.team"), "{}", stderr(&o));
+    let o = run(&["ls", "--store", &s, "--json"]);
+    assert!(!names_of(&o).contains(&"web2".to_string()));
     let o = run(&["nodes", "--store", &s, "-l", "zone=x", "--json"]);
     assert_eq!(json(&o).as_array().map(Vec::len), Some(0), "{}", stdout(&o));
     let o = run(&["nodes", "--store", &s, "-o", "wide"]);

@@ -6,6 +6,9 @@ use super::*;
 #[serde(deny_unknown_fields)]
 pub(crate) struct ManifestFile {
     name: String,
+    /// For grouping (`ls -l k=v`); not part of the spec's digest.
+    #[serde(default)]
+    labels: leasehold::fleet::manifest::Labels,
     spec: leasehold::fleet::manifest::Spec,
 }
 
@@ -207,7 +210,8 @@ pub(crate) fn read_manifests(paths: &[String]) -> Result<Vec<Source>, Error> {
                 .map_err(|e| Error::invalid("manifest file", format!("{}: {e}", s.from)))?;
             // Measured as it will be stored (name, digest and nonce beside
             // the spec), so nothing refuses it after earlier ones are written.
-            let size = manifest::ManifestRecord::stored_len(&name, &s.manifest.spec);
+            let size =
+                manifest::ManifestRecord::stored_len(&name, &s.manifest.spec, &s.manifest.labels);
             if size > manifest::MAX_MANIFEST_BYTES {
                 return Err(Error::invalid(
                     "manifest file",
@@ -224,6 +228,7 @@ pub(crate) fn read_manifests(paths: &[String]) -> Result<Vec<Source>, Error> {
             s.manifest
                 .spec
                 .validate()
+                .and_then(|()| manifest::validate_labels(&s.manifest.labels))
                 .map_err(|e| Error::invalid("manifest file", format!("{}: {e}", s.from)))?;
             if all
                 .iter()
@@ -309,7 +314,15 @@ async fn apply_one(
         None
     };
     let entropy = OsEntropy::new();
-    let r = manifest::apply(store, &entropy, &name, &spec, current.as_ref()).await?;
+    let r = manifest::apply_labelled(
+        store,
+        &entropy,
+        &name,
+        &spec,
+        &parsed.labels,
+        current.as_ref(),
+    )
+    .await?;
     let (what, version) = match &r {
         Applied::Created(v) => ("created", v),
         Applied::Unchanged(v) => ("unchanged", v),

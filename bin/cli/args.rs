@@ -363,8 +363,8 @@ pub(crate) struct ListView {
     /// fields as json).
     #[arg(short = 'o', long, value_enum)]
     pub output: Option<Output>,
-    /// Only rows matching every k=v: nodes by their labels; sessions and
-    /// manifests by their manifest's selector.
+    /// Only rows matching every k=v: nodes by their labels, sessions and
+    /// manifests by their manifest's labels.
     #[arg(short = 'l', long = "selector", value_parser = parse_labels, default_value = "")]
     pub selector: std::collections::BTreeMap<String, String>,
 }

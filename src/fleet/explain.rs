@@ -423,6 +423,7 @@ mod tests {
             name: "web".into(),
             digest: spec.digest(),
             spec,
+            labels: Default::default(),
             nonce: "n".into(),
         }
     }

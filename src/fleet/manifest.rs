@@ -536,18 +536,51 @@ pub struct ManifestRecord {
     pub name: String,
     pub digest: String,
     pub spec: Spec,
+    /// The operator's labels, for grouping (`ls -l team=a`). Beside the
+    /// spec, not in it: they are not part of the digest, so relabelling a
+    /// session writes a new version of its manifest but never runs it
+    /// again (as relabelling a Kubernetes pod does not restart it).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: Labels,
     pub nonce: String,
 }
 
+/// A manifest's labels: `k=v` pairs, keys and values 1-63 of
+/// `[A-Za-z0-9._/-]`, at most [`MAX_LABELS`].
+pub type Labels = BTreeMap<String, String>;
+
+/// Most labels on one manifest.
+pub const MAX_LABELS: usize = 64;
+
+/// Checks a manifest's labels; the error names the label.
+pub fn validate_labels(labels: &Labels) -> Result<()> {
+    if labels.len() > MAX_LABELS {
+        return Err(Error::invalid(
+            "labels",
+            format!("at most {MAX_LABELS} labels"),
+        ));
+    }
+    for (k, v) in labels {
+        if !label_ok(k) || !label_ok(v) {
+            return Err(Error::invalid(
+                format!("labels.{k}"),
+                "keys and values are 1-63 of [A-Za-z0-9._/-]",
+            ));
+        }
+    }
+    Ok(())
+}
+
 impl ManifestRecord {
-    /// The record `apply` stores for `spec` under `name`.
-    pub fn new(name: &Name, spec: &Spec, nonce: String) -> Self {
+    /// The record `apply` stores for `spec` under `name`, with `labels`.
+    pub fn new(name: &Name, spec: &Spec, labels: &Labels, nonce: String) -> Self {
         ManifestRecord {
             schema: SCHEMA.into(),
             kind: "manifest".into(),
             name: name.to_string(),
             digest: spec.digest(),
             spec: spec.clone(),
+            labels: labels.clone(),
             nonce,
         }
     }
@@ -555,8 +588,8 @@ impl ManifestRecord {
     /// Its size as `apply` stores it (with a nonce of the usual length),
     /// for checking a batch against [`MAX_MANIFEST_BYTES`] before any of
     /// it is written.
-    pub fn stored_len(name: &Name, spec: &Spec) -> usize {
-        let rec = ManifestRecord::new(name, spec, "0".repeat(16));
+    pub fn stored_len(name: &Name, spec: &Spec, labels: &Labels) -> usize {
+        let rec = ManifestRecord::new(name, spec, labels, "0".repeat(16));
         serde_json::to_vec(&rec).map_or(0, |b| b.len())
     }
 
@@ -565,6 +598,7 @@ impl ManifestRecord {
         let r: ManifestRecord =
             crate::record::decode_as(key, bytes, "manifest", MAX_MANIFEST_BYTES, "manifest")?;
         r.spec.validate().map_err(|e| corrupt(e.to_string()))?;
+        validate_labels(&r.labels).map_err(|e| corrupt(e.to_string()))?;
         if r.digest != r.spec.digest() {
             return Err(corrupt("digest does not match the spec".into()));
         }
@@ -599,9 +633,24 @@ pub async fn apply(
     spec: &Spec,
     replace: Option<&Version>,
 ) -> Result<Applied> {
+    apply_labelled(store, entropy, name, spec, &Labels::new(), replace).await
+}
+
+/// As [`apply`], with the manifest's `labels`. A manifest is unchanged when
+/// both its spec and its labels are; a change of labels alone is a replace
+/// (a new version, the same digest: the session is not run again).
+pub async fn apply_labelled(
+    store: &Arc<dyn Store>,
+    entropy: &dyn Entropy,
+    name: &Name,
+    spec: &Spec,
+    labels: &Labels,
+    replace: Option<&Version>,
+) -> Result<Applied> {
     spec.validate()?;
+    validate_labels(labels)?;
     let key = key(name);
-    let rec = ManifestRecord::new(name, spec, entropy.hex_id());
+    let rec = ManifestRecord::new(name, spec, labels, entropy.hex_id());
     let bytes = serde_json::to_vec(&rec).expect("manifest serialises");
     if bytes.len() > MAX_MANIFEST_BYTES {
         return Err(Error::TooLarge {
@@ -627,6 +676,7 @@ pub async fn apply(
     if let Some(o) = &current
         && let Ok(m) = ManifestRecord::decode(&key, &o.bytes)
         && m.digest == rec.digest
+        && m.labels == rec.labels
     {
         return Ok(Applied::Unchanged(o.version.clone()));
     }
@@ -664,7 +714,7 @@ pub async fn apply(
         Put::Committed(v) => Ok(Applied::Created(v)),
         Put::Rejected(Some((bytes, version))) => {
             let existing = ManifestRecord::decode(&key, &bytes)?;
-            if replace.is_none() && existing.digest == rec.digest {
+            if replace.is_none() && existing.digest == rec.digest && existing.labels == rec.labels {
                 Ok(Applied::Unchanged(version))
             } else if replace.is_none() {
                 Err(Error::SpecDiffers { key })
@@ -704,7 +754,7 @@ pub async fn edit(
         if !change(&mut spec) {
             return Ok(Edited::Unchanged);
         }
-        match apply(store, entropy, name, &spec, Some(&version)).await {
+        match apply_labelled(store, entropy, name, &spec, &m.labels, Some(&version)).await {
             Ok(Applied::Replaced(v) | Applied::Created(v) | Applied::Unchanged(v)) => {
                 return Ok(Edited::Changed(v));
             }
@@ -750,6 +800,71 @@ mod tests {
 
     fn spec(cmd: &str) -> Spec {
         Spec::new(cmd, &[])
+    }
+
+    /// Labels sit beside the spec: a change of labels alone is a replace
+    /// with the same digest (the session is not run again), the same labels
+    /// are unchanged, other labels without `--replace` differ, an edit
+    /// (pause, restart) keeps them, and a bad one writes nothing.
+    #[tokio::test]
+    async fn labels_are_beside_the_spec() {
+        let store: Arc<dyn Store> = Arc::new(crate::store::MemoryStore::new());
+        let e = crate::clock::OsEntropy::new();
+        let name = Name::new("web").unwrap();
+        let s = spec("sleep");
+        let labels = |kv: &[(&str, &str)]| -> Labels {
+            kv.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let a = labels(&[("team", "a")]);
+        let Applied::Created(v1) = apply_labelled(&store, &e, &name, &s, &a, None)
+            .await
+            .unwrap()
+        else {
+            panic!("not created")
+        };
+        assert!(matches!(
+            apply_labelled(&store, &e, &name, &s, &a, None)
+                .await
+                .unwrap(),
+            Applied::Unchanged(_)
+        ));
+        let b = labels(&[("team", "b")]);
+        assert!(matches!(
+            apply_labelled(&store, &e, &name, &s, &b, None).await,
+            Err(Error::SpecDiffers { .. })
+        ));
+        assert!(matches!(
+            apply_labelled(&store, &e, &name, &s, &b, Some(&v1))
+                .await
+                .unwrap(),
+            Applied::Replaced(_)
+        ));
+        let (m, _) = get(&store, &name).await.unwrap().unwrap();
+        assert_eq!(
+            (m.labels.clone(), m.digest.clone()),
+            (b.clone(), s.digest())
+        );
+        edit(&store, &e, &name, |sp| {
+            sp.paused = true;
+            true
+        })
+        .await
+        .unwrap();
+        let (m, _) = get(&store, &name).await.unwrap().unwrap();
+        assert!(m.spec.paused);
+        assert_eq!(m.labels, b, "an edit kept the labels");
+        for bad in [
+            labels(&[("team", "has space")]),
+            labels(&[("", "x")]),
+            labels(&[("k", &"v".repeat(64))]),
+        ] {
+            let other = Name::new("other").unwrap();
+            let r = apply_labelled(&store, &e, &other, &s, &bad, None).await;
+            assert!(matches!(r, Err(Error::Invalid { .. })), "{r:?}");
+            assert!(get(&store, &other).await.unwrap().is_none());
+        }
     }
 
     #[test]

@@ -197,6 +197,11 @@ pub async fn describe(
             cmd.extend(m.spec.args.iter().cloned());
             println!("  Command:  {}", shown(&cmd.join(" ")));
             println!("  Restart:  {}", m.spec.restart.describe());
+            if !m.labels.is_empty() {
+                let labels: Vec<String> =
+                    m.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                println!("  Labels:   {}", labels.join(","));
+            }
             if !m.spec.selector.is_empty() {
                 println!("  Selector: {}", m.spec.selector_text());
             }

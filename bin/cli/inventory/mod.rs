@@ -293,6 +293,7 @@ pub async fn ls(
                         restart: m.spec.restart,
                         paused: m.spec.paused,
                         selector: m.spec.selector,
+                        labels: m.labels,
                     }),
                     Err(corrupt) => ManifestLine::Corrupt {
                         name: leasehold::keys::tail(leasehold::keys::MANIFESTS, &e.key).to_string(),
@@ -301,7 +302,7 @@ pub async fn ls(
                 });
             }
             rows.retain(|r| match r {
-                ManifestLine::Manifest(m) => view.matches(&m.selector),
+                ManifestLine::Manifest(m) => view.matches(&m.labels),
                 ManifestLine::Corrupt { .. } => view.selector.is_empty(),
             });
             if json {
@@ -309,7 +310,7 @@ pub async fn ls(
             } else {
                 let mut header = vec!["NAME", "DIGEST", "RESTART", "PAUSED"];
                 if wide {
-                    header.push("SELECTOR");
+                    header.extend(["LABELS", "SELECTOR"]);
                 }
                 header.push("COMMAND");
                 let mut table = Table::new(&header);
@@ -328,8 +329,10 @@ pub async fn ls(
                         r.paused.to_string(),
                     ];
                     if wide {
-                        let s = kv_list(&r.selector);
-                        cells.push(if s.is_empty() { "-".into() } else { s });
+                        for kv in [&r.labels, &r.selector] {
+                            let s = kv_list(kv);
+                            cells.push(if s.is_empty() { "-".into() } else { s });
+                        }
                     }
                     cells.push(format!(
                         "{} {}",
@@ -398,7 +401,7 @@ pub async fn ls(
                 }
                 let m = decoded_manifests.get(name);
                 let c = decoded_claims.get(name);
-                if !view.selector.is_empty() && !m.is_some_and(|m| view.matches(&m.spec.selector)) {
+                if !view.selector.is_empty() && !m.is_some_and(|m| view.matches(&m.labels)) {
                     continue;
                 }
                 let Some(x) = explain(m, c, &facts, &unreadable, now, max_skew) else {
@@ -430,6 +433,7 @@ pub async fn ls(
                         status: x.status,
                         reason: x.reason,
                         manifest: m.is_some(),
+                        labels: m.map(|m| m.labels.clone()).unwrap_or_default(),
                         claim,
                     }),
                 );
@@ -440,7 +444,7 @@ pub async fn ls(
             } else {
                 let mut header = vec!["NAME", "STATUS", "OWNER", "EPOCH", "AGE"];
                 if wide {
-                    header.extend(["INSTANCE", "RESTARTS", "EXIT", "ADDRESS"]);
+                    header.extend(["INSTANCE", "RESTARTS", "EXIT", "ADDRESS", "LABELS"]);
                 }
                 header.push("REASON");
                 let mut table = Table::new(&header);
@@ -478,6 +482,9 @@ pub async fn ls(
                             c.and_then(|c| c.exit_code)
                                 .map_or_else(dash, |x| x.to_string()),
                             c.and_then(|c| c.address.clone()).unwrap_or_else(dash),
+                            Some(kv_list(&r.labels))
+                                .filter(|s| !s.is_empty())
+                                .unwrap_or_else(dash),
                         ]);
                     }
                     cells.push(r.reason.clone());
@@ -572,6 +579,7 @@ struct ManifestRow {
     restart: leasehold::fleet::manifest::Restart,
     paused: bool,
     selector: BTreeMap<String, String>,
+    labels: BTreeMap<String, String>,
 }
 
 #[derive(Debug, serde::Serialize)]
@@ -589,6 +597,9 @@ struct SessionRow {
     reason: String,
     /// Has a manifest (a claim without one is being stopped).
     manifest: bool,
+    /// Its manifest's labels.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    labels: BTreeMap<String, String>,
     /// The claim's columns, once a node has claimed it.
     #[serde(flatten)]
     claim: Option<ClaimCols>,
