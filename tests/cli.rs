@@ -2417,6 +2417,28 @@ fn reasons_and_describe(d: &tempfile::TempDir, s: &str) {
     assert_eq!(names_of(&o), Vec::<String>::new());
     let o = run(&["ls", "manifests", "--store", &s, "-l", "team=b", "--json"]);
     assert_eq!(names_of(&o), ["web"]);
+    // -o jsonpath=, over the same rows as -o json.
+    let o = run(&[
+        "ls",
+        "--store",
+        &s,
+        "-o",
+        r#"jsonpath={[?@.status=='queued'].name} {[*].name}{"\n"}"#,
+    ]);
+    assert_eq!(
+        (code(&o), stdout(&o)),
+        (0, "picky picky web\n".into()),
+        "{}",
+        stderr(&o)
+    );
+    let o = run(&["nodes", "--store", &s, "-o", "jsonpath={[*].node}"]);
+    assert_eq!(stdout(&o), "n1", "{}", stderr(&o));
+    let o = run(&["ls", "--store", &s, "-o", "jsonpath={[*].name"]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("never closed"), "{}", stderr(&o));
+    let o = run(&["ls", "--store", &s, "-o", "xml"]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("jsonpath=TEMPLATE"), "{}", stderr(&o));
     let o = run(&["ls", "--store", &s, "-o", "wide"]);
     assert!(
         stdout(&o).contains("INSTANCE")

@@ -359,9 +359,10 @@ pub(crate) struct ListView {
     /// JSON (same as -o json).
     #[arg(long)]
     pub json: bool,
-    /// table (default), wide (more columns), json or yaml (the same
-    /// fields as json).
-    #[arg(short = 'o', long, value_enum)]
+    /// table (default), wide (more columns), json, yaml (the same fields
+    /// as json), or jsonpath=TEMPLATE (kubectl's, over the json: e.g.
+    /// -o jsonpath='{[*].name}{"\n"}').
+    #[arg(short = 'o', long, value_parser = parse_output, value_name = "FORMAT")]
     pub output: Option<Output>,
     /// Only rows matching every k=v: nodes by their labels, sessions and
     /// manifests by their manifest's labels.
@@ -369,25 +370,60 @@ pub(crate) struct ListView {
     pub selector: std::collections::BTreeMap<String, String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Output {
     Table,
     Wide,
     Json,
     Yaml,
+    JsonPath(super::jsonpath::Template),
+}
+
+/// `-o`: a format's name, or `jsonpath=TEMPLATE` (checked here, so a bad
+/// template is exit 2 before anything is read).
+fn parse_output(s: &str) -> Result<Output, String> {
+    if let Some(t) = s.strip_prefix("jsonpath=") {
+        return super::jsonpath::Template::parse(t).map(Output::JsonPath);
+    }
+    Ok(match s {
+        "table" => Output::Table,
+        "wide" => Output::Wide,
+        "json" => Output::Json,
+        "yaml" => Output::Yaml,
+        "jsonpath" => return Err("jsonpath needs a template: -o jsonpath='{[*].name}'".into()),
+        _ => {
+            return Err(format!(
+                "{s:?} is not a format: table, wide, json, yaml or jsonpath=TEMPLATE"
+            ));
+        }
+    })
 }
 
 impl ListView {
-    /// Rows as data (json or yaml), not a table.
+    /// Rows as data (json, yaml or jsonpath), not a table.
     pub fn json(&self) -> bool {
-        self.json || matches!(self.output, Some(Output::Json | Output::Yaml))
+        self.json
+            || matches!(
+                self.output,
+                Some(Output::Json | Output::Yaml | Output::JsonPath(_))
+            )
     }
-    /// Prints `rows` as JSON, or as YAML with `-o yaml`.
+    /// Prints `rows` as JSON, as YAML with `-o yaml`, or through the
+    /// template of `-o jsonpath=`.
     pub fn print(&self, rows: &serde_json::Value) {
-        if self.output == Some(Output::Yaml) && !self.json {
-            print!("{}", serde_saphyr::to_string(rows).expect("rows serialise"));
-        } else {
-            print_json(rows);
+        match &self.output {
+            _ if self.json => print_json(rows),
+            Some(Output::Yaml) => {
+                print!("{}", serde_saphyr::to_string(rows).expect("rows serialise"))
+            }
+            Some(Output::JsonPath(t)) => {
+                use std::io::Write;
+                let mut out = std::io::stdout().lock();
+                // A closed pipe (`| head`) is not an error worth a panic.
+                let _ = out.write_all(t.render(rows).as_bytes());
+                let _ = out.flush();
+            }
+            _ => print_json(rows),
         }
     }
     pub fn wide(&self) -> bool {

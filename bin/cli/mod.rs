@@ -22,6 +22,7 @@ mod doctor;
 mod edit;
 mod fence;
 mod inventory;
+mod jsonpath;
 mod lease;
 mod logs;
 mod node;
