@@ -3455,3 +3455,74 @@ fn a_released_session_shows_no_owner_in_the_table() {
         .collect();
     assert!(row[3].starts_with("-/"), "{nodes}");
 }
+
+/// Issue #44: completion offers session and node names from the store, as
+/// kubectl completes pod names. The shell's side (`source <(COMPLETE=bash
+/// leasehold)`) calls the binary back with the words typed so far; here
+/// that call is made as bash makes it. Without a store, or with one that
+/// cannot be read, nothing is offered and nothing is printed in the shell.
+#[test]
+fn session_and_node_names_complete_from_the_store() {
+    let (d, s) = store();
+    let tok = d.path().join("tok");
+    std::fs::write(&tok, "test-token-0123456789abcdef\n").unwrap();
+    let _n1 = node_with_api(&s, "n1", &tok, &d.path().join("locks"));
+    for name in ["web", "worker", "batch"] {
+        let f = d.path().join(format!("{name}.json"));
+        std::fs::write(
+            &f,
+            format!(r#"{{"name": "{name}", "spec": {{"command": "sleep", "args": ["100"]}}}}"#),
+        )
+        .unwrap();
+        assert_eq!(
+            code(&run(&["apply", f.to_str().unwrap(), "--store", &s])),
+            0
+        );
+    }
+    let complete = |store: Option<&str>, words: &[&str]| {
+        let mut c = bin();
+        if let Some(s) = store {
+            c.env("LEASEHOLD_STORE", s);
+        }
+        let o = c
+            .env("COMPLETE", "bash")
+            .env("_CLAP_COMPLETE_INDEX", (words.len() - 1).to_string())
+            .env("_CLAP_COMPLETE_COMP_TYPE", "9")
+            .env("_CLAP_COMPLETE_SPACE", "true")
+            .env("_CLAP_IFS", "\n")
+            .arg("--")
+            .args(words)
+            .output()
+            .unwrap();
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+        // Names only (an empty word is offered the flags too).
+        let mut got: Vec<String> = stdout(&o)
+            .lines()
+            .filter(|l| !l.starts_with('-'))
+            .map(str::to_string)
+            .collect();
+        got.sort();
+        (got, stderr(&o))
+    };
+    let (got, _) = complete(Some(&s), &["leasehold", "describe", "w"]);
+    assert_eq!(got, ["web", "worker"]);
+    let (got, _) = complete(Some(&s), &["leasehold", "logs", ""]);
+    assert_eq!(got, ["batch", "web", "worker"]);
+    let (got, _) = complete(Some(&s), &["leasehold", "pause", "b"]);
+    assert_eq!(got, ["batch"]);
+    let mut registered = false;
+    for _ in 0..100 {
+        if complete(Some(&s), &["leasehold", "node", "drain", "n"]).0 == ["n1"] {
+            registered = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(registered, "n1 never offered");
+    // No store, or a store that is not there: nothing, quietly.
+    let (got, err) = complete(None, &["leasehold", "describe", "w"]);
+    assert!(got.is_empty() && err.is_empty(), "{got:?} {err}");
+    let gone = format!("{s}/nowhere");
+    let (got, err) = complete(Some(&gone), &["leasehold", "describe", "w"]);
+    assert!(got.is_empty() && err.is_empty(), "{got:?} {err}");
+}

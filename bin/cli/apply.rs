@@ -351,7 +351,7 @@ async fn apply_one(
             } else if matches!(r, Applied::Unchanged(_)) {
                 String::new()
             } else if token_file.is_none() {
-                "; the fleet picks it up at its next pass (up to the ttl when idle; --token-file nudges it)".into()
+                "; the fleet picks it up when its nodes next read the bell (every ttl/6; --token-file nudges them at once)".into()
             } else {
                 "; no node answered the nudge: the fleet picks it up at its next pass".into()
             }

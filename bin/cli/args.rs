@@ -28,6 +28,7 @@ pub struct Cli {
     pub(crate) command: Command,
 }
 
+use clap_complete::engine::ArgValueCompleter;
 use leasehold::telemetry::LogFormat;
 
 #[derive(Debug, Args, Clone)]
@@ -36,7 +37,7 @@ pub(crate) struct StoreArgs {
     /// file:///dir or memory://. Credentials come from the environment, never the URL.
     /// Also read from LEASEHOLD_STORE, or "store" in the config file.
     #[arg(long, env = "LEASEHOLD_STORE")]
-    store: Option<String>,
+    pub(crate) store: Option<String>,
     /// S3 endpoint (MinIO, R2, ...); default from AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL.
     #[arg(long)]
     pub(crate) endpoint: Option<String>,
@@ -125,6 +126,7 @@ pub(crate) enum Command {
     /// otherwise (none, or not running), 2 on any error.
     Resolve {
         /// The session to resolve.
+        #[arg(add = ArgValueCompleter::new(super::complete::sessions))]
         name: String,
         #[command(flatten)]
         store: StoreArgs,
@@ -141,6 +143,7 @@ pub(crate) enum Command {
     /// ready, 1 when not within --wait.
     Wake {
         /// The session to wake.
+        #[arg(add = ArgValueCompleter::new(super::complete::sessions))]
         name: String,
         #[command(flatten)]
         store: StoreArgs,
@@ -177,6 +180,7 @@ pub(crate) enum Command {
     /// and reason, restarts, and (with --token-file) its recent events.
     Describe {
         /// The session to describe.
+        #[arg(add = ArgValueCompleter::new(super::complete::sessions))]
         name: String,
         #[command(flatten)]
         store: StoreArgs,
@@ -245,6 +249,7 @@ pub(crate) enum Command {
     /// its next owner.
     Logs {
         /// The session whose output to show.
+        #[arg(add = ArgValueCompleter::new(super::complete::sessions))]
         name: String,
         #[command(flatten)]
         store: StoreArgs,
@@ -277,7 +282,8 @@ pub(crate) enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    /// Print a static shell completion script (bash, zsh, fish, elvish,
+    /// powershell). For session and node names too: `source <(COMPLETE=bash leasehold)`.
     Completions {
         /// The shell to write completions for.
         #[arg(value_enum)]
@@ -287,6 +293,7 @@ pub(crate) enum Command {
     /// no node starts it until `resume`. Exit 7 if there is no manifest.
     Pause {
         /// The session to pause.
+        #[arg(add = ArgValueCompleter::new(super::complete::sessions))]
         name: String,
         #[command(flatten)]
         store: StoreArgs,
@@ -298,6 +305,7 @@ pub(crate) enum Command {
     /// Resume a paused session. Exit 7 if there is no manifest.
     Resume {
         /// The session to resume.
+        #[arg(add = ArgValueCompleter::new(super::complete::sessions))]
         name: String,
         #[command(flatten)]
         store: StoreArgs,
@@ -311,6 +319,7 @@ pub(crate) enum Command {
     /// as `kubectl rollout restart` does. Exit 7 if there is no manifest.
     Restart {
         /// The session to run again.
+        #[arg(add = ArgValueCompleter::new(super::complete::sessions))]
         name: String,
         #[command(flatten)]
         store: StoreArgs,
@@ -322,6 +331,7 @@ pub(crate) enum Command {
     /// Exit 7 if there is none (0 with --ignore-not-found).
     Delete {
         /// The session whose manifest to delete.
+        #[arg(add = ArgValueCompleter::new(super::complete::sessions))]
         name: String,
         #[command(flatten)]
         store: StoreArgs,
@@ -451,6 +461,7 @@ pub(crate) enum NodeOp {
     /// passes, at once when nudged (with --token-file).
     Cordon {
         /// The node to cordon.
+        #[arg(add = ArgValueCompleter::new(super::complete::nodes))]
         id: String,
         #[command(flatten)]
         store: StoreArgs,
@@ -461,6 +472,7 @@ pub(crate) enum NodeOp {
     /// Undo cordon and drain: node ID takes sessions again.
     Uncordon {
         /// The node to uncordon.
+        #[arg(add = ArgValueCompleter::new(super::complete::nodes))]
         id: String,
         #[command(flatten)]
         store: StoreArgs,
@@ -473,6 +485,7 @@ pub(crate) enum NodeOp {
     /// node holds none, or --timeout (exit 4).
     Drain {
         /// The node to drain.
+        #[arg(add = ArgValueCompleter::new(super::complete::nodes))]
         id: String,
         #[command(flatten)]
         store: StoreArgs,

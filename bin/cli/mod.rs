@@ -17,6 +17,7 @@
 
 mod apply;
 mod args;
+mod complete;
 mod demo;
 mod doctor;
 mod edit;
@@ -85,6 +86,13 @@ pub fn main() -> ExitCode {
     if let Err(e) = apply_config_file() {
         eprintln!("error: {e}");
         return ExitCode::from(2);
+    }
+    // `COMPLETE=bash leasehold` (and the shell calling back with the words
+    // typed so far): dynamic completion, session and node names included.
+    // Exits here when it is such a call; a no-op otherwise.
+    {
+        use clap::CommandFactory;
+        clap_complete::CompleteEnv::with_factory(Cli::command).complete();
     }
     let cli = match Cli::try_parse() {
         Ok(c) => c,
