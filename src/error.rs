@@ -262,3 +262,95 @@ impl std::fmt::Display for Chain<'_> {
         Ok(())
     }
 }
+
+/// What a store failure most likely comes down to, in an operator's words,
+/// when its chain says so: a full disk, a refused permission, throttling,
+/// a host name that does not resolve, a refused connection. For log lines
+/// beside [`Chain`] (`cause="the store's disk is full"`); `None` when the
+/// text names none of these. A hint read from messages, never a decision.
+pub fn cause_of(e: &dyn std::error::Error) -> Option<&'static str> {
+    let text = Chain(e).to_string();
+    let has = |needles: &[&str]| needles.iter().any(|n| text.contains(n));
+    Some(if has(&["No space left on device", "os error 28"]) {
+        "the store's disk is full"
+    } else if has(&["Disk quota exceeded", "os error 122"]) {
+        "the store's disk quota is exceeded"
+    } else if has(&["Read-only file system", "os error 30"]) {
+        "the store's file system is read-only"
+    } else if has(&[
+        "Permission denied",
+        "os error 13",
+        "permission denied",
+        "AccessDenied",
+        "Forbidden",
+    ]) {
+        "permission denied: check the credentials and the bucket's policy"
+    } else if has(&[
+        "SlowDown",
+        "TooManyRequests",
+        "Too Many Requests",
+        "RequestLimitExceeded",
+        "ServerBusy",
+    ]) {
+        "the store is throttling requests"
+    } else if has(&[
+        "dns error",
+        "failed to lookup address",
+        "Name or service not known",
+    ]) {
+        "the store's host name does not resolve (a typo in --endpoint or the bucket name?)"
+    } else if has(&["Connection refused", "os error 111"]) {
+        "nothing listens at the store's address"
+    } else {
+        return None;
+    })
+}
+
+#[cfg(test)]
+mod cause_tests {
+    use super::*;
+
+    fn unavailable(message: &str) -> Error {
+        Error::Unavailable {
+            op: "put",
+            key: "nodes/n1".into(),
+            source: StoreError::Unavailable {
+                message: message.into(),
+            },
+        }
+    }
+
+    #[test]
+    fn causes_are_named_from_the_chain() {
+        let cases = [
+            (
+                "write: No space left on device (os error 28)",
+                Some("the store's disk is full"),
+            ),
+            (
+                "open: Permission denied (os error 13)",
+                Some("permission denied: check the credentials and the bucket's policy"),
+            ),
+            (
+                "Generic S3 error: 503 SlowDown",
+                Some("the store is throttling requests"),
+            ),
+            (
+                "client error (Connect): dns error: failed to lookup address information",
+                Some(
+                    "the store's host name does not resolve (a typo in --endpoint or the bucket name?)",
+                ),
+            ),
+            (
+                "tcp connect error: Connection refused (os error 111)",
+                Some("nothing listens at the store's address"),
+            ),
+            ("something else", None),
+        ];
+        for (message, want) in cases {
+            let e = unavailable(message);
+            assert!(Chain(&e).to_string().ends_with(message), "{}", Chain(&e));
+            assert_eq!(cause_of(&e), want, "{message}");
+        }
+    }
+}

@@ -3362,6 +3362,34 @@ fn apply_takes_files_directories_stdin_yaml_and_json_arrays() {
     let o = run(&["apply", "--store", &url]);
     assert_eq!(code(&o), 2, "{}", stderr(&o));
     assert!(stderr(&o).contains("-f FILE|DIR|-"), "{}", stderr(&o));
+    // A directory with a manifest name that is not a regular file (a FIFO
+    // would block the read, a dangling link fail it): refused with its
+    // name, nothing written, never skipped in silence.
+    let odd = d.path().join("odd");
+    std::fs::create_dir(&odd).unwrap();
+    std::fs::write(
+        odd.join("a.json"),
+        r#"{"name": "odd1", "spec": {"command": "true"}}"#,
+    )
+    .unwrap();
+    let fifo = odd.join("b.yaml");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo with a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    std::os::unix::fs::symlink(d.path().join("missing.json"), odd.join("c.json")).unwrap();
+    let o = run(&["apply", "-f", odd.to_str().unwrap(), "--store", &url]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("b.yaml is not a regular file"),
+        "{}",
+        stderr(&o)
+    );
+    std::fs::remove_file(&fifo).unwrap();
+    let o = run(&["apply", "-f", odd.to_str().unwrap(), "--store", &url]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("c.json"), "{}", stderr(&o));
+    let o = run(&["inspect", "manifests/odd1", "--store", &url]);
+    assert_eq!(code(&o), 7, "odd1 was written: {}", stdout(&o));
 }
 
 /// One vocabulary (issue #44): a paused manifest never claimed is `paused`

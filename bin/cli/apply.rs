@@ -36,18 +36,40 @@ fn expand(paths: &[String]) -> Result<Vec<String>, Error> {
     for p in paths {
         let path = std::path::Path::new(p);
         if p != "-" && path.is_dir() {
-            let mut found: Vec<String> = std::fs::read_dir(path)
-                .map_err(|e| Error::invalid("manifest directory", format!("{p}: {e}")))?
-                .filter_map(|e| e.ok())
-                .map(|e| e.path())
-                .filter(|f| {
-                    f.is_file()
-                        && f.extension().and_then(|x| x.to_str()).is_some_and(|x| {
-                            matches!(x.to_ascii_lowercase().as_str(), "json" | "yaml" | "yml")
-                        })
-                })
-                .map(|f| f.display().to_string())
-                .collect();
+            // Every entry is looked at: one that cannot be read, or a
+            // manifest name that is not a regular file (a FIFO would block
+            // the read, a dangling link fail it), is refused with its
+            // name, not skipped in silence (nothing is written either way).
+            let mut found = Vec::new();
+            let entries = std::fs::read_dir(path)
+                .map_err(|e| Error::invalid("manifest directory", format!("{p}: {e}")))?;
+            for entry in entries {
+                let entry =
+                    entry.map_err(|e| Error::invalid("manifest directory", format!("{p}: {e}")))?;
+                let f = entry.path();
+                let manifest_name = f.extension().and_then(|x| x.to_str()).is_some_and(|x| {
+                    matches!(x.to_ascii_lowercase().as_str(), "json" | "yaml" | "yml")
+                });
+                if !manifest_name {
+                    continue;
+                }
+                // Followed, as `cat` would (a link to a manifest is one).
+                match std::fs::metadata(&f) {
+                    Ok(m) if m.is_file() => found.push(f.display().to_string()),
+                    Ok(_) => {
+                        return Err(Error::invalid(
+                            "manifest directory",
+                            format!("{} is not a regular file", f.display()),
+                        ));
+                    }
+                    Err(e) => {
+                        return Err(Error::invalid(
+                            "manifest directory",
+                            format!("{}: {e}", f.display()),
+                        ));
+                    }
+                }
+            }
             found.sort();
             if found.is_empty() {
                 return Err(Error::invalid(

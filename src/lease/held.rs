@@ -260,7 +260,7 @@ impl Lease {
                         )));
                     }
                     let d = delays.next().unwrap_or(ttl / 6).min(remaining);
-                    tracing::warn!(key = %self.key, error = %crate::error::Chain(&e), retry_in = ?d, "renew failed");
+                    tracing::warn!(key = %self.key, error = %crate::error::Chain(&e), cause = crate::error::cause_of(&e).unwrap_or("-"), retry_in = ?d, "renew failed");
                     last_error = Some(e);
                     clock.sleep(d).await;
                 }

@@ -113,7 +113,7 @@ pub async fn run(cfg: NodeConfig, deps: NodeDeps, shutdown: CancellationToken) -
                     // does not probe in step.
                     let base = delays.next().unwrap_or(Duration::from_secs(30));
                     let wait = base + base.mul_f64((deps.entropy.next_u64() % 500) as f64 / 1000.0);
-                    tracing::warn!(error = %crate::error::Chain(&e), retry_in = ?wait, "probing the store; trying again");
+                    tracing::warn!(error = %crate::error::Chain(&e), cause = crate::error::cause_of(&e).unwrap_or("-"), retry_in = ?wait, "probing the store; trying again");
                     tokio::select! {
                         biased;
                         _ = shutdown.cancelled() => return Ok(()),

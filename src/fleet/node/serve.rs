@@ -114,7 +114,7 @@ impl Node {
                     break Ended::Fatal(e);
                 }
                 Err(e) => {
-                    tracing::warn!(error = %crate::error::Chain(&e), "pull loop tick failed");
+                    tracing::warn!(error = %crate::error::Chain(&e), cause = crate::error::cause_of(&e).unwrap_or("-"), "pull loop tick failed");
                     true
                 }
             };
