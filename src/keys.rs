@@ -16,6 +16,7 @@
 //! | `leases/<name>` | a standalone lease | `lease acquire/renew/release`, the library |
 //! | `control/<id>` | an operator's cordon / drain of a node | `node cordon/drain/uncordon` |
 //! | `changes/<ms/10,000>/<ms>-<nonce>-<m\|s\|n>-<name>` (or, while a node of an older build is live, `changes/<ms>-…`) | a hint that a manifest (`m`), a claim (`s`) or a node record's attributes (`n`) were written | every writer of those ([`crate::fleet::feed`]); deleted by retention |
+//! | `alarms/<minute>/<session>/<nonce>` | an alarm: wake the session at a time, at most once ([`crate::fleet::alarm`]) | `wake --at`; the node that fires it (taken, then deleted) |
 //! | `bell` | a nonce; each new version asks every node to run a pass now | `init`; a node that fenced a peer or released its claims; every manifest write through `HintingStore` ([`crate::fleet::feed::ring_bell`]) |
 
 use std::fmt::Display;
@@ -34,6 +35,8 @@ pub const LEASES: &str = "leases/";
 pub const CONTROL: &str = "control/";
 /// The change feed: hints, never authority (see `crate::fleet::feed`).
 pub const CHANGES: &str = "changes/";
+/// Alarms: `alarms/<minute>/<session>/<nonce>` (see `crate::fleet::alarm`).
+pub const ALARMS: &str = "alarms/";
 /// The fleet's bell: one object whose every new version asks each node to
 /// run a pass now (a hint, never authority; see `crate::fleet::feed`).
 pub const BELL: &str = "bell";
@@ -186,6 +189,22 @@ pub fn key_in<'a>(buf: &'a mut String, prefix: &str, name: &str) -> &'a str {
     buf.push_str(prefix);
     buf.push_str(name);
     buf
+}
+
+/// An alarm's key: `alarms/<minute of at_ms, 12 digits>/<session>/<nonce>`,
+/// time-bucketed so the index reads in time order.
+pub fn alarm(at_ms: u64, session: &str, nonce: &str) -> String {
+    format!("{ALARMS}{:012}/{session}/{nonce}", at_ms / 60_000)
+}
+
+/// The minute and the session of an alarm's key (`None` for anything else).
+pub fn parse_alarm(key: &str) -> Option<(u64, &str)> {
+    let rest = key.strip_prefix(ALARMS)?;
+    let mut parts = rest.split('/');
+    let minute = parts.next()?.parse().ok()?;
+    let session = parts.next()?;
+    let _nonce = parts.next()?;
+    parts.next().is_none().then_some((minute, session))
 }
 
 /// Standalone lease `name`.

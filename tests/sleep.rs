@@ -382,3 +382,139 @@ async fn wait_for_address(s: &std::sync::Arc<dyn leasehold::store::Store>, id: &
     }
     panic!("{id} publishes no address");
 }
+
+/// The alarm objects left in the bucket.
+async fn alarms(s: &std::sync::Arc<dyn leasehold::store::Store>) -> Vec<String> {
+    use futures::StreamExt;
+    s.list(leasehold::fleet::alarm::ALARMS)
+        .map(|e| e.unwrap().key)
+        .collect()
+        .await
+}
+
+/// Issue #39, alarms with real processes: `wake NAME --at +2s` wakes a
+/// sleeping session once at its time (a new run, one epoch higher), and
+/// never again for the same alarm; with the node ranked first for it
+/// killed (-9) as the alarm is set, the survivor fires it (ttl + margin
+/// later); an alarm that comes due while the session runs is consumed with
+/// no new run; a time passed or unreadable is exit 2 and a name with no
+/// manifest exit 7, nothing written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_alarm_wakes_a_sleeping_session_once_even_across_a_kill() {
+    let env = Env::new();
+    let s = env.store().await;
+    let mut n1 = Some(env.node("n1", &[]));
+    let mut n2 = Some(env.node("n2", &[]));
+    let d = env.dir();
+    env.apply_spec(
+        "nap",
+        serde_json::json!({
+            "command": "sh",
+            "args": ["-c", format!(
+                "echo $LEASEHOLD_EPOCH >> {d}/nap.runs; [ -f {d}/stay ] || exit 75; exec sleep 1000")],
+            "restart": "always",
+            "sleep": {"on_exit": 75}
+        }),
+    );
+    let asleep_at = async |epoch: u64| {
+        claim(&s, "nap")
+            .await
+            .is_some_and(|c| c.state == ClaimState::Sleeping && c.epoch == epoch)
+    };
+    wait_until("asleep at 1", Duration::from_secs(20), async || {
+        asleep_at(1).await
+    })
+    .await;
+    let set = |at: &str| {
+        bin()
+            .args(["wake", "nap", "--at", at, "--json", "--store", &env.url])
+            .output()
+            .unwrap()
+    };
+    // Bad input first: nothing written.
+    for (at, code) in [
+        ("+0s", 2),
+        ("2001-01-01T00:00:00Z", 2),
+        ("soon", 2),
+        ("+2y", 2),
+    ] {
+        let o = set(at);
+        assert_eq!(
+            o.status.code(),
+            Some(code),
+            "{at}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(String::from_utf8_lossy(&o.stderr).contains("--at"), "{at}");
+    }
+    let o = bin()
+        .args(["wake", "ghost", "--at", "+1m", "--store", &env.url])
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(7),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(alarms(&s).await.is_empty());
+    // One alarm: one run, at its time, not before.
+    let o = set("+2s");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v["alarm"].as_str().unwrap().starts_with("alarms/"), "{v}");
+    assert_eq!(alarms(&s).await.len(), 1);
+    pause(700).await;
+    assert!(asleep_at(1).await, "woken before its time");
+    wait_until(
+        "woken and asleep again at 2",
+        Duration::from_secs(20),
+        async || asleep_at(2).await,
+    )
+    .await;
+    assert_eq!(lines(&env, "nap.runs"), ["1", "2"]);
+    wait_until("the alarm deleted", Duration::from_secs(10), async || {
+        alarms(&s).await.is_empty()
+    })
+    .await;
+    pause(2500).await;
+    assert_eq!(lines(&env, "nap.runs"), ["1", "2"], "fired twice");
+    // The node ranked first for it dies as the alarm is set: the other
+    // fires it.
+    let first = if leasehold::fleet::plan::score("nap", "n1", 1.0)
+        > leasehold::fleet::plan::score("nap", "n2", 1.0)
+    {
+        n1.take()
+    } else {
+        n2.take()
+    };
+    let o = set("+2s");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut first = first.unwrap();
+    first.child.kill().unwrap();
+    let _ = first.child.wait();
+    wait_until(
+        "woken by the survivor",
+        Duration::from_secs(30),
+        async || asleep_at(3).await,
+    )
+    .await;
+    assert_eq!(lines(&env, "nap.runs"), ["1", "2", "3"]);
+    // Due while it runs: consumed, no new run.
+    std::fs::write(env.path("stay"), "").unwrap();
+    let o = bin()
+        .args(["wake", "nap", "--wait", "20s", "--store", &env.url])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = set("+1s");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    wait_until("the alarm consumed", Duration::from_secs(20), async || {
+        alarms(&s).await.is_empty()
+    })
+    .await;
+    assert_eq!(lines(&env, "nap.runs"), ["1", "2", "3", "4"]);
+    let c = claim(&s, "nap").await.unwrap();
+    assert_eq!((c.state, c.epoch), (ClaimState::Running, 4));
+    drop((n1, n2));
+}

@@ -150,6 +150,11 @@ pub(crate) enum Command {
         /// How long to wait for it to run and be ready.
         #[arg(long, default_value = "30s", value_parser = parse_duration, allow_hyphen_values = true)]
         wait: Duration,
+        /// Set an alarm instead of waking now: at TIME (RFC 3339, e.g.
+        /// 2026-12-24T18:00:00Z) or +DURATION from now (e.g. +10m). A node
+        /// wakes the session then if it is asleep, at most once.
+        #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
+        at: Option<String>,
         /// The fleet's token: the wake then reaches the owner of a running
         /// session, restarting its idle time (`sleep.after_idle`).
         #[arg(long, env = "LEASEHOLD_TOKEN_FILE")]

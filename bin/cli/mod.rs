@@ -439,9 +439,17 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Wake {
             name,
             store,
+            at: Some(at),
+            json,
+            ..
+        } => wake::alarm(name, &store, &at, json).await,
+        Command::Wake {
+            name,
+            store,
             wait,
             token_file,
             json,
+            at: None,
         } => wake::wake(name, &store, wait, token_file.as_deref(), json, max_skew).await,
         Command::Sleep => wake::sleep().await,
         Command::Ls {

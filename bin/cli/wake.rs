@@ -8,6 +8,59 @@ use leasehold::wake::{Ready, Resolver};
 use leasehold::{Error, Name};
 use std::time::Duration;
 
+/// `wake NAME --at TIME`: an alarm (see `leasehold::fleet::alarm`). The
+/// time is checked before anything is read; the session must have a
+/// manifest.
+pub async fn alarm(name: String, store: &StoreArgs, at: &str, json: bool) -> Result<(), Failure> {
+    let name = Name::new(name)?;
+    let now_ms = SystemClock::new().wall_ms();
+    let at_ms = parse_at(at, now_ms)?;
+    let store = open(store).await?;
+    let key = leasehold::fleet::alarm::set(
+        &store,
+        &leasehold::clock::OsEntropy::new(),
+        &name,
+        at_ms,
+        now_ms,
+    )
+    .await?;
+    let when =
+        humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_millis(at_ms));
+    if json {
+        print_json(
+            &serde_json::json!({"name": name.as_str(), "alarm": key, "at": when.to_string(), "at_ms": at_ms}),
+        );
+    } else {
+        println!("{name}: alarm set for {when} ({key}); a node wakes it then if it is asleep");
+    }
+    Ok(())
+}
+
+/// `--at`: RFC 3339 (`2026-12-24T18:00:00Z`) or `+DURATION` from `now_ms`.
+fn parse_at(at: &str, now_ms: u64) -> Result<u64, Error> {
+    let bad = |why: String| Error::invalid("--at", why);
+    let at_ms = if let Some(rel) = at.strip_prefix('+') {
+        let d =
+            humantime::parse_duration(rel).map_err(|e| bad(format!("{at:?}: {e} (e.g. +10m)")))?;
+        now_ms.saturating_add(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    } else {
+        let t = humantime::parse_rfc3339_weak(at).map_err(|e| {
+            bad(format!(
+                "{at:?}: {e} (an RFC 3339 time such as 2026-12-24T18:00:00Z, or +10m)"
+            ))
+        })?;
+        let ms = t
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_err(|_| bad(format!("{at:?} is before 1970")))?
+            .as_millis();
+        u64::try_from(ms).unwrap_or(u64::MAX)
+    };
+    if at_ms <= now_ms {
+        return Err(bad(format!("{at:?} has passed")));
+    }
+    Ok(at_ms)
+}
+
 pub async fn wake(
     name: String,
     store: &StoreArgs,

@@ -78,6 +78,9 @@ event_kinds! {
     Backoff = "backoff",
     /// A session fell asleep (no process, no owner until a wake).
     Sleeping = "sleeping",
+    /// An alarm woke a sleeping session: this node released its claim, at
+    /// the epoch in the event, to be placed again (`fleet::alarm`).
+    AlarmFired = "alarm-fired",
     /// A session's call on its node's channel was refused: its run ended,
     /// or the ack gate said no (the reason says which).
     Refused = "refused",

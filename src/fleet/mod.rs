@@ -37,6 +37,7 @@
 //! node records, placement, `core`; `node`, `runner`, `watchdog`,
 //! `contain` and `renew_thread` come with the feature.
 
+pub mod alarm;
 pub mod attrs;
 #[cfg(feature = "session")]
 pub mod channel;

@@ -42,6 +42,7 @@ use cached::{Cached, Tracked};
 use next_pass::{NextPass, Why};
 
 mod absence;
+mod alarms;
 mod cached;
 mod checks;
 mod claim_now;

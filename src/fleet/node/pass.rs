@@ -39,6 +39,7 @@ impl Node {
         let names = self.names_to_look_at(&views, &listed.hinted);
         self.fence_dead_peers(&views, &loads).await;
         changed |= self.claim_round(names, &loads, &mut views, now).await?;
+        changed |= self.keep_alarms().await;
         self.forget_epochs(&listed.hinted);
         self.commit_feed(listed);
         self.expire_feed(&views);

@@ -16,6 +16,8 @@ pub(super) struct Watch {
     pub(super) read: Vec<(String, MonoTime, Option<Option<MonoTime>>)>,
     /// The bell, if read: when, and the version it showed.
     pub(super) bell: Option<(MonoTime, Option<Version>)>,
+    /// The bell rang.
+    pub(super) rang: bool,
 }
 
 impl Node {
@@ -216,6 +218,7 @@ impl Node {
             if rang {
                 tracing::debug!("the bell rang: a pass now");
                 w.pass = true;
+                w.rang = true;
             }
         }
         for (key, listed, seen, pass, arrived, expected) in reads {

@@ -127,7 +127,11 @@ impl Node {
                 core::pass_bound(self.cfg.poll, self.cfg.max_poll, self.cfg.ttl),
             );
             self.idle_ticks = core::idle_after(self.idle_ticks, changed);
-            let pause = core::pace(self.cfg.poll, self.cfg.max_poll, self.idle_ticks);
+            // An alarm due ends the pause (at most the paced one).
+            let pause = core::pace(self.cfg.poll, self.cfg.max_poll, self.idle_ticks).min(
+                self.alarm_wait()
+                    .map_or(Duration::MAX, |w| w.max(NUDGE_MIN_GAP)),
+            );
             // Wait for the next tick; wake early only for shutdown or a lost
             // lease (a renewal is not a reason to list again).
             let sleep = self.deps.clock.sleep(pause);
@@ -267,6 +271,8 @@ impl Node {
                             if w.bell.is_some() {
                                 self.ring.bell = w.bell;
                             }
+                            // A ring may be a new alarm: list the index.
+                            self.alarms.ring |= w.rang;
                             let nodes = &self.peers.nodes;
                             self.ring.read.retain(|k, _| nodes.contains_key(k));
                             if w.pass {

@@ -206,6 +206,8 @@ pub(super) struct Node {
     pub(super) memo: Memo,
     /// The claim gate's memory between passes: when each session was first seen claimable, the names to look at again, the sessions stuck at the highest epoch.
     pub(super) gate: GateState,
+    /// The alarm index as last listed (`alarms.rs`).
+    pub(super) alarms: super::alarms::AlarmBook,
 }
 
 /// Peers as this node sees them: their node records (never our own), those that cannot be read, when `nodes/` was last listed, who is busy claiming, the fleet as the last pass saw it, and the peers fenced whose takers are not nudged yet.
@@ -483,6 +485,7 @@ impl Node {
                 revisit: Default::default(),
                 stuck: Default::default(),
             },
+            alarms: Default::default(),
         }
     }
 
