@@ -316,7 +316,7 @@ mod tests {
             let json = serde_json::to_string(k).unwrap();
             assert_eq!(&serde_json::from_str::<EventKind>(&json).unwrap(), k);
         }
-        assert_eq!(EventKind::ALL.len(), 26);
+        assert_eq!(EventKind::ALL.len(), 27);
         let e: Event =
             serde_json::from_str(r#"{"seq":3,"at_ms":1,"kind":"teleported","detail":"x"}"#)
                 .unwrap();
