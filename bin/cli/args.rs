@@ -150,9 +150,10 @@ pub(crate) enum Command {
         /// How long to wait for it to run and be ready.
         #[arg(long, default_value = "30s", value_parser = parse_duration, allow_hyphen_values = true)]
         wait: Duration,
-        /// Set an alarm instead of waking now: at TIME (RFC 3339, e.g.
-        /// 2026-12-24T18:00:00Z) or +DURATION from now (e.g. +10m). A node
-        /// wakes the session then if it is asleep, at most once.
+        /// Set an alarm instead of waking now: at TIME (UTC, RFC 3339 with
+        /// Z, e.g. 2026-12-24T18:00:00Z; no zone is read as UTC) or
+        /// +DURATION from now (e.g. +10m). A node wakes the session then if
+        /// it is asleep, at most once.
         #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
         at: Option<String>,
         /// The fleet's token: the wake then reaches the owner of a running

@@ -34,8 +34,15 @@
 //!   object. A woken session's start follows the usual placement, restart
 //!   and back-off rules.
 //! - **Cost.** One LIST of `alarms/` per node per minute (43,200 per
-//!   node-month: $0.22 at S3's LIST price), plus a page per thousand alarms
-//!   pending and a GET and a write or two per alarm fired.
+//!   node-month: $0.22 at S3's LIST price), and after a ring of the bell at
+//!   most one per poll interval (ttl/3); a page more per thousand alarms
+//!   pending; per alarm fired, reads and writes by the first-ranked node
+//!   (the others look only a poll interval per rank later, by when it is
+//!   usually gone).
+//! - **Deleted sessions.** An alarm outlives its session's manifest until
+//!   its time, when it is deleted; a session created again under the name
+//!   before then is woken by it (a claim's epochs never restart, so a
+//!   taken alarm cannot match the new session's claim).
 //!
 //! The decision (what to do with an alarm, given its session's claim) is
 //! [`step`]: pure, table-tested. The node's shell is
@@ -122,7 +129,8 @@ pub enum Session {
 }
 
 /// The rule. `due_after_ms` is how long past its time this node waits
-/// before acting (0 for the node ranked first, `ttl + margin` for others).
+/// before acting (0 for the node ranked first, k poll intervals for the
+/// k-th).
 pub fn step(alarm: &AlarmRecord, session: Session, now_ms: u64, due_after_ms: u64) -> Step {
     match (alarm.fired_at_epoch, session) {
         // Taken: finish it, or it is done.

@@ -15,16 +15,21 @@
 //!   for as long as it streams); otherwise it is **idle**: waiting for its
 //!   first request, part-way through a request's headers, or kept alive
 //!   between requests.
-//! - When every slot is taken and a connection arrives, the connection
-//!   that has been idle longest is closed to make room, as nginx and
-//!   Envoy close idle keep-alive connections under pressure. A client that
-//!   opens connections and sends nothing therefore delays nobody: each new
-//!   connection displaces an idle one. Only busy connections make a
-//!   newcomer wait (in the kernel's backlog, then in the accept loop until
-//!   one of them goes idle or closes).
-//! - A closed idle connection loses nothing: it had no request in flight.
-//!   One that turned busy just as it was chosen finishes its request first
-//!   (a graceful close), so a request whose headers were read is answered.
+//! - When every slot is taken and a connection arrives, an idle one is
+//!   closed to make room, as nginx and Envoy close idle keep-alive
+//!   connections under pressure: first the oldest that never completed a
+//!   request (it is dropped: it sent nothing whole), then the one idle
+//!   longest since its last response (closed gracefully: hyper finishes
+//!   writing that response, whose body it may have taken whole before the
+//!   bytes left, then closes). A client that opens connections and sends
+//!   nothing therefore delays nobody. Only busy connections make a
+//!   newcomer wait (in the kernel's backlog, then in the accept loop, which
+//!   asks the next idle one to close as each goes idle).
+//! - What a close can cost: a dropped connection that never completed a
+//!   request may have had one part-way in its socket; its client sees the
+//!   connection closed with no answer, as from any server shedding load,
+//!   and retries. A connection that turned busy just as it was chosen
+//!   answers that request first.
 //! - Each request's headers must arrive within [`HEADER_TIMEOUT`].
 //! - At shutdown, connections get two seconds to finish (SSE streams never
 //!   do).
@@ -69,6 +74,9 @@ struct Slot {
     idle_since: AtomicU64,
     /// Chosen to make room; set once.
     evicted: AtomicBool,
+    /// Answered a request already (closed gracefully when chosen; one that
+    /// never did is dropped, and chosen first).
+    used: AtomicBool,
     /// Wakes the connection's task to close.
     close: tokio::sync::Notify,
 }
@@ -99,14 +107,20 @@ impl Table {
         lock(&self.open).remove(&id);
     }
 
-    /// Asks the connection idle longest to close. Returns whether one was
-    /// asked (none is idle: every slot is answering a request).
+    /// Asks an idle connection to close: the oldest that never completed a
+    /// request, else the one idle longest. Returns whether one was asked
+    /// (none is idle: every slot is answering a request).
     fn evict_idlest(&self) -> bool {
         let open = lock(&self.open);
         let idlest = open
             .values()
             .filter(|s| s.busy.load(Ordering::SeqCst) == 0 && !s.evicted.load(Ordering::SeqCst))
-            .min_by_key(|s| s.idle_since.load(Ordering::SeqCst));
+            .min_by_key(|s| {
+                (
+                    s.used.load(Ordering::SeqCst),
+                    s.idle_since.load(Ordering::SeqCst),
+                )
+            });
         match idlest {
             Some(s) => {
                 s.evicted.store(true, Ordering::SeqCst);
@@ -134,7 +148,21 @@ struct Busy {
 impl Busy {
     fn new(slot: Arc<Slot>, table: Arc<Table>) -> Self {
         slot.busy.fetch_add(1, Ordering::SeqCst);
+        slot.used.store(true, Ordering::SeqCst);
         Busy { slot, table }
+    }
+}
+
+/// Removes a connection from the table when its task ends, however it
+/// ends (a panic in a handler included).
+struct Listed {
+    id: u64,
+    table: Arc<Table>,
+}
+
+impl Drop for Listed {
+    fn drop(&mut self) {
+        self.table.remove(self.id);
     }
 }
 
@@ -224,15 +252,16 @@ pub(crate) async fn serve_app<L: Accept>(
         let permit = match room {
             Some(p) => p,
             None => {
-                // Make room: the idlest connection closes and its permit is
-                // ours. If none is idle any more (or the chosen one turned
-                // busy and finishes first), whichever slot frees first.
-                let mut asked = table.evict_idlest();
+                // Make room: an idle connection closes and its permit is
+                // ours. Whichever slot frees first is taken; while none
+                // does, each connection that goes idle is asked too (one
+                // asked may have turned busy, or be finishing a response).
+                table.evict_idlest();
                 loop {
                     tokio::select! {
                         p = permits.clone().acquire_owned() => break p.expect("never closed"),
-                        _ = table.went_idle.notified(), if !asked => {
-                            asked = table.evict_idlest();
+                        _ = table.went_idle.notified() => {
+                            table.evict_idlest();
                         }
                         _ = shutdown.cancelled() => break 'accept,
                     }
@@ -240,6 +269,10 @@ pub(crate) async fn serve_app<L: Accept>(
             }
         };
         let (id, slot) = table.insert();
+        let listed = Listed {
+            id,
+            table: table.clone(),
+        };
         let svc = {
             let (app, slot, table) = (app.clone(), slot.clone(), table.clone());
             hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
@@ -254,9 +287,9 @@ pub(crate) async fn serve_app<L: Accept>(
             })
         };
         let stop = shutdown.clone();
-        let table = table.clone();
         conns.spawn(async move {
             let _permit = permit;
+            let _listed = listed;
             let conn = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(HEADER_TIMEOUT)
@@ -265,19 +298,22 @@ pub(crate) async fn serve_app<L: Accept>(
             tokio::select! {
                 _ = conn.as_mut() => {}
                 _ = slot.close.notified() => {
-                    if slot.busy.load(Ordering::SeqCst) > 0 {
-                        // Turned busy as it was chosen: answer, then close.
+                    if slot.used.load(Ordering::SeqCst)
+                        || slot.busy.load(Ordering::SeqCst) > 0
+                    {
+                        // It answered before (a response may still be
+                        // leaving), or turned busy as it was chosen:
+                        // finish, then close.
                         conn.as_mut().graceful_shutdown();
                         let _ = conn.await;
                     }
-                    // Idle: dropped here, nothing in flight.
+                    // Never answered anything: dropped here.
                 }
                 _ = stop.cancelled() => {
                     conn.as_mut().graceful_shutdown();
                     let _ = conn.await;
                 }
             }
-            table.remove(id);
         });
     }
     let _ = tokio::time::timeout(Duration::from_secs(2), async {

@@ -36,12 +36,11 @@ impl Node {
     /// was written or remains to do now.
     pub(super) async fn keep_alarms(&mut self) -> bool {
         let now = self.deps.clock.now();
-        if self.alarms.ring
-            || self
-                .alarms
-                .listed_at
-                .is_none_or(|t| now.saturating_since(t) >= ALARM_LIST_EVERY)
-        {
+        // Every ring (applies, fences, fired alarms) asks for a listing: at
+        // most one per poll interval, so a busy fleet's rings cost at most
+        // one LIST per node per ttl/3, not one per bell read.
+        let since = self.alarms.listed_at.map(|t| now.saturating_since(t));
+        if since.is_none_or(|d| d >= ALARM_LIST_EVERY || (self.alarms.ring && d >= self.cfg.poll)) {
             self.list_alarms(now).await;
         }
         let now_ms = self.deps.clock.wall_ms();
@@ -49,13 +48,7 @@ impl Node {
             .alarms
             .pending
             .iter()
-            .filter(|(k, (minute, act_at))| {
-                !self.alarms.foreign.contains(*k)
-                    && match act_at {
-                        Some(t) => *t <= now_ms,
-                        None => minute.saturating_mul(60_000) <= now_ms,
-                    }
-            })
+            .filter(|(k, p)| !self.alarms.foreign.contains(*k) && self.first_look(k, p) <= now_ms)
             .map(|(k, _)| k.clone())
             .collect();
         let more = due.len() > ALARMS_PER_PASS;
@@ -66,15 +59,37 @@ impl Node {
         changed || more
     }
 
+    /// When this node next looks at alarm `key`: the instant learned at its
+    /// last read, else its minute's start plus this node's rank's delay for
+    /// the session (from the key alone), so only the first-ranked node reads
+    /// an alarm as its minute begins.
+    fn first_look(&self, key: &str, (minute, act_at): &(u64, Option<u64>)) -> u64 {
+        act_at.unwrap_or_else(|| {
+            let session = alarm::parse_key(key).map_or("", |(_, s)| s);
+            minute
+                .saturating_mul(60_000)
+                .saturating_add(self.rank_delay_ms(session))
+        })
+    }
+
+    /// How long after an alarm's time this node acts on it: its rank for
+    /// the session times the poll interval.
+    fn rank_delay_ms(&self, session: &str) -> u64 {
+        let rank = u32::try_from(self.alarm_rank(session)).unwrap_or(u32::MAX);
+        u64::try_from(self.cfg.poll.saturating_mul(rank).as_millis()).unwrap_or(u64::MAX)
+    }
+
     /// How long until the next alarm is due for this node (`None` if none
-    /// is pending): the pause between passes ends there.
+    /// is pending): the pause between passes ends there. Every look moves
+    /// its alarm's next look ahead (`act_on_alarm`), so an alarm that
+    /// cannot be settled is looked at once a poll interval, never in a loop.
     pub(super) fn alarm_wait(&self) -> Option<Duration> {
         let now_ms = self.deps.clock.wall_ms();
         self.alarms
             .pending
             .iter()
             .filter(|(k, _)| !self.alarms.foreign.contains(*k))
-            .map(|(_, (minute, act_at))| act_at.unwrap_or(minute.saturating_mul(60_000)))
+            .map(|(k, p)| self.first_look(k, p))
             .min()
             .map(|t| Duration::from_millis(t.saturating_sub(now_ms)))
     }
@@ -98,13 +113,14 @@ impl Node {
             }
         }
         let before = std::mem::take(&mut self.alarms.pending);
-        self.alarms.pending = listed
+        let pending: BTreeMap<String, (u64, Option<u64>)> = listed
             .into_iter()
             .map(|(k, minute)| {
                 let act_at = before.get(&k).and_then(|(_, t)| *t);
                 (k, (minute, act_at))
             })
             .collect();
+        self.alarms.pending = pending;
         let pending = &self.alarms.pending;
         self.alarms.foreign.retain(|k| pending.contains_key(k));
         self.alarms.listed_at = Some(now);
@@ -128,6 +144,10 @@ impl Node {
     /// Reads alarm `key` and its session's claim, and does what
     /// [`alarm::step`] says. Returns whether it wrote anything.
     async fn act_on_alarm(&mut self, key: &str, now_ms: u64) -> bool {
+        // Looked at again a poll interval from now unless what follows
+        // settles it (deleted) or knows better (its time, for a Wait): a
+        // failed read or write is never retried in a loop.
+        self.alarm_later(key, now_ms);
         let store = self.deps.store.clone();
         let o = match store.get(key).await {
             Ok(Some(o)) => o,
@@ -176,9 +196,7 @@ impl Node {
             },
         };
         let session = alarm::session_of(claim.as_ref().map(|(c, _)| c), manifest);
-        let rank = u32::try_from(self.alarm_rank(&a.session)).unwrap_or(u32::MAX);
-        let after =
-            u64::try_from(self.cfg.poll.saturating_mul(rank).as_millis()).unwrap_or(u64::MAX);
+        let after = self.rank_delay_ms(&a.session);
         match alarm::step(&a, session, now_ms, after) {
             Step::Wait => {
                 if let Some(p) = self.alarms.pending.get_mut(key) {

@@ -102,6 +102,7 @@ impl Node {
                 let answer = self.claim_now(&req.name).await;
                 let _ = req.reply.send(answer);
             }
+            let mut ticked = true;
             let changed = match self.tick().await {
                 Ok(changed) => changed,
                 // A wiped or replaced bucket stops the node for good; any
@@ -115,6 +116,7 @@ impl Node {
                 }
                 Err(e) => {
                     tracing::warn!(error = %crate::error::Chain(&e), cause = crate::error::cause_of(&e).unwrap_or("-"), "pull loop tick failed");
+                    ticked = false;
                     true
                 }
             };
@@ -127,11 +129,12 @@ impl Node {
                 core::pass_bound(self.cfg.poll, self.cfg.max_poll, self.cfg.ttl),
             );
             self.idle_ticks = core::idle_after(self.idle_ticks, changed);
-            // An alarm due ends the pause (at most the paced one).
-            let pause = core::pace(self.cfg.poll, self.cfg.max_poll, self.idle_ticks).min(
-                self.alarm_wait()
-                    .map_or(Duration::MAX, |w| w.max(NUDGE_MIN_GAP)),
-            );
+            // An alarm due ends the pause (at most the paced one); not after
+            // a failed pass, which may not have reached the alarms (the
+            // brisk pace retries it).
+            let alarm = if ticked { self.alarm_wait() } else { None };
+            let pause = core::pace(self.cfg.poll, self.cfg.max_poll, self.idle_ticks)
+                .min(alarm.map_or(Duration::MAX, |w| w.max(NUDGE_MIN_GAP)));
             // Wait for the next tick; wake early only for shutdown or a lost
             // lease (a renewal is not a reason to list again).
             let sleep = self.deps.clock.sleep(pause);
@@ -271,7 +274,8 @@ impl Node {
                             if w.bell.is_some() {
                                 self.ring.bell = w.bell;
                             }
-                            // A ring may be a new alarm: list the index.
+                            // A ring may be a new alarm: list the index
+                            // (at most once a poll interval; `keep_alarms`).
                             self.alarms.ring |= w.rang;
                             let nodes = &self.peers.nodes;
                             self.ring.read.retain(|k, _| nodes.contains_key(k));
