@@ -464,7 +464,20 @@ async fn an_alarm_wakes_a_sleeping_session_once_even_across_a_kill() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!(v["alarm"].as_str().unwrap().starts_with("alarms/"), "{v}");
     assert_eq!(alarms(&s).await.len(), 1);
-    pause(700).await;
+    // describe shows it, in text and JSON.
+    let o = bin()
+        .args(["describe", "nap", "--store", &env.url])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("Alarms:") && out.contains("(in "), "{out}");
+    let o = bin()
+        .args(["describe", "nap", "--json", "--store", &env.url])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["alarms"].as_array().map(Vec::len), Some(1), "{v}");
+    pause(500).await;
     assert!(asleep_at(1).await, "woken before its time");
     wait_until(
         "woken and asleep again at 2",
@@ -517,4 +530,76 @@ async fn an_alarm_wakes_a_sleeping_session_once_even_across_a_kill() {
     let c = claim(&s, "nap").await.unwrap();
     assert_eq!((c.state, c.epoch), (ClaimState::Running, 4));
     drop((n1, n2));
+}
+
+/// Issue #39: a session sets its own alarm on its node's channel before it
+/// sleeps (`leasehold sleep --wake-in 1s`, as a Durable Object sets an
+/// alarm and is evicted): it is woken by it, at the next epoch, twice in a
+/// row, then stays up. A session without a sleep rule is refused (exit 2)
+/// and no alarm is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_sets_its_own_alarm_and_is_woken_by_it() {
+    let env = Env::new();
+    let s = env.store().await;
+    let _n1 = env.node("n1", &[]);
+    let d = env.dir();
+    env.apply_spec(
+        "naps",
+        serde_json::json!({
+            "command": "sh",
+            "args": ["-c", format!(
+                "echo $LEASEHOLD_EPOCH >> {d}/naps.runs; \
+                 if [ $(wc -l < {d}/naps.runs) -lt 3 ]; then {LH} sleep --wake-in 1s; fi; exec sleep 1000")],
+            "restart": "always",
+            "sleep": {"on_exit": 99}
+        }),
+    );
+    env.apply_spec(
+        "nosleep",
+        serde_json::json!({
+            "command": "sh",
+            "args": ["-c", format!("{LH} sleep --wake-in 1s 2> {d}/nosleep.err; echo $? > {d}/nosleep.rc; exec sleep 1000")],
+            "restart": "always"
+        }),
+    );
+    let mut woken = false;
+    for _ in 0..300 {
+        if lines(&env, "naps.runs").len() == 3
+            && claim(&s, "naps")
+                .await
+                .is_some_and(|c| c.state == ClaimState::Running && c.epoch == 3)
+        {
+            woken = true;
+            break;
+        }
+        pause(100).await;
+    }
+    assert!(
+        woken,
+        "not woken twice: runs {:?}, claim {:?}, alarms {:?}\n{}",
+        lines(&env, "naps.runs"),
+        claim(&s, "naps").await,
+        alarms(&s).await,
+        log_of(&_n1)
+    );
+    assert_eq!(lines(&env, "naps.runs"), ["1", "2", "3"]);
+    wait_until("nosleep refused", Duration::from_secs(20), async || {
+        !lines(&env, "nosleep.rc").is_empty()
+    })
+    .await;
+    assert_eq!(lines(&env, "nosleep.rc"), ["2"]);
+    let err = std::fs::read_to_string(env.path("nosleep.err")).unwrap();
+    assert!(err.contains("no sleep rule"), "{err}");
+    wait_until(
+        "every alarm consumed",
+        Duration::from_secs(10),
+        async || alarms(&s).await.is_empty(),
+    )
+    .await;
+    pause(1500).await;
+    assert_eq!(
+        lines(&env, "naps.runs").len(),
+        3,
+        "woken again with no alarm"
+    );
 }

@@ -166,7 +166,12 @@ pub(crate) enum Command {
     },
     /// Inside a session: ask its node to put it to sleep now (its run is
     /// stopped; a wake runs it again, at a higher epoch).
-    Sleep,
+    Sleep {
+        /// Set an alarm first: a node wakes the session this long from now
+        /// (e.g. 10m), unless something wakes it before.
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+        wake_in: Option<Duration>,
+    },
     /// List sessions (default), nodes or manifests (`get` is the same, as
     /// in kubectl).
     #[command(visible_alias = "get")]

@@ -451,7 +451,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             json,
             at: None,
         } => wake::wake(name, &store, wait, token_file.as_deref(), json, max_skew).await,
-        Command::Sleep => wake::sleep().await,
+        Command::Sleep { wake_in } => wake::sleep(wake_in).await,
         Command::Ls {
             what,
             store,

@@ -128,8 +128,9 @@ pub async fn wake(
     }
 }
 
-pub async fn sleep() -> Result<(), Failure> {
+pub async fn sleep(wake_in: Option<Duration>) -> Result<(), Failure> {
     let c = leasehold::fleet::channel::client::SessionClient::from_env()?;
-    c.sleep().await?;
+    // The node sets the alarm once the session is asleep.
+    c.sleep_then_wake(wake_in).await?;
     Ok(())
 }

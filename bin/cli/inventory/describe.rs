@@ -138,6 +138,7 @@ pub async fn describe(
         );
         (c, l)
     });
+    let alarms = pending_alarms(&store, name.as_str()).await;
     // The owner's journal, filtered to this session: best effort.
     let mut events: Vec<serde_json::Value> = Vec::new();
     let mut events_note = String::new();
@@ -170,6 +171,7 @@ pub async fn describe(
             } else {
                 serde_json::json!(l)
             }),
+            "alarms": alarms.iter().map(|(k, at)| serde_json::json!({"key": k, "at_ms": at, "at": rfc3339(*at)})).collect::<Vec<_>>(),
             "events": events, "events_note": (!events_note.is_empty()).then_some(&events_note),
         }));
         return Ok(());
@@ -266,6 +268,14 @@ pub async fn describe(
             );
         }
         None => println!("Claim:      none yet"),
+    }
+    for (i, (_, at)) in alarms.iter().enumerate() {
+        let label = if i == 0 { "Alarms:" } else { "" };
+        println!(
+            "{label:<12}{} (in {})",
+            rfc3339(*at),
+            crate::cli::for_humans(Duration::from_millis(at.saturating_sub(now)))
+        );
     }
     println!("Events:");
     if events.is_empty() {
@@ -373,4 +383,35 @@ async fn owner_events(
     let skip = ev.len().saturating_sub(20);
     ev.drain(..skip);
     Ok(ev)
+}
+
+/// The session's alarms not yet fired, earliest first: one listing of
+/// `alarms/` and a read of each of its own (best effort: an alarm that
+/// cannot be read is not shown).
+async fn pending_alarms(store: &Arc<dyn Store>, session: &str) -> Vec<(String, u64)> {
+    use futures::StreamExt;
+    use leasehold::fleet::alarm::{ALARMS, AlarmRecord, parse_key};
+    let keys: Vec<String> = store
+        .list(ALARMS)
+        .filter_map(|e| async move { e.ok() })
+        .map(|e| e.key)
+        .filter(|k| std::future::ready(parse_key(k).is_some_and(|(_, s)| s == session)))
+        .collect()
+        .await;
+    let mut out = Vec::new();
+    for k in keys {
+        if let Ok(Some(o)) = store.get(&k).await
+            && let Ok(a) = AlarmRecord::decode(&k, &o.bytes)
+            && a.fired_at_epoch.is_none()
+        {
+            out.push((k, a.at_ms));
+        }
+    }
+    out.sort_by_key(|(_, at)| *at);
+    out
+}
+
+/// A wall-clock instant in ms, as RFC 3339 (UTC, seconds).
+fn rfc3339(ms: u64) -> String {
+    humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_millis(ms)).to_string()
 }

@@ -131,16 +131,51 @@ impl SessionClient {
 
     /// Asks the node to put this run to sleep (its run is then stopped).
     pub async fn sleep(&self) -> Result<()> {
-        let (status, body) = self.call(Method::POST, "/v1/self/sleep").await?;
+        self.sleep_then_wake(None).await
+    }
+
+    /// As [`sleep`](Self::sleep), and to be woken `after` from now: the
+    /// node sets the alarm once the session is asleep.
+    pub async fn sleep_then_wake(&self, after: Option<std::time::Duration>) -> Result<()> {
+        let path = match after {
+            Some(d) => format!(
+                "/v1/self/sleep?wake_in={}ms",
+                u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+            ),
+            None => "/v1/self/sleep".to_string(),
+        };
+        let (status, body) = self.call(Method::POST, &path).await?;
         match status {
             StatusCode::ACCEPTED | StatusCode::OK => Ok(()),
-            StatusCode::CONFLICT => {
+            StatusCode::CONFLICT | StatusCode::BAD_REQUEST => {
                 let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
                 Err(Error::invalid(
                     "sleep",
                     v["message"].as_str().unwrap_or("refused").to_string(),
                 ))
             }
+            s => Err(self.refusal(s, &body)),
+        }
+    }
+
+    /// Sets an alarm for this session `after` from now (`POST
+    /// /v1/self/alarm`): a node wakes it then if it is asleep. Returns the
+    /// alarm's key. Refused (typed) when the spec has no sleep rule.
+    pub async fn alarm_in(&self, after: std::time::Duration) -> Result<String> {
+        let path = format!(
+            "/v1/self/alarm?in={}ms",
+            u64::try_from(after.as_millis()).unwrap_or(u64::MAX)
+        );
+        let (status, body) = self.call(Method::POST, &path).await?;
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+        match status {
+            StatusCode::CREATED | StatusCode::OK => {
+                Ok(v["alarm"].as_str().unwrap_or("").to_string())
+            }
+            StatusCode::CONFLICT | StatusCode::BAD_REQUEST => Err(Error::invalid(
+                "alarm",
+                v["message"].as_str().unwrap_or("refused").to_string(),
+            )),
             s => Err(self.refusal(s, &body)),
         }
     }

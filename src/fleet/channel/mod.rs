@@ -12,7 +12,8 @@
 //! | route | what |
 //! |---|---|
 //! | `GET /v1/self` | the run as its node sees it: session, epoch, node, instance, and how long the node's lease stays valid (`valid_for_ms`) |
-//! | `POST /v1/self/sleep` | the run asks to sleep: its node stops it and writes its claim asleep (see [`crate::fleet::sleep`]); 202 |
+//! | `POST /v1/self/sleep[?wake_in=10m]` | the run asks to sleep: its node stops it and writes its claim asleep (see [`crate::fleet::sleep`]), then, with `wake_in`, sets an alarm for that time ([`crate::fleet::alarm`]); 202, 400 for a bad `wake_in` |
+//! | `POST /v1/self/alarm?in=10m` (or `at_ms=N`) | the run sets an alarm for its session: a node wakes it then if it is asleep; 201 with the alarm's key, 400 for a time unreadable, passed or over a year ahead, 409 without a sleep rule |
 //! | `POST /v1/self/ack?margin=1s&epoch=N` | the ack gate: the node reads the claim (one GET, never a cache) and answers yes only if it still names this node, this instance and this epoch, running, and the node's lease stays valid for at least `margin` after the read. `epoch`, when given, must be the credential's |
 //!
 //! What a yes means: when the claim was read, the run held it, and no other
@@ -126,7 +127,9 @@ pub struct Registry {
 #[derive(Debug, Default)]
 struct Inner {
     /// Runs that asked to sleep (`POST /v1/self/sleep`), for the node.
-    sleep_requests: Vec<RunId>,
+    /// Runs that asked to sleep, each with the alarm it asked for (when, by
+    /// wall clock), written once it is asleep.
+    sleep_requests: Vec<(RunId, Option<u64>)>,
     /// The last refusal journalled per session, and when (ms of the
     /// node's wall clock): the same one is journalled at most every 10 s,
     /// so a session that floods refusals cannot evict the journal.
@@ -205,12 +208,16 @@ impl Registry {
         }
     }
 
-    /// A run asks to sleep: the node's loop hears of it at once
-    /// ([`sleep_requested`](Self::sleep_requested)).
-    pub fn request_sleep(&self, run: RunId) {
+    /// A run asks to sleep, and to be woken at `wake_at_ms` (wall clock)
+    /// if given: the node's loop hears of it at once
+    /// ([`sleep_requested`](Self::sleep_requested)) and writes the alarm
+    /// once the session is asleep (an alarm that came due while it was
+    /// still awake would be consumed).
+    pub fn request_sleep(&self, run: RunId, wake_at_ms: Option<u64>) {
         let mut i = self.inner.lock().unwrap();
-        if !i.sleep_requests.contains(&run) {
-            i.sleep_requests.push(run);
+        match i.sleep_requests.iter_mut().find(|(r, _)| *r == run) {
+            Some(r) => r.1 = wake_at_ms.or(r.1),
+            None => i.sleep_requests.push((run, wake_at_ms)),
         }
         drop(i);
         self.sleep.notify_one();
@@ -235,7 +242,7 @@ impl Registry {
     }
 
     /// The runs that asked to sleep since the last call.
-    pub fn take_sleep_requests(&self) -> Vec<RunId> {
+    pub fn take_sleep_requests(&self) -> Vec<(RunId, Option<u64>)> {
         std::mem::take(&mut self.inner.lock().unwrap().sleep_requests)
     }
 

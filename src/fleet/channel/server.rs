@@ -72,6 +72,7 @@ pub async fn serve(
         .route("/v1/self", get(get_self))
         .route("/v1/self/ack", post(ack))
         .route("/v1/self/sleep", post(sleep))
+        .route("/v1/self/alarm", post(alarm))
         .with_state(state);
     // Anyone on the host can connect to an abstract socket: the same
     // connection cap, header timeout and bounded shutdown as the node API.
@@ -184,10 +185,50 @@ async fn get_self(State(s): State<ChannelState>, headers: HeaderMap) -> Response
     .into_response()
 }
 
-async fn sleep(State(s): State<ChannelState>, headers: HeaderMap) -> Response {
+#[derive(serde::Deserialize)]
+struct SleepQuery {
+    /// An alarm to set once asleep, this long from now (`10m`).
+    wake_in: Option<String>,
+}
+
+/// `POST /v1/self/sleep[?wake_in=10m]`: the calling run asks to sleep;
+/// with `wake_in`, the node sets an alarm for that time once the session
+/// is asleep (set before, it could come due while the session was still
+/// awake, and be consumed).
+async fn sleep(
+    State(s): State<ChannelState>,
+    headers: HeaderMap,
+    q: Result<Query<SleepQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
     let run = match caller(&s, &headers) {
         Ok(r) => r,
         Err(resp) => return *resp,
+    };
+    let Ok(Query(q)) = q else {
+        return error(StatusCode::BAD_REQUEST, "bad_query", "wake_in=DURATION");
+    };
+    let wake_at_ms = match q.wake_in.as_deref().map(humantime::parse_duration) {
+        None => None,
+        Some(Ok(d))
+            if d > Duration::ZERO
+                && d <= Duration::from_millis(crate::fleet::alarm::MAX_AHEAD_MS) =>
+        {
+            Some(s.clock.wall_ms().saturating_add(ms(d)))
+        }
+        Some(Ok(_)) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "bad_time",
+                "wake_in: more than zero, at most a year",
+            );
+        }
+        Some(Err(e)) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "bad_time",
+                format!("wake_in: {e} (e.g. wake_in=10m)"),
+            );
+        }
     };
     if !run.may_sleep {
         let why = format!(
@@ -198,8 +239,96 @@ async fn sleep(State(s): State<ChannelState>, headers: HeaderMap) -> Response {
         return error(StatusCode::CONFLICT, "no_sleep_rule", why);
     }
     let answer = serde_json::json!({"session": run.session, "epoch": run.epoch, "sleeping": true});
-    s.registry.request_sleep(run);
+    s.registry.request_sleep(run, wake_at_ms);
     (StatusCode::ACCEPTED, axum::Json(answer)).into_response()
+}
+
+#[derive(serde::Deserialize)]
+struct AlarmQuery {
+    /// When, by wall clock (ms since the Unix epoch).
+    at_ms: Option<u64>,
+    /// Or how long from now (`10m`, `30s`).
+    #[serde(rename = "in")]
+    in_: Option<String>,
+}
+
+/// `POST /v1/self/alarm?in=10m` (or `?at_ms=N`): the calling run sets an
+/// alarm for its own session (`fleet::alarm`): a node wakes it then if it
+/// is asleep. Only a current run of a session with a sleep rule may (an
+/// alarm for a session that never sleeps would only ever be consumed).
+/// 201 with the alarm's key; 400 for a time unreadable, passed or over a
+/// year ahead; 409 without a sleep rule; 503 if the write failed.
+async fn alarm(
+    State(s): State<ChannelState>,
+    headers: HeaderMap,
+    q: Result<Query<AlarmQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let run = match caller(&s, &headers) {
+        Ok(r) => r,
+        Err(resp) => return *resp,
+    };
+    let Ok(Query(q)) = q else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "bad_query",
+            "in=DURATION or at_ms=N",
+        );
+    };
+    let now_ms = s.clock.wall_ms();
+    let at_ms = match (q.at_ms, q.in_.as_deref()) {
+        (Some(at), None) => at,
+        (None, Some(d)) => match humantime::parse_duration(d) {
+            Ok(d) => now_ms.saturating_add(ms(d)),
+            Err(e) => {
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    "bad_time",
+                    format!("in={d:?}: {e} (e.g. in=10m)"),
+                );
+            }
+        },
+        _ => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "bad_query",
+                "exactly one of in=DURATION or at_ms=N",
+            );
+        }
+    };
+    if !run.may_sleep {
+        let why = format!(
+            "{} has no sleep rule in its spec: an alarm could only be consumed",
+            run.session
+        );
+        journal_refusal(&s, &run, &why);
+        return error(StatusCode::CONFLICT, "no_sleep_rule", why);
+    }
+    let Ok(name) = crate::Name::new(run.session.as_str()) else {
+        return error(StatusCode::BAD_REQUEST, "bad_name", "not a session name");
+    };
+    match crate::fleet::alarm::set(
+        &s.store,
+        &crate::clock::OsEntropy::new(),
+        &name,
+        at_ms,
+        now_ms,
+    )
+    .await
+    {
+        Ok(key) => (
+            StatusCode::CREATED,
+            axum::Json(serde_json::json!({"session": run.session, "alarm": key, "at_ms": at_ms})),
+        )
+            .into_response(),
+        Err(e) if e.kind() == crate::ErrorKind::Invalid => {
+            error(StatusCode::BAD_REQUEST, "bad_time", e.to_string())
+        }
+        Err(e) => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            crate::error::Chain(&e).to_string(),
+        ),
+    }
 }
 
 #[derive(serde::Deserialize)]

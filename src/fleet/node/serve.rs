@@ -63,6 +63,11 @@ impl Node {
             None => None,
         };
         let mut request: Option<ClaimRequest> = None;
+        // This instance is published before its first pass starts any
+        // session: the session channel checks a caller's run against it,
+        // and a run that called at once was refused as "started by an
+        // earlier instance" until the pass ended.
+        self.publish_status(false);
         let ended = loop {
             let violation = self.audit.violation.lock().unwrap().clone();
             // Marks the value seen, so `changed()` below waits for the next one.
