@@ -589,24 +589,16 @@ impl Resolver {
         if claim.state != ClaimState::Sleeping {
             return Ok(false);
         }
-        let mut next = claim;
-        next.state = ClaimState::Released;
-        next.reason = None;
-        next.updated_at_ms = self.clock.wall_ms();
-        next.nonce = crate::clock::OsEntropy::new().hex_id();
-        match crate::fleet::put_checked(
+        let released = crate::fleet::claim::release_sleeping(
             &self.store,
-            &key,
-            bytes::Bytes::from(next.encode()),
-            crate::store::Cond::Match(version),
-            &next.nonce,
-            crate::fleet::json_nonce,
+            name.as_str(),
+            claim,
+            version,
+            self.clock.wall_ms(),
+            crate::clock::OsEntropy::new().hex_id(),
         )
-        .await?
-        {
-            crate::fleet::Put::Committed(_) => Ok(true),
-            crate::fleet::Put::Rejected(_) => Ok(false),
-        }
+        .await?;
+        Ok(released.is_some())
     }
 }
 

@@ -331,6 +331,42 @@ pub const QUEUED: &str = "queued";
 /// [`QUEUED`], which no node instance is).
 pub const VANISHED: &str = "vanished";
 
+/// Wakes a sleeping claim: `claim` (read at `version`, asleep) written
+/// `released` by one conditional write on that version, its epoch kept, so
+/// a node claims it above that epoch. Every waker goes through here (a wake
+/// request, an alarm firing). Returns the version and record written, or
+/// `None` if something changed the claim first (another wake: N concurrent
+/// wakes write once).
+pub(crate) async fn release_sleeping(
+    store: &Arc<dyn Store>,
+    name: &str,
+    claim: ClaimRecord,
+    version: Version,
+    wall_ms: u64,
+    nonce: String,
+) -> Result<Option<(Version, ClaimRecord)>> {
+    debug_assert_eq!(claim.state, ClaimState::Sleeping);
+    let key = crate::keys::session(name);
+    let mut next = claim;
+    next.state = ClaimState::Released;
+    next.reason = None;
+    next.updated_at_ms = wall_ms;
+    next.nonce = nonce;
+    match super::put_checked(
+        store,
+        &key,
+        bytes::Bytes::from(next.encode()),
+        crate::store::Cond::Match(version),
+        &next.nonce,
+        super::json_nonce,
+    )
+    .await?
+    {
+        super::Put::Committed(v) => Ok(Some((v, next))),
+        super::Put::Rejected(_) => Ok(None),
+    }
+}
+
 /// Reads and decodes `sessions/<name>` (one GET): the claim and its version.
 pub async fn get(store: &Arc<dyn Store>, name: &str) -> Result<Option<(ClaimRecord, Version)>> {
     let key = crate::keys::session(name);

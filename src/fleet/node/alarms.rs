@@ -263,22 +263,17 @@ impl Node {
         let epoch = claim.epoch;
         debug_assert_eq!(alarm.fired_at_epoch, Some(epoch));
         let ckey = crate::keys::session(&alarm.session);
-        let mut next = claim;
-        next.state = ClaimState::Released;
-        next.reason = None;
-        next.updated_at_ms = self.deps.clock.wall_ms();
-        next.nonce = self.deps.entropy.hex_id();
-        match put_checked(
+        match crate::fleet::claim::release_sleeping(
             &self.deps.store,
-            &ckey,
-            Bytes::from(next.encode()),
-            Cond::Match(version),
-            &next.nonce,
-            json_nonce,
+            &alarm.session,
+            claim,
+            version,
+            self.deps.clock.wall_ms(),
+            self.deps.entropy.hex_id(),
         )
         .await
         {
-            Ok(Put::Committed(v)) => {
+            Ok(Some((v, next))) => {
                 // This node knows at once, and looks at it at its next
                 // passes (claiming it after the rank's grace if nobody
                 // ranked above does): the write's hint and the bell may
@@ -295,7 +290,7 @@ impl Node {
                 self.delete_alarm(key).await;
                 crate::fleet::feed::ring_bell(&self.deps.store, self.deps.entropy.as_ref()).await;
             }
-            Ok(Put::Rejected(_)) => {}
+            Ok(None) => {}
             Err(e) => {
                 tracing::debug!(key, error = %crate::error::Chain(&e), "releasing a claim for an alarm")
             }
