@@ -65,6 +65,9 @@ pub const MAX_ALARM_BYTES: usize = 4096;
 /// The furthest ahead an alarm may be set: a year.
 pub const MAX_AHEAD_MS: u64 = 366 * 86_400_000;
 
+/// The latest time an alarm may name: the end of the year 9999.
+pub const MAX_AT_MS: u64 = 253_402_300_799_999;
+
 /// An alarm as stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -89,6 +92,10 @@ impl AlarmRecord {
             crate::record::decode_as(key, bytes, "alarm", MAX_ALARM_BYTES, "alarm")?;
         if crate::Name::new(r.session.as_str()).is_err() {
             return Err(Error::corrupt(key, "not a session name"));
+        }
+        // Year 9999 at most: every time shown is then a valid RFC 3339 one.
+        if r.at_ms > MAX_AT_MS {
+            return Err(Error::corrupt(key, "a time past the year 9999"));
         }
         if parse_key(key).map(|(_, s)| s) != Some(r.session.as_str()) {
             return Err(Error::corrupt(key, "the session does not match the key"));
@@ -284,6 +291,9 @@ mod tests {
         a.session = "web".into();
         assert!(AlarmRecord::decode(&k, &a.encode()).is_ok());
         a.session = "other".into();
+        assert!(AlarmRecord::decode(&k, &a.encode()).is_err());
+        a.session = "web".into();
+        a.at_ms = MAX_AT_MS + 1;
         assert!(AlarmRecord::decode(&k, &a.encode()).is_err());
         assert!(AlarmRecord::decode(&k, b"{\"schema\":1}").is_err());
     }

@@ -249,6 +249,8 @@ pub(crate) async fn serve_app<L: Accept>(
             },
             _ = shutdown.cancelled() => break,
         };
+        // A slot may have freed while the accept waited: no eviction then.
+        let room = room.or_else(|| permits.clone().try_acquire_owned().ok());
         let permit = match room {
             Some(p) => p,
             None => {
@@ -303,9 +305,10 @@ pub(crate) async fn serve_app<L: Accept>(
                     {
                         // It answered before (a response may still be
                         // leaving), or turned busy as it was chosen:
-                        // finish, then close.
+                        // finish, then close; a client that stops reading
+                        // gets the header timeout's worth, not the slot.
                         conn.as_mut().graceful_shutdown();
-                        let _ = conn.await;
+                        let _ = tokio::time::timeout(HEADER_TIMEOUT, conn).await;
                     }
                     // Never answered anything: dropped here.
                 }

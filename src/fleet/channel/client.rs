@@ -172,7 +172,10 @@ impl SessionClient {
             StatusCode::CREATED | StatusCode::OK => {
                 Ok(v["alarm"].as_str().unwrap_or("").to_string())
             }
-            StatusCode::CONFLICT | StatusCode::BAD_REQUEST => Err(Error::invalid(
+            StatusCode::CONFLICT
+            | StatusCode::BAD_REQUEST
+            | StatusCode::NOT_FOUND
+            | StatusCode::TOO_MANY_REQUESTS => Err(Error::invalid(
                 "alarm",
                 v["message"].as_str().unwrap_or("refused").to_string(),
             )),

@@ -50,6 +50,9 @@ pub const DEFAULT_MARGIN: std::time::Duration = std::time::Duration::from_secs(1
 /// Retired credentials kept to say why they are refused.
 const RETIRED_KEPT: usize = 4096;
 
+/// A session sets at most one alarm on its channel per this many ms.
+pub const ALARM_GAP_MS: u64 = 1_000;
+
 /// Acks answered at once, node-wide: each is a bucket GET, and a session
 /// that floods them must not crowd out the node's own requests.
 pub const MAX_ACKS_IN_FLIGHT: usize = 8;
@@ -134,6 +137,9 @@ struct Inner {
     /// node's wall clock): the same one is journalled at most every 10 s,
     /// so a session that floods refusals cannot evict the journal.
     journaled: HashMap<String, (String, u64)>,
+    /// When each session last set an alarm on its channel (ms of the
+    /// node's wall clock): one per [`ALARM_GAP_MS`].
+    alarmed: HashMap<String, u64>,
     by_hash: HashMap<Hash, RunId>,
     by_session: HashMap<String, Hash>,
     retired: HashMap<Hash, String>,
@@ -221,6 +227,24 @@ impl Registry {
         }
         drop(i);
         self.sleep.notify_one();
+    }
+
+    /// Whether `session` may set an alarm on its channel at `now_ms`: one
+    /// per [`ALARM_GAP_MS`], so a session that loops cannot fill the index
+    /// (each alarm is an object, and rings every node's bell).
+    pub fn may_set_alarm(&self, session: &str, now_ms: u64) -> bool {
+        let mut i = self.inner.lock().unwrap();
+        if i.alarmed
+            .get(session)
+            .is_some_and(|at| now_ms.saturating_sub(*at) < ALARM_GAP_MS)
+        {
+            return false;
+        }
+        if i.alarmed.len() > 10_000 {
+            i.alarmed.clear();
+        }
+        i.alarmed.insert(session.to_string(), now_ms);
+        true
     }
 
     /// Whether to journal refusal `reason` of `session` at `now_ms`: not
@@ -313,6 +337,21 @@ mod tests {
             instance: "i1".into(),
             may_sleep: false,
         }
+    }
+
+    /// One alarm per session per ALARM_GAP_MS on the channel; sessions
+    /// apart. And a sleep request keeps the alarm asked for.
+    #[test]
+    fn alarms_are_paced_per_session_and_sleep_requests_keep_theirs() {
+        let r = Registry::new("@x");
+        assert!(r.may_set_alarm("s", 10_000));
+        assert!(!r.may_set_alarm("s", 10_000 + ALARM_GAP_MS - 1));
+        assert!(r.may_set_alarm("t", 10_000));
+        assert!(r.may_set_alarm("s", 10_000 + ALARM_GAP_MS));
+        r.request_sleep(run("web", 3), Some(99));
+        r.request_sleep(run("web", 3), None);
+        assert_eq!(r.take_sleep_requests(), vec![(run("web", 3), Some(99))]);
+        assert!(r.take_sleep_requests().is_empty());
     }
 
     #[test]

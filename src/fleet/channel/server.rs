@@ -257,7 +257,9 @@ struct AlarmQuery {
 /// is asleep. Only a current run of a session with a sleep rule may (an
 /// alarm for a session that never sleeps would only ever be consumed).
 /// 201 with the alarm's key; 400 for a time unreadable, passed or over a
-/// year ahead; 409 without a sleep rule; 503 if the write failed.
+/// year ahead; 404 if its manifest is gone; 409 without a sleep rule; 429
+/// for a second alarm within [`super::ALARM_GAP_MS`]; 503 if the write
+/// failed (try again).
 async fn alarm(
     State(s): State<ChannelState>,
     headers: HeaderMap,
@@ -306,6 +308,13 @@ async fn alarm(
     let Ok(name) = crate::Name::new(run.session.as_str()) else {
         return error(StatusCode::BAD_REQUEST, "bad_name", "not a session name");
     };
+    if !s.registry.may_set_alarm(&run.session, now_ms) {
+        return error(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too_many_alarms",
+            format!("one alarm per {} ms per session", super::ALARM_GAP_MS),
+        );
+    }
     match crate::fleet::alarm::set(
         &s.store,
         &crate::clock::OsEntropy::new(),
@@ -322,6 +331,10 @@ async fn alarm(
             .into_response(),
         Err(e) if e.kind() == crate::ErrorKind::Invalid => {
             error(StatusCode::BAD_REQUEST, "bad_time", e.to_string())
+        }
+        // Its manifest is gone: nothing to wake, and retrying cannot help.
+        Err(e) if e.kind() == crate::ErrorKind::NotFound => {
+            error(StatusCode::NOT_FOUND, "no_manifest", e.to_string())
         }
         Err(e) => error(
             StatusCode::SERVICE_UNAVAILABLE,

@@ -28,6 +28,12 @@ pub(super) struct AlarmBook {
     /// Keys whose object is not an alarm of ours: left alone (foreign
     /// bytes are never deleted), logged once.
     foreign: std::collections::BTreeSet<String>,
+    /// Alarms sessions asked for with their sleep (`sleep --wake-in`), by
+    /// session: the epoch that asked, and when. Each is written once the
+    /// claim is seen asleep at that epoch (set before, it could come due
+    /// while the session was still awake and be consumed), retried at each
+    /// pass while that write fails, and dropped if the claim moved on.
+    pub(super) after_sleep: BTreeMap<String, (u64, u64)>,
 }
 
 impl Node {
@@ -43,6 +49,7 @@ impl Node {
         if since.is_none_or(|d| d >= ALARM_LIST_EVERY || (self.alarms.ring && d >= self.cfg.poll)) {
             self.list_alarms(now).await;
         }
+        let mut changed = self.settle_sleep_alarms().await;
         let now_ms = self.deps.clock.wall_ms();
         let due: Vec<String> = self
             .alarms
@@ -52,7 +59,6 @@ impl Node {
             .map(|(k, _)| k.clone())
             .collect();
         let more = due.len() > ALARMS_PER_PASS;
-        let mut changed = false;
         for key in due.into_iter().take(ALARMS_PER_PASS) {
             changed |= self.act_on_alarm(&key, now_ms).await;
         }
@@ -316,5 +322,73 @@ impl Node {
                 tracing::debug!(key, error = %crate::error::Chain(&e), "deleting an alarm")
             }
         }
+    }
+
+    /// Writes the alarms sessions asked for with their sleep
+    /// (`after_sleep`): each once its claim is asleep at the epoch that
+    /// asked (read now), at its time or at once if that passed. Kept while
+    /// the claim still shows that run (its sleep write is pending) or the
+    /// alarm's write fails; dropped when the claim moved on (another node
+    /// took it, it was woken or deleted). Returns whether one was written.
+    pub(super) async fn settle_sleep_alarms(&mut self) -> bool {
+        let mut written = false;
+        let asked: Vec<(String, (u64, u64))> = self
+            .alarms
+            .after_sleep
+            .iter()
+            .map(|(k, v)| (k.clone(), *v))
+            .collect();
+        for (name, (epoch, at_ms)) in asked {
+            let Ok(n) = Name::new(name.as_str()) else {
+                self.alarms.after_sleep.remove(&name);
+                continue;
+            };
+            let claim = match crate::fleet::claim::get(&self.deps.store, &name).await {
+                Ok(c) => c.map(|(c, _)| c),
+                // Read again at the next pass.
+                Err(_) => continue,
+            };
+            match claim {
+                Some(c) if c.epoch == epoch && c.state == ClaimState::Sleeping => {
+                    let now = self.deps.clock.wall_ms();
+                    let at = at_ms.max(now.saturating_add(1));
+                    match crate::fleet::alarm::set(
+                        &self.deps.store,
+                        self.deps.entropy.as_ref(),
+                        &n,
+                        at,
+                        now,
+                    )
+                    .await
+                    {
+                        Ok(_) => {
+                            self.alarms.after_sleep.remove(&name);
+                            self.alarms.ring = true;
+                            written = true;
+                        }
+                        Err(e) => {
+                            tracing::warn!(session = name, error = %crate::error::Chain(&e), "setting the alarm it asked for with its sleep: retried at the next pass");
+                        }
+                    }
+                }
+                // Its sleep is still being written (this node owns it at
+                // that epoch): wait.
+                Some(c)
+                    if c.epoch == epoch
+                        && self
+                            .owned
+                            .get(&name)
+                            .is_some_and(|o| o.record.epoch == epoch) => {}
+                _ => {
+                    tracing::info!(
+                        session = name,
+                        epoch,
+                        "the alarm asked for with its sleep is dropped: the session's claim moved on"
+                    );
+                    self.alarms.after_sleep.remove(&name);
+                }
+            }
+        }
+        written
     }
 }

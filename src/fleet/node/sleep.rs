@@ -59,7 +59,7 @@ impl Node {
     pub(super) async fn sleep_due(&mut self) -> bool {
         let mut due: Vec<(String, String)> = Vec::new();
         // Alarms asked for with a sleep, set once the session is asleep.
-        let mut wake_at: HashMap<String, u64> = HashMap::new();
+        let mut wake_at: HashMap<String, (u64, u64)> = HashMap::new();
         if let Some(reg) = &self.deps.channel {
             for (run, at) in reg.take_sleep_requests() {
                 if run.instance == self.me.instance
@@ -69,7 +69,7 @@ impl Node {
                         .is_some_and(|o| o.running && o.record.epoch == run.epoch)
                 {
                     if let Some(at) = at {
-                        wake_at.insert(run.session.clone(), at);
+                        wake_at.insert(run.session.clone(), (run.epoch, at));
                     }
                     due.push((run.session, "it asked to sleep".into()));
                 }
@@ -108,34 +108,16 @@ impl Node {
         }
         due.sort();
         let mut any = false;
+        let asked = !wake_at.is_empty();
+        self.alarms.after_sleep.extend(wake_at);
         for (name, why) in due {
-            let asleep = self.put_to_sleep(&name, why).await;
-            any |= asleep;
-            // A sleep not yet written is retried each pass; its alarm is
-            // set now all the same (it is asleep to every reader once that
-            // write lands, and the alarm is not due before it asked).
-            if let Some(at) = wake_at.remove(&name) {
-                self.set_wake_alarm(&name, at).await;
-            }
+            any |= self.put_to_sleep(&name, why).await;
+        }
+        // The alarms asked for with these sleeps, now that they are written
+        // (or kept for the next pass while a write is pending).
+        if asked {
+            self.settle_sleep_alarms().await;
         }
         any
-    }
-
-    /// Sets the alarm a session asked for with its sleep (`POST
-    /// /v1/self/sleep?wake_in=`), at its time, or at once if that passed
-    /// while it fell asleep. A failure is logged: the session sleeps until
-    /// woken otherwise.
-    async fn set_wake_alarm(&mut self, name: &str, at_ms: u64) {
-        let Ok(n) = Name::new(name) else { return };
-        let now = self.deps.clock.wall_ms();
-        let at = at_ms.max(now.saturating_add(1));
-        if let Err(e) =
-            crate::fleet::alarm::set(&self.deps.store, self.deps.entropy.as_ref(), &n, at, now)
-                .await
-        {
-            tracing::warn!(session = name, error = %crate::error::Chain(&e), "setting the alarm it asked for with its sleep");
-        }
-        // This node lists the index at its next pass.
-        self.alarms.ring = true;
     }
 }
