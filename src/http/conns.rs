@@ -81,6 +81,13 @@ struct Slot {
     close: tokio::sync::Notify,
 }
 
+impl Slot {
+    /// Idle and not yet asked to close: a candidate to make room.
+    fn idle(&self) -> bool {
+        self.busy.load(Ordering::SeqCst) == 0 && !self.evicted.load(Ordering::SeqCst)
+    }
+}
+
 /// The open connections, and a signal for "one went idle" (a newcomer
 /// waiting for room tries again then).
 #[derive(Default)]
@@ -112,15 +119,12 @@ impl Table {
     /// (none is idle: every slot is answering a request).
     fn evict_idlest(&self) -> bool {
         let open = lock(&self.open);
-        let idlest = open
-            .values()
-            .filter(|s| s.busy.load(Ordering::SeqCst) == 0 && !s.evicted.load(Ordering::SeqCst))
-            .min_by_key(|s| {
-                (
-                    s.used.load(Ordering::SeqCst),
-                    s.idle_since.load(Ordering::SeqCst),
-                )
-            });
+        let idlest = open.values().filter(|s| s.idle()).min_by_key(|s| {
+            (
+                s.used.load(Ordering::SeqCst),
+                s.idle_since.load(Ordering::SeqCst),
+            )
+        });
         match idlest {
             Some(s) => {
                 s.evicted.store(true, Ordering::SeqCst);
@@ -334,9 +338,7 @@ async fn idle_exists(table: &Table) {
         // Registered before looking, so a connection going idle between
         // the look and the wait is not missed.
         notified.as_mut().enable();
-        let any = lock(&table.open)
-            .values()
-            .any(|s| s.busy.load(Ordering::SeqCst) == 0 && !s.evicted.load(Ordering::SeqCst));
+        let any = lock(&table.open).values().any(|s| s.idle());
         if any {
             return;
         }

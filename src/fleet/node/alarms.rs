@@ -119,14 +119,13 @@ impl Node {
             }
         }
         let before = std::mem::take(&mut self.alarms.pending);
-        let pending: BTreeMap<String, (u64, Option<u64>)> = listed
+        self.alarms.pending = listed
             .into_iter()
             .map(|(k, minute)| {
                 let act_at = before.get(&k).and_then(|(_, t)| *t);
                 (k, (minute, act_at))
             })
             .collect();
-        self.alarms.pending = pending;
         let pending = &self.alarms.pending;
         self.alarms.foreign.retain(|k| pending.contains_key(k));
         self.alarms.listed_at = Some(now);
@@ -163,7 +162,6 @@ impl Node {
             }
             Err(e) => {
                 tracing::debug!(key, error = %crate::error::Chain(&e), "reading an alarm");
-                self.alarm_later(key, now_ms);
                 return false;
             }
         };
@@ -180,25 +178,16 @@ impl Node {
             Ok(Some(c)) => match ClaimRecord::decode(&ckey, &c.bytes) {
                 Ok(r) => Some((r, c.version)),
                 // A corrupt claim is never acted on (its alarm waits).
-                Err(_) => {
-                    self.alarm_later(key, now_ms);
-                    return false;
-                }
+                Err(_) => return false,
             },
             Ok(None) => None,
-            Err(_) => {
-                self.alarm_later(key, now_ms);
-                return false;
-            }
+            Err(_) => return false,
         };
         let manifest = match &claim {
             Some(_) => true,
             None => match store.get(&crate::keys::manifest(&a.session)).await {
                 Ok(m) => m.is_some(),
-                Err(_) => {
-                    self.alarm_later(key, now_ms);
-                    return false;
-                }
+                Err(_) => return false,
             },
         };
         let session = alarm::session_of(claim.as_ref().map(|(c, _)| c), manifest);
@@ -231,13 +220,9 @@ impl Node {
                     }
                     // Another node took or deleted it first: it fires it
                     // (or, if it dies, this node finishes it later).
-                    Ok(Put::Rejected(_)) => {
-                        self.alarm_later(key, now_ms);
-                        false
-                    }
+                    Ok(Put::Rejected(_)) => false,
                     Err(e) => {
                         tracing::debug!(key, error = %crate::error::Chain(&e), "taking an alarm");
-                        self.alarm_later(key, now_ms);
                         false
                     }
                 }
