@@ -83,6 +83,7 @@ fn manifest(i: usize) -> ManifestView {
         },
         preferred: vec![],
         paused: false,
+        scheduled: false,
     }
 }
 
@@ -115,6 +116,7 @@ fn reconcile_100k_manifests_10_nodes(b: divan::Bencher) {
                 epoch: 3,
                 state: ClaimState::Running,
                 digest: "d".into(),
+                tick: None,
             }),
             _ => Some(ClaimView {
                 owner: std::sync::Arc::new(Owner {
@@ -124,6 +126,7 @@ fn reconcile_100k_manifests_10_nodes(b: divan::Bencher) {
                 epoch: 3,
                 state: ClaimState::Running,
                 digest: "d".into(),
+                tick: None,
             }),
         })
         .collect();

@@ -17,6 +17,7 @@
 //! | `control/<id>` | an operator's cordon / drain of a node | `node cordon/drain/uncordon` |
 //! | `changes/<ms/10,000>/<ms>-<nonce>-<m\|s\|n>-<name>` (or, while a node of an older build is live, `changes/<ms>-…`) | a hint that a manifest (`m`), a claim (`s`) or a node record's attributes (`n`) were written | every writer of those ([`crate::fleet::feed`]); deleted by retention |
 //! | `alarms/<minute>/<session>/<nonce>` | an alarm: wake the session at a time, at most once ([`crate::fleet::alarm`]) | `wake --at`; the node that fires it (taken, then deleted) |
+//! | `ticks/<session>/<tick ms>` | a cron tick's decision, once per tick ([`crate::fleet::cron`]) | the node that decides it; trimmed to the newest 20 |
 //! | `bell` | a nonce; each new version asks every node to run a pass now | `init`; a node that fenced a peer or released its claims; every manifest write through `HintingStore` ([`crate::fleet::feed::ring_bell`]) |
 
 use std::fmt::Display;
@@ -37,6 +38,8 @@ pub const CONTROL: &str = "control/";
 pub const CHANGES: &str = "changes/";
 /// Alarms: `alarms/<minute>/<session>/<nonce>` (see `crate::fleet::alarm`).
 pub const ALARMS: &str = "alarms/";
+/// Cron ticks: `ticks/<session>/<tick ms>` (see `crate::fleet::cron`).
+pub const TICKS: &str = "ticks/";
 /// The fleet's bell: one object whose every new version asks each node to
 /// run a pass now (a hint, never authority; see `crate::fleet::feed`).
 pub const BELL: &str = "bell";
@@ -205,6 +208,25 @@ pub fn parse_alarm(key: &str) -> Option<(u64, &str)> {
     let session = parts.next()?;
     let _nonce = parts.next()?;
     parts.next().is_none().then_some((minute, session))
+}
+
+/// Tick `tick_ms` of `session`'s schedule: the milliseconds zero-padded
+/// to 15 digits (the year 9999), so keys sort by time.
+pub fn tick(session: &str, tick_ms: u64) -> String {
+    format!("{TICKS}{session}/{tick_ms:015}")
+}
+
+/// The session and the tick of a tick's key (`None` for anything else).
+pub fn parse_tick(key: &str) -> Option<(&str, u64)> {
+    let rest = key.strip_prefix(TICKS)?;
+    let (session, ms) = rest.split_once('/')?;
+    if ms.len() != 15
+        || !ms.bytes().all(|b| b.is_ascii_digit())
+        || crate::Name::new(session).is_err()
+    {
+        return None;
+    }
+    Some((session, ms.parse().ok()?))
 }
 
 /// Standalone lease `name`.

@@ -1601,6 +1601,7 @@ fn one_shot_readers_call_a_silent_owner_expired_within_the_skew_bound() {
             endpoint: None,
             restarts: 0,
             updated_at_ms: renewed,
+            tick_ms: None,
             nonce: format!("c-{node}"),
         };
         put(&format!("sessions/on-{node}"), c.encode());

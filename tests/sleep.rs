@@ -603,3 +603,116 @@ async fn a_session_sets_its_own_alarm_and_is_woken_by_it() {
         "woken again with no alarm"
     );
 }
+
+/// Issue #39's cron on real node processes: a manifest whose `schedule`
+/// is every minute waits for its first tick (`scheduled`), runs once at
+/// it, and runs once at the next though the node ranked first for it is
+/// killed (-9) in between; `describe` shows the schedule and both ticks. A
+/// schedule that cannot be read, names an unknown time zone, never fires,
+/// or comes with `restart: always` is exit 2 naming the field, and nothing
+/// is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schedule_runs_once_per_tick_across_a_kill() {
+    let env = Env::new();
+    let s = env.store().await;
+    let d = env.dir();
+    for (spec, field) in [
+        (
+            serde_json::json!({"command": "true", "schedule": "61 * * * *"}),
+            "spec.schedule.cron",
+        ),
+        (
+            serde_json::json!({"command": "true", "schedule": "0 0 30 2 *"}),
+            "spec.schedule.cron",
+        ),
+        (
+            serde_json::json!({"command": "true", "schedule": {"cron": "0 3 * * *", "time_zone": "Mars/Base"}}),
+            "spec.schedule.time_zone",
+        ),
+        (
+            serde_json::json!({"command": "true", "schedule": "@daily", "restart": "always"}),
+            "spec.restart",
+        ),
+    ] {
+        let f = env.path("bad.json");
+        std::fs::write(
+            &f,
+            serde_json::json!({"name": "bad", "spec": spec}).to_string(),
+        )
+        .unwrap();
+        let o = bin()
+            .args(["apply", f.to_str().unwrap(), "--store", &env.url])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{spec}: {err}");
+        assert!(err.contains(field), "{spec}: {err}");
+    }
+    assert!(s.get("manifests/bad").await.unwrap().is_none());
+    let mut n1 = Some(env.node("n1", &[]));
+    let mut n2 = Some(env.node("n2", &[]));
+    env.apply_spec(
+        "tick",
+        serde_json::json!({
+            "command": "sh",
+            "args": ["-c", format!("echo $LEASEHOLD_EPOCH >> {d}/tick.runs")],
+            "restart": "never",
+            "schedule": {"cron": "* * * * *", "concurrency": "forbid"}
+        }),
+    );
+    let status = || {
+        let o = bin()
+            .args(["describe", "tick", "--json", "--store", &env.url])
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v["status"].as_str().unwrap_or_default().to_string()
+    };
+    let first = status();
+    // Unless the minute turned since the apply, it waits for its tick.
+    assert!(
+        first == "scheduled" || lines(&env, "tick.runs").len() == 1,
+        "{first}"
+    );
+    wait_until("the first tick ran", Duration::from_secs(75), async || {
+        lines(&env, "tick.runs").len() == 1
+    })
+    .await;
+    wait_until("succeeded", Duration::from_secs(10), async || {
+        claim(&s, "tick")
+            .await
+            .is_some_and(|c| c.state == ClaimState::Succeeded)
+    })
+    .await;
+    // The node ranked first for it dies between two ticks.
+    let ranked_first = if leasehold::fleet::plan::score("tick", "n1", 1.0)
+        > leasehold::fleet::plan::score("tick", "n2", 1.0)
+    {
+        n1.take()
+    } else {
+        n2.take()
+    };
+    let mut ranked_first = ranked_first.unwrap();
+    ranked_first.child.kill().unwrap();
+    let _ = ranked_first.child.wait();
+    wait_until("the next tick ran", Duration::from_secs(75), async || {
+        lines(&env, "tick.runs").len() == 2
+    })
+    .await;
+    pause(3000).await;
+    let runs = lines(&env, "tick.runs");
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    let o = bin()
+        .args(["describe", "tick", "--store", &env.url])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("Schedule: * * * * * (UTC), concurrency forbid"),
+        "{out}"
+    );
+    assert!(out.contains("Next tick:"), "{out}");
+    assert!(out.contains("Ticks:"), "{out}");
+    assert_eq!(out.matches("started (epoch").count(), 2, "{out}");
+    drop((n1, n2));
+}

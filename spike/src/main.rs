@@ -685,6 +685,7 @@ async fn latency(url: &str, iterations: usize, json: bool) -> leasehold::Result<
                     backoff_until_ms: None,
                     restarts: 0,
                     updated_at_ms: 0,
+                    tick_ms: None,
                     nonce: entropy.hex_id(),
                 };
                 store

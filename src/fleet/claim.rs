@@ -91,6 +91,8 @@ pub enum Status {
     Unhealthy,
     /// Asleep: no process and no owner until a wake request.
     Sleeping,
+    /// Scheduled and never run yet: it waits for its first tick.
+    Scheduled,
     Succeeded,
     Failed,
 }
@@ -107,6 +109,7 @@ impl Status {
             Status::Starting => "starting",
             Status::Unhealthy => "unhealthy",
             Status::Sleeping => "sleeping",
+            Status::Scheduled => "scheduled",
             Status::Succeeded => "succeeded",
             Status::Failed => "failed",
         }
@@ -181,6 +184,14 @@ pub struct ClaimRecord {
     pub reason: Option<String>,
     #[serde(default)]
     pub restarts: u32,
+    /// A scheduled session's tick this claim's run is for (`fleet::cron`):
+    /// set where a tick releases the claim, carried by the run that claims
+    /// it and by its end. So a claim that ran tick T is never released for
+    /// T again, whatever became of T's record; and a scheduled session's
+    /// released claim is placed only if it carries one (a tombstone or a
+    /// vanished marker does not). Absent on every other claim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tick_ms: Option<u64>,
     /// While a crash-loop back-off holds the next start: until when, by the
     /// owner's wall clock (for readers, who show `backoff`; never a
     /// safety decision). Absent otherwise.
@@ -270,6 +281,7 @@ impl ClaimRecord {
             health: None,
             restarts: 0,
             updated_at_ms: wall_ms,
+            tick_ms: None,
             nonce,
         }
     }
@@ -294,6 +306,7 @@ impl ClaimRecord {
                 instance: QUEUED.into(),
             },
             epoch,
+            tick_ms: None,
             ..ClaimRecord::placeholder(nonce, wall_ms)
         }
     }
@@ -367,6 +380,60 @@ pub(crate) async fn release_sleeping(
     }
 }
 
+/// Releases `claim` of `name` from rest (the admission placeholder, a
+/// finished run, asleep, a tombstone applied again) for a tick of its schedule (`fleet::cron`): one
+/// If-Match write on the version read, its epoch kept, so a node claims it
+/// at the next. Named for `by` (never the placeholder's nobody, which
+/// placement would take for the placeholder again), with `why` as its
+/// reason. `None` if the claim changed since it was read.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn release_at_rest(
+    store: &Arc<dyn Store>,
+    name: &str,
+    claim: ClaimRecord,
+    version: Version,
+    by: &Owner,
+    tick_ms: u64,
+    why: String,
+    wall_ms: u64,
+    nonce: String,
+) -> Result<Option<(Version, ClaimRecord)>> {
+    // At rest (`cron::ClaimAt::of`): a tombstone applied again included.
+    debug_assert!(
+        claim.is_placeholder()
+            || claim.state.is_terminal()
+            || claim.state == ClaimState::Sleeping
+            || (claim.state == ClaimState::Released
+                && claim.tick_ms.is_none()
+                && !claim.is_vanished())
+    );
+    let key = crate::keys::session(name);
+    let mut next = claim;
+    next.state = ClaimState::Released;
+    next.owner = by.clone();
+    next.tick_ms = Some(tick_ms);
+    next.address = None;
+    next.endpoint = None;
+    next.health = None;
+    next.backoff_until_ms = None;
+    next.reason = Some(clean_reason(&why));
+    next.updated_at_ms = wall_ms;
+    next.nonce = nonce;
+    match super::put_checked(
+        store,
+        &key,
+        bytes::Bytes::from(next.encode()),
+        crate::store::Cond::Match(version),
+        &next.nonce,
+        super::json_nonce,
+    )
+    .await?
+    {
+        super::Put::Committed(v) => Ok(Some((v, next))),
+        super::Put::Rejected(_) => Ok(None),
+    }
+}
+
 /// Reads and decodes `sessions/<name>` (one GET): the claim and its version.
 pub async fn get(store: &Arc<dyn Store>, name: &str) -> Result<Option<(ClaimRecord, Version)>> {
     let key = crate::keys::session(name);
@@ -409,6 +476,7 @@ pub(crate) mod tests {
             health: None,
             restarts: 0,
             updated_at_ms: 0,
+            tick_ms: None,
             nonce: "x".into(),
         }
     }
@@ -455,6 +523,7 @@ pub(crate) mod tests {
             Status::Succeeded,
             Status::Failed,
             Status::Sleeping,
+            Status::Scheduled,
         ] {
             assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
         }

@@ -53,6 +53,15 @@ pub struct Explained {
     pub reason: String,
 }
 
+/// " (next at ...)" for a schedule's next tick after `now_ms`, or "".
+fn next_tick(s: &super::cron::Schedule, now_ms: u64) -> String {
+    s.compile()
+        .ok()
+        .and_then(|c| c.next_after(now_ms))
+        .map(|t| format!(" (next at {})", super::cron::show(t)))
+        .unwrap_or_default()
+}
+
 /// Explains one session. `nodes` is every node record listed, keyed by node
 /// id, and `unreadable` the ids whose record is there but corrupt: an owner
 /// among them is not absent (nobody takes its sessions over while its
@@ -110,12 +119,32 @@ pub fn explain(
                     .into(),
             });
         }
+        if let Some(s) = &m.spec.schedule
+            && claim.is_none_or(ClaimRecord::is_placeholder)
+        {
+            return Some(Explained {
+                status: Status::Scheduled,
+                reason: format!("waits for its first tick{}", next_tick(s, now_ms)),
+            });
+        }
         return Some(Explained {
             status: Status::Queued,
             reason: queued_reason(m, nodes),
         });
     };
     let (owner, live) = owner_of(c, nodes, now_ms, max_skew);
+    // A scheduled session at rest says when it runs next.
+    let rest = |e: Explained| match &m.spec.schedule {
+        Some(s) if !m.spec.paused => Explained {
+            reason: format!(
+                "{}; waits for its next tick{}",
+                e.reason,
+                next_tick(s, now_ms)
+            ),
+            ..e
+        },
+        _ => e,
+    };
     let restarts = if c.restarts > 0 {
         format!(
             "{} restart{}{}",
@@ -136,15 +165,15 @@ pub fn explain(
         String::new()
     };
     let e = match c.state {
-        ClaimState::Succeeded => Explained {
+        ClaimState::Succeeded => rest(Explained {
             status: Status::Succeeded,
             reason: format!("exit {}", c.exit_code.unwrap_or(0)),
-        },
-        ClaimState::Failed if c.reason.is_some() => Explained {
+        }),
+        ClaimState::Failed if c.reason.is_some() => rest(Explained {
             status: Status::Failed,
             reason: c.reason.clone().unwrap_or_default(),
-        },
-        ClaimState::Failed => Explained {
+        }),
+        ClaimState::Failed => rest(Explained {
             status: Status::Failed,
             reason: join(
                 &format!("exit {}", c.exit_code.map_or("?".into(), |e| e.to_string())),
@@ -154,7 +183,7 @@ pub fn explain(
                     String::new()
                 },
             ),
-        },
+        }),
         ClaimState::Paused => Explained {
             status: Status::Paused,
             reason: "paused by its manifest".into(),
@@ -447,6 +476,7 @@ mod tests {
             endpoint: None,
             restarts,
             updated_at_ms: NOW,
+            tick_ms: None,
             nonce: "n".into(),
         }
     }

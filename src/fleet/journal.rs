@@ -81,6 +81,9 @@ event_kinds! {
     /// An alarm woke a sleeping session: this node released its claim, at
     /// the epoch in the event, to be placed again (`fleet::alarm`).
     AlarmFired = "alarm-fired",
+    /// This node decided a tick of a session's schedule (the detail says
+    /// what: started, replaced, skipped and why, missed).
+    Tick = "tick",
     /// A session's call on its node's channel was refused: its run ended,
     /// or the ack gate said no (the reason says which).
     Refused = "refused",
@@ -316,7 +319,7 @@ mod tests {
             let json = serde_json::to_string(k).unwrap();
             assert_eq!(&serde_json::from_str::<EventKind>(&json).unwrap(), k);
         }
-        assert_eq!(EventKind::ALL.len(), 27);
+        assert_eq!(EventKind::ALL.len(), 28);
         let e: Event =
             serde_json::from_str(r#"{"seq":3,"at_ms":1,"kind":"teleported","detail":"x"}"#)
                 .unwrap();

@@ -310,6 +310,10 @@ pub struct Spec {
     /// When the session falls asleep (see [`super::sleep`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sleep: Option<super::sleep::SleepRule>,
+    /// Run once per tick of this schedule (see [`super::cron`]): the
+    /// session waits for its first tick, and rests between runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<super::cron::Schedule>,
     /// Memory, CPU and process limits, enforced through the session's
     /// cgroup (see [`super::limits`]). A node that cannot enforce them does
     /// not start the session, and its reason says why.
@@ -364,6 +368,7 @@ impl Spec {
             port: None,
             check: None,
             sleep: None,
+            schedule: None,
             limits: Default::default(),
             restarted_at: None,
         }
@@ -469,6 +474,16 @@ impl Spec {
         }
         if let Some(r) = &self.sleep {
             r.validate().map_err(|(field, why)| bad(field, &why))?;
+        }
+        if let Some(s) = &self.schedule {
+            s.validate().map_err(|(field, why)| bad(field, &why))?;
+            // A run that never ends would hold every later tick.
+            if self.restart.policy == RestartPolicy::Always {
+                return Err(bad(
+                    "restart",
+                    "a scheduled session is a job: restart on-failure or never",
+                ));
+            }
         }
         if let Some(c) = &self.check {
             c.validate(self.port)

@@ -47,6 +47,7 @@ pub mod claim;
 pub mod contain;
 pub mod control;
 pub mod core;
+pub mod cron;
 pub mod endpoint;
 pub mod explain;
 pub mod feed;

@@ -168,6 +168,9 @@ pub struct ManifestView {
     pub selector: BTreeMap<String, String>,
     pub preferred: Vec<String>,
     pub paused: bool,
+    /// It has a `schedule`: placement never claims it at rest (its
+    /// admission placeholder, a finished run); a tick releases it.
+    pub scheduled: bool,
 }
 
 /// The parts of a claim placement needs; also what a node keeps of every
@@ -179,6 +182,10 @@ pub struct ClaimView {
     pub epoch: u64,
     pub state: ClaimState,
     pub digest: Digest,
+    /// The tick its run is for (`ClaimRecord::tick_ms`): carried by the
+    /// claim that takes it over; for a scheduled session, a released claim
+    /// without one is at rest.
+    pub tick: Option<u64>,
 }
 
 impl ClaimView {
@@ -202,6 +209,7 @@ impl From<&super::claim::ClaimRecord> for ClaimView {
             epoch: c.epoch,
             state: c.state,
             digest: Digest::new(&c.digest),
+            tick: c.tick_ms,
         }
     }
 }
@@ -256,6 +264,15 @@ pub fn claimable(
     let Some(c) = claim else {
         return Some(Claimable::Fresh);
     };
+    // A scheduled session at rest waits for its tick (`fleet::cron`),
+    // whatever its spec: a tick releases it.
+    if manifest.scheduled
+        && (c.is_placeholder()
+            || c.state.is_terminal()
+            || (c.state == ClaimState::Released && c.tick.is_none() && !c.is_vanished()))
+    {
+        return None;
+    }
     if c.state == ClaimState::Released {
         return Some(Claimable::Orphaned);
     }
@@ -444,6 +461,7 @@ mod tests {
             selector: Default::default(),
             preferred: vec![],
             paused: false,
+            scheduled: false,
         }
     }
 
@@ -460,6 +478,7 @@ mod tests {
             epoch: 3,
             state,
             digest: "d".into(),
+            tick: None,
         }
     }
 
@@ -613,6 +632,37 @@ mod tests {
         );
         let done_live = claim("n1", "n1-i", ClaimState::Failed);
         assert_eq!(claimable(&changed, Some(&done_live), &nodes, &me), None);
+        // A scheduled session at rest waits for its tick: its admission
+        // placeholder and a finished run (even with a new spec) are not
+        // claimed; released by a tick, or interrupted, it is.
+        let mut sched = changed.clone();
+        sched.scheduled = true;
+        let placeholder = ClaimView::from(&crate::fleet::claim::ClaimRecord::placeholder(
+            "n".into(),
+            1,
+        ));
+        assert_eq!(
+            claimable(&m, Some(&placeholder), &nodes, &me),
+            Some(Claimable::Orphaned)
+        );
+        assert_eq!(claimable(&sched, Some(&placeholder), &nodes, &me), None);
+        assert_eq!(claimable(&sched, Some(&done), &nodes, &me), None);
+        // Released without a tick (a deleted session's tombstone, applied
+        // again): at rest. Released for a tick, or its run interrupted:
+        // placed.
+        assert_eq!(claimable(&sched, Some(&rel), &nodes, &me), None);
+        let for_tick = ClaimView {
+            tick: Some(60_000),
+            ..rel.clone()
+        };
+        assert_eq!(
+            claimable(&sched, Some(&for_tick), &nodes, &me),
+            Some(Claimable::Orphaned)
+        );
+        assert_eq!(
+            claimable(&sched, Some(&live), &dead, &me),
+            Some(Claimable::Orphaned)
+        );
         // Paused manifests are not claimed.
         let mut paused = m.clone();
         paused.paused = true;

@@ -139,6 +139,17 @@ pub async fn describe(
         (c, l)
     });
     let alarms = pending_alarms(&store, name.as_str()).await;
+    // A scheduled session's recent ticks and its next (best effort).
+    let schedule = m.and_then(|m| m.spec.schedule.as_ref());
+    let ticks = match schedule {
+        Some(_) => leasehold::fleet::cron::recent(&store, &name)
+            .await
+            .unwrap_or_default(),
+        None => Vec::new(),
+    };
+    let next_tick = schedule
+        .and_then(|s| s.compile().ok())
+        .and_then(|c| c.next_after(now));
     // The owner's journal, filtered to this session: best effort.
     let mut events: Vec<serde_json::Value> = Vec::new();
     let mut events_note = String::new();
@@ -172,6 +183,11 @@ pub async fn describe(
                 serde_json::json!(l)
             }),
             "alarms": alarms.iter().map(|(k, at)| serde_json::json!({"key": k, "at_ms": at, "at": rfc3339(*at)})).collect::<Vec<_>>(),
+            "next_tick_ms": next_tick,
+            "ticks": ticks.iter().map(|t| serde_json::json!({
+                "tick_ms": t.tick_ms, "tick": rfc3339(t.tick_ms), "decision": t.decision,
+                "outcome": t.decision.describe(), "node": t.node, "decided_at_ms": t.decided_at_ms,
+            })).collect::<Vec<_>>(),
             "events": events, "events_note": (!events_note.is_empty()).then_some(&events_note),
         }));
         return Ok(());
@@ -221,6 +237,17 @@ pub async fn describe(
             }
             if let Some(r) = &m.spec.sleep {
                 println!("  Sleep:    {}", r.describe());
+            }
+            if let Some(s) = &m.spec.schedule {
+                println!(
+                    "  Schedule: {} ({}), concurrency {}{}",
+                    shown(&s.cron),
+                    shown(s.zone_name()),
+                    s.concurrency.as_str(),
+                    s.starting_deadline
+                        .map(|d| format!(", starting deadline {}", crate::cli::for_humans(d)))
+                        .unwrap_or_default()
+                );
             }
             if let Some(c) = &m.spec.check {
                 println!("  Check:    {}", shown(&c.describe()));
@@ -276,6 +303,28 @@ pub async fn describe(
             rfc3339(*at),
             crate::cli::for_humans(Duration::from_millis(at.saturating_sub(now)))
         );
+    }
+    if schedule.is_some() {
+        match next_tick {
+            Some(t) => println!(
+                "Next tick:  {} (in {})",
+                rfc3339(t),
+                crate::cli::for_humans(Duration::from_millis(t.saturating_sub(now)))
+            ),
+            None => println!("Next tick:  none"),
+        }
+        if ticks.is_empty() {
+            println!("Ticks:      none recorded");
+        }
+        for (i, t) in ticks.iter().enumerate() {
+            let label = if i == 0 { "Ticks:" } else { "" };
+            println!(
+                "{label:<12}{} {} (by {})",
+                rfc3339(t.tick_ms),
+                shown(&t.decision.describe()),
+                t.node
+            );
+        }
     }
     println!("Events:");
     if events.is_empty() {

@@ -316,6 +316,7 @@ mod tests {
             selector: Default::default(),
             preferred: vec![],
             paused: false,
+            scheduled: false,
         };
         let dead = vec!["b".to_string()];
         let sessions: Vec<ManifestView> = (0..20).map(|i| m(&format!("s{i}"))).collect();

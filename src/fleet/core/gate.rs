@@ -169,6 +169,16 @@ pub fn skip_reason(owner_corrupt: bool, control_read: bool) -> &'static str {
 pub fn not_claimable_reason(manifest: &ManifestView, claim: Option<&ClaimView>) -> &'static str {
     match claim {
         _ if manifest.paused => "paused",
+        Some(c)
+            if manifest.scheduled
+                && (c.is_placeholder()
+                    || c.state.is_terminal()
+                    || (c.state == ClaimState::Released
+                        && c.tick.is_none()
+                        && !c.is_vanished())) =>
+        {
+            "scheduled: it waits for its next tick"
+        }
         Some(c) if c.state.is_terminal() && c.digest == manifest.digest => "completed",
         Some(c) if c.state == ClaimState::Sleeping => "asleep: a wake releases it first",
         Some(_) => "its owner is live",
@@ -286,6 +296,7 @@ mod tests {
             selector: Default::default(),
             preferred: vec![],
             paused,
+            scheduled: false,
         };
         let claim = |state, digest: &str| {
             let mut c = ClaimView::from(&crate::fleet::claim::ClaimRecord::placeholder(

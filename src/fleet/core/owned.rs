@@ -50,6 +50,9 @@ pub struct Owned<'a> {
     pub finish_pending: bool,
     /// This node is at capacity.
     pub full: bool,
+    /// Its manifest has a schedule: a finished run waits for its next
+    /// tick, even with a new spec.
+    pub scheduled: bool,
 }
 
 /// One step of keeping an owned session in line, in the order the shell
@@ -139,6 +142,11 @@ pub fn reconcile_owned(o: &Owned) -> Vec<OwnedAction> {
                 out.push(Stop(Some("manifest changed")));
                 running = false;
             }
+            // A scheduled session's finished run waits for its next tick,
+            // which runs the new spec (as a CronJob's edit starts no Job).
+            if o.state.is_terminal() && o.scheduled {
+                return out;
+            }
             // A finished session takes no capacity; run again (a new spec)
             // on a node that is full since, it would overcommit it. Release
             // it to placement instead.
@@ -181,6 +189,7 @@ mod tests {
             backoff_pending: false,
             finish_pending: false,
             full: false,
+            scheduled: false,
         }
     }
 
@@ -211,6 +220,9 @@ mod tests {
             ("finished, same spec: stays finished", Owned { running: false, state: Failed, ..base }, vec![]),
             ("finished, new spec: runs again", Owned { manifest: spec2, running: false, state: Succeeded, ..base }, vec![AdoptDigest, SetState(Running), Start]),
             ("finished, new spec, node full: released", Owned { manifest: spec2, running: false, state: Succeeded, full: true, ..base }, vec![SetState(Released)]),
+            ("scheduled, finished, new spec: waits for its tick", Owned { manifest: spec2, running: false, state: Succeeded, scheduled: true, ..base }, vec![]),
+            ("scheduled, finished, same spec: waits", Owned { running: false, state: Failed, scheduled: true, ..base }, vec![]),
+            ("scheduled, running, new spec: runs it now", Owned { manifest: spec2, scheduled: true, ..base }, vec![Stop(Some("manifest changed")), AdoptDigest, SetState(Running), Start]),
             ("running and full is no reason to release", Owned { manifest: spec2, full: true, ..base }, vec![Stop(Some("manifest changed")), AdoptDigest, SetState(Running), Start]),
             // The end of a finished run not written yet: written, and the
             // session neither started again nor released meanwhile.
@@ -273,6 +285,7 @@ mod tests {
                             backoff_pending,
                             finish_pending,
                             full,
+                            scheduled: false,
                         };
                         let (a, b) = (
                             reconcile_owned(&facts(false)),

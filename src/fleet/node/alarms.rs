@@ -80,7 +80,7 @@ impl Node {
 
     /// How long after an alarm's time this node acts on it: its rank for
     /// the session times the poll interval.
-    fn rank_delay_ms(&self, session: &str) -> u64 {
+    pub(super) fn rank_delay_ms(&self, session: &str) -> u64 {
         let rank = u32::try_from(self.alarm_rank(session)).unwrap_or(u32::MAX);
         u64::try_from(self.cfg.poll.saturating_mul(rank).as_millis()).unwrap_or(u64::MAX)
     }

@@ -133,6 +133,9 @@ impl ClaimTry {
                 reason: None,
                 backoff_until_ms: None,
                 restarts: 0,
+                // A tick's run, carried on: taken over, it is still that
+                // tick's (`fleet::cron`).
+                tick_ms: self.existing.as_ref().and_then(|(_, c)| c.tick),
                 // Drawn only for a claim sent (the seeded entropy stream of
                 // a simulation is as it was with claims one at a time).
                 updated_at_ms: if expired { 0 } else { deps.clock.wall_ms() },
@@ -304,8 +307,10 @@ impl Node {
         // A claim created where none is, or over a placeholder, may follow
         // a claim that `gc` deleted: it starts above gc's epoch floor (one
         // GET, on these paths only; see `gc`).
-        let needs_floor =
-            !matches!(&existing, Some((_, c)) if !c.is_placeholder() && !c.is_vanished());
+        // Also over any claim at epoch 0: a placeholder a tick released
+        // (`fleet::cron`) is no longer one, and follows it as closely.
+        let needs_floor = !matches!(&existing, Some((_, c))
+            if !c.is_placeholder() && !c.is_vanished() && c.epoch > 0);
         // The spec is read with the claim when none came with it (the
         // manifest's, unless the listing found it corrupt: `spec_for`).
         let read_spec = spec.is_none() && !self.corrupt.contains_key(&crate::keys::manifest(name));

@@ -62,6 +62,7 @@ mod peers;
 mod publish;
 mod renew;
 mod ring_watch;
+mod schedules;
 mod serve;
 mod sleep;
 mod state;

@@ -22,6 +22,7 @@ pub fn manifest_view(m: &ManifestRecord) -> ManifestView {
         selector: m.spec.selector.clone(),
         preferred: m.spec.preferred_nodes.clone(),
         paused: m.spec.paused,
+        scheduled: m.spec.schedule.is_some(),
     }
 }
 
@@ -263,6 +264,10 @@ impl Node {
                     backoff_pending: o.restart_at.is_some_and(|t| now < t),
                     finish_pending: o.pending_finish.is_some(),
                     full,
+                    scheduled: self
+                        .manifests
+                        .get(mkey)
+                        .is_some_and(|(_, m)| m.view.scheduled),
                 })
                 .is_empty()
             })
@@ -348,6 +353,10 @@ impl Node {
                 backoff_pending: o.restart_at.is_some_and(|t| self.deps.clock.now() < t),
                 finish_pending: o.pending_finish.is_some(),
                 full: full(load),
+                scheduled: self
+                    .manifests
+                    .get(&crate::keys::manifest(&name))
+                    .is_some_and(|(_, m)| m.view.scheduled),
             };
             let actions = core::reconcile_owned(&facts);
             // Changed means something was done: a state write that failed
@@ -401,6 +410,15 @@ impl Node {
                         }
                     }
                     OwnedAction::SetState(state) => {
+                        // A deleted manifest's tombstone is no run of a
+                        // tick: a scheduled session applied again over it
+                        // waits for its next tick (`fleet::cron`).
+                        if state == ClaimState::Released
+                            && manifest.is_none()
+                            && let Some(x) = self.owned.get_mut(&name)
+                        {
+                            x.record.tick_ms = None;
+                        }
                         if self.set_state(&name, state, None).await.is_err() {
                             // Unwritten, what `AdoptDigest` changed in
                             // memory is undone: the next pass adopts the

@@ -40,6 +40,7 @@ impl Node {
         self.fence_dead_peers(&views, &loads).await;
         changed |= self.claim_round(names, &loads, &mut views, now).await?;
         changed |= self.keep_alarms().await;
+        changed |= self.keep_schedules(&views).await;
         self.forget_epochs(&listed.hinted);
         self.commit_feed(listed);
         self.expire_feed(&views);

@@ -137,7 +137,17 @@ impl Node {
             // An alarm due ends the pause (at most the paced one); not after
             // a failed pass, which may not have reached the alarms (the
             // brisk pace retries it).
-            let alarm = if ticked { self.alarm_wait() } else { None };
+            let alarm = if ticked {
+                match (
+                    self.alarm_wait(),
+                    self.ticks.wait(self.deps.clock.wall_ms()),
+                ) {
+                    (Some(a), Some(t)) => Some(a.min(t)),
+                    (a, t) => a.or(t),
+                }
+            } else {
+                None
+            };
             let pause = core::pace(self.cfg.poll, self.cfg.max_poll, self.idle_ticks)
                 .min(alarm.map_or(Duration::MAX, |w| w.max(NUDGE_MIN_GAP)));
             // Wait for the next tick; wake early only for shutdown or a lost

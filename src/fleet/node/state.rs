@@ -82,6 +82,8 @@ pub(super) struct PendingFinish {
 pub(super) struct KnownManifest {
     pub(super) view: ManifestView,
     pub(super) restart: Restart,
+    /// Its schedule, compiled (`schedules.rs`); `None` for most.
+    pub(super) schedule: Option<Arc<super::schedules::ScheduleOf>>,
 }
 
 /// What a node keeps of a claim it reads (`plan::ClaimView`), decoded.
@@ -94,6 +96,7 @@ impl KnownManifest {
         KnownManifest {
             view: manifest_view(m),
             restart: m.spec.restart,
+            schedule: super::schedules::ScheduleOf::of(&m.spec),
         }
     }
 
@@ -208,6 +211,8 @@ pub(super) struct Node {
     pub(super) gate: GateState,
     /// The alarm index as last listed (`alarms.rs`).
     pub(super) alarms: super::alarms::AlarmBook,
+    /// The scheduled sessions' ticks (`schedules.rs`).
+    pub(super) ticks: super::schedules::TickBook,
 }
 
 /// Peers as this node sees them: their node records (never our own), those that cannot be read, when `nodes/` was last listed, who is busy claiming, the fleet as the last pass saw it, and the peers fenced whose takers are not nudged yet.
@@ -486,6 +491,7 @@ impl Node {
                 stuck: Default::default(),
             },
             alarms: Default::default(),
+            ticks: Default::default(),
         }
     }
 
