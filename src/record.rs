@@ -29,6 +29,10 @@ pub const MAX_TTL_MS: u64 = 24 * 3600 * 1000;
 /// honest fleet comes near it.
 pub const MAX_EPOCH: u64 = i64::MAX as u64;
 
+/// The latest wall-clock time an alarm or a tick may name: the end of the
+/// year 9999 (every such time prints as RFC 3339).
+pub const MAX_AT_MS: u64 = 253_402_300_799_999;
+
 /// The token after `seen`, or `None` when none higher may exist
 /// ([`MAX_EPOCH`]): the key is then stuck, and reported, never wrapped.
 pub fn next_epoch(seen: u64) -> Option<u64> {

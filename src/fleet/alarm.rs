@@ -65,8 +65,7 @@ pub const MAX_ALARM_BYTES: usize = 4096;
 /// The furthest ahead an alarm may be set: a year.
 pub const MAX_AHEAD_MS: u64 = 366 * 86_400_000;
 
-/// The latest time an alarm may name: the end of the year 9999.
-pub const MAX_AT_MS: u64 = 253_402_300_799_999;
+pub use crate::record::MAX_AT_MS;
 
 /// An alarm as stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -174,6 +174,23 @@ impl Schedule {
         self.compile().map(|_| ())
     }
 
+    /// [`Schedule::validate`], and the restart policy beside it (whether
+    /// it is `always`): a scheduled session is a job (a run that never
+    /// ended would hold every later tick).
+    pub fn validate_for(
+        &self,
+        restart_always: bool,
+    ) -> std::result::Result<(), (&'static str, String)> {
+        self.validate()?;
+        if restart_always {
+            return Err((
+                "restart",
+                "a scheduled session is a job: restart on-failure or never".into(),
+            ));
+        }
+        Ok(())
+    }
+
     /// The schedule ready to compute ticks.
     #[cfg(feature = "cron")]
     pub fn compile(&self) -> std::result::Result<Compiled, (&'static str, String)> {
@@ -259,7 +276,7 @@ impl Compiled {
     pub fn next_after(&self, ms: u64) -> Option<u64> {
         let z = self.zoned(ms)?;
         let t = self.cron.find_next_occurrence(&z, false).ok()?;
-        Self::ms(&t).filter(|&t| t > ms && t <= crate::fleet::alarm::MAX_AT_MS)
+        Self::ms(&t).filter(|&t| t > ms && t <= crate::record::MAX_AT_MS)
     }
 }
 
@@ -354,8 +371,8 @@ impl TickRecord {
             }
             _ => {}
         }
-        // Year 9999 at most, as alarms: every tick shown is a valid time.
-        if r.tick_ms > crate::fleet::alarm::MAX_AT_MS {
+        // Year 9999 at most: every tick shown is a valid time.
+        if r.tick_ms > crate::record::MAX_AT_MS {
             return Err(Error::corrupt(key, "a tick past the year 9999"));
         }
         if crate::Name::new(r.node.as_str()).is_err() {

@@ -310,8 +310,7 @@ pub struct Spec {
     /// When the session falls asleep (see [`super::sleep`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sleep: Option<super::sleep::SleepRule>,
-    /// Run once per tick of this schedule (see [`super::cron`]): the
-    /// session waits for its first tick, and rests between runs.
+    /// Run once per tick of this schedule (see [`super::cron`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schedule: Option<super::cron::Schedule>,
     /// Memory, CPU and process limits, enforced through the session's
@@ -326,19 +325,7 @@ pub struct Spec {
     pub restarted_at: Option<String>,
 }
 
-/// The number of a stop signal a spec may name (`SIGTERM` or `TERM`, ...).
-/// SIGKILL and SIGSTOP are not stop requests, and anything else is refused.
-pub fn stop_signal_number(name: &str) -> Option<i32> {
-    Some(match name.strip_prefix("SIG").unwrap_or(name) {
-        "TERM" => libc::SIGTERM,
-        "INT" => libc::SIGINT,
-        "QUIT" => libc::SIGQUIT,
-        "HUP" => libc::SIGHUP,
-        "USR1" => libc::SIGUSR1,
-        "USR2" => libc::SIGUSR2,
-        _ => return None,
-    })
-}
+pub use super::stop_signal::number as stop_signal_number;
 
 fn label_ok(s: &str) -> bool {
     !s.is_empty()
@@ -476,14 +463,8 @@ impl Spec {
             r.validate().map_err(|(field, why)| bad(field, &why))?;
         }
         if let Some(s) = &self.schedule {
-            s.validate().map_err(|(field, why)| bad(field, &why))?;
-            // A run that never ends would hold every later tick.
-            if self.restart.policy == RestartPolicy::Always {
-                return Err(bad(
-                    "restart",
-                    "a scheduled session is a job: restart on-failure or never",
-                ));
-            }
+            s.validate_for(self.restart.policy == RestartPolicy::Always)
+                .map_err(|(field, why)| bad(field, &why))?;
         }
         if let Some(c) = &self.check {
             c.validate(self.port)

@@ -68,6 +68,7 @@ pub mod renew_thread;
 pub mod runner;
 pub mod sleep;
 pub mod status;
+pub mod stop_signal;
 #[cfg(feature = "node")]
 pub mod watchdog;
 
