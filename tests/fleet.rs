@@ -5048,3 +5048,131 @@ async fn cron_needs_no_record_to_run_a_tick_once_and_a_reapply_waits() {
     assert_eq!(runs(&f), 5, "the fifth tick ran once");
     kill_all(&f);
 }
+
+/// Issue #39's concurrent-wake target: 1,000 wakes at once, spread over
+/// 100 sleeping sessions and five nodes (three in four through a node's
+/// claim endpoint, as `POST /v1/sessions/{name}/wake` does, the rest from
+/// clients with no node, which release the claim for placement): every
+/// session starts exactly once, and every caller is answered `ready` with
+/// that run's epoch.
+#[tokio::test(flavor = "current_thread")]
+async fn a_thousand_concurrent_wakes_start_each_sleeping_session_once() {
+    use leasehold::wake::{Ready, Resolver};
+    const SESSIONS: usize = 100;
+    const WAKES: usize = 1_000;
+    let mut f = FeedFleet::new().await;
+    f.exit_wakeups = true;
+    let mut handles = Vec::new();
+    for i in 0..5u64 {
+        let id = format!("n{}", i + 1);
+        let (handle, inbox) = node::claim_channel(&Name::new(id.as_str()).unwrap());
+        handles.push(handle);
+        let store = f.hinting(i + 1, 0.0);
+        let mut cfg = NodeConfig::new(Name::new(id.as_str()).unwrap(), Duration::from_secs(10));
+        cfg.probe = false;
+        cfg.capacity = SESSIONS as u32;
+        let runner = Arc::new(RecordingRunner::new(f.dyn_clock.clone()).with_exit_wakeups());
+        let status: Arc<leasehold::fleet::node::NodeStatus> = Default::default();
+        let deps = NodeDeps {
+            journal: Arc::new(Journal::new(10_000, 8 << 20)),
+            status: status.clone(),
+            claims: Some(inbox),
+            ..NodeDeps::new(store, f.dyn_clock.clone(), runner.clone())
+        };
+        f.nodes.push(FeedNode {
+            id,
+            runner,
+            status,
+            task: tokio::spawn(node::run(cfg, deps, f.shutdown.clone())),
+        });
+    }
+    let mut s = spec("serve");
+    s.restart = RestartPolicy::Always.into();
+    s.sleep = Some(leasehold::fleet::sleep::SleepRule {
+        after_idle: None,
+        on_exit: Some(75),
+    });
+    f.apply_sessions(SESSIONS, &s).await;
+    let names: Vec<String> = (0..SESSIONS).map(|i| format!("s{i:02}")).collect();
+    // Each runs once and asks to sleep (exit 75).
+    let mut asleep = false;
+    for _ in 0..1200 {
+        for node in &f.nodes {
+            for (n, _) in leasehold::fleet::runner::Runner::running(node.runner.as_ref()) {
+                node.runner.exit(&n, 75);
+            }
+        }
+        f.step(1).await;
+        let mut all = true;
+        for n in &names {
+            all &= claim_of(&f.bucket, n).await.state == ClaimState::Sleeping;
+        }
+        if all {
+            asleep = true;
+            break;
+        }
+    }
+    assert!(asleep, "every session asleep");
+    let runs_before: usize = f.nodes.iter().map(|n| n.runner.history().len()).sum();
+    assert_eq!(runs_before, SESSIONS);
+    // 1,000 wakes at once.
+    let mut tasks = Vec::new();
+    for i in 0..WAKES {
+        let name = Name::new(names[i % SESSIONS].as_str()).unwrap();
+        let mut r = Resolver::new(f.hinting(1000 + i as u64, 0.0)).with_clock(f.dyn_clock.clone());
+        if i % 4 != 3 {
+            r = r.with_claimer(handles[(i * 7 / 3) % 5].clone());
+        }
+        tasks.push(tokio::spawn(async move {
+            let ready = r.wake_ready(&name, Duration::from_secs(60)).await;
+            (name, ready)
+        }));
+    }
+    for _ in 0..1200 {
+        if tasks.iter().all(|t| t.is_finished()) {
+            break;
+        }
+        f.step(1).await;
+    }
+    let mut epochs: BTreeMap<String, std::collections::BTreeSet<u64>> = BTreeMap::new();
+    for t in tasks {
+        assert!(t.is_finished(), "a wake never answered");
+        let (name, r) = t.await.unwrap();
+        match r.unwrap() {
+            Ready::Ready { epoch, .. } => {
+                epochs.entry(name.to_string()).or_default().insert(epoch);
+            }
+            other => panic!("{name}: {other:?}"),
+        }
+    }
+    assert_eq!(epochs.len(), SESSIONS);
+    for (n, e) in &epochs {
+        assert_eq!(e.len(), 1, "{n}: callers answered with epochs {e:?}");
+        let c = claim_of(&f.bucket, n).await;
+        assert_eq!(
+            (c.state, Some(c.epoch)),
+            (ClaimState::Running, e.first().copied()),
+            "{n}"
+        );
+    }
+    // Each session started once more: one run each, at that epoch.
+    let mut runs: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    for node in &f.nodes {
+        for (n, e, _, _) in node.runner.history() {
+            if e > 1 {
+                runs.entry(n).or_default().push(e);
+            }
+        }
+    }
+    for n in &names {
+        let woke = epochs[n].first().copied();
+        assert_eq!(
+            runs.get(n).map(Vec::as_slice),
+            woke.as_ref().map(std::slice::from_ref),
+            "{n}: runs after the wakes"
+        );
+    }
+    for n in &f.nodes {
+        n.task.abort();
+    }
+}

@@ -713,6 +713,12 @@ async fn a_schedule_runs_once_per_tick_across_a_kill() {
     );
     assert!(out.contains("Next tick:"), "{out}");
     assert!(out.contains("Ticks:"), "{out}");
-    assert_eq!(out.matches("started (epoch").count(), 2, "{out}");
+    assert_eq!(out.matches("started (from epoch").count(), 2, "{out}");
+    // Each tick's run is the epoch above the one its start found at rest.
+    assert!(
+        out.contains("started (from epoch 0)") && out.contains("started (from epoch 1)"),
+        "{out}"
+    );
+    assert_eq!(runs, ["1", "2"]);
     drop((n1, n2));
 }
