@@ -21,6 +21,7 @@ use object_store::{GetOptions, ObjectStore, PutMode, PutOptions, PutPayload, Upd
 use std::sync::Arc;
 use std::time::Duration;
 
+mod alarms;
 mod fencing;
 mod fleet;
 mod footprint;
@@ -192,6 +193,25 @@ enum Cmd {
         /// Samples per mode.
         #[arg(long, default_value_t = 5)]
         samples: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Alarms under node kills: N nodes in this process, sessions asleep
+    /// as soon as they run, an alarm a second (5 s ahead) for one asleep,
+    /// a node killed every `kill_every_secs`: how late each fired.
+    Alarms {
+        #[arg(long)]
+        store: String,
+        #[arg(long, default_value_t = 5)]
+        nodes: usize,
+        #[arg(long, default_value_t = 50)]
+        sessions: usize,
+        #[arg(long, default_value = "10000")]
+        ttl_ms: u64,
+        #[arg(long, default_value_t = 300)]
+        secs: u64,
+        #[arg(long, default_value_t = 60)]
+        kill_every_secs: u64,
         #[arg(long)]
         json: bool,
     },
@@ -424,6 +444,26 @@ async fn async_main() {
             samples,
             json,
         } => fleet::admit(&store, nodes, Duration::from_millis(ttl_ms), samples, json).await,
+        Cmd::Alarms {
+            store,
+            nodes,
+            sessions,
+            ttl_ms,
+            secs,
+            kill_every_secs,
+            json,
+        } => {
+            alarms::alarms(
+                &store,
+                nodes,
+                sessions,
+                Duration::from_millis(ttl_ms),
+                secs,
+                Duration::from_secs(kill_every_secs),
+                json,
+            )
+            .await
+        }
     };
     if let Err(e) = r {
         eprintln!("error: {e}");

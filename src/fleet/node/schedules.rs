@@ -51,8 +51,9 @@ impl ScheduleOf {
 }
 
 /// The scheduled sessions, rebuilt from the manifests only when they
-/// change (`Tracked::generation`), so a steady pass costs one comparison
-/// per scheduled session and nothing per other session.
+/// change (`Tracked::generation`). A steady pass costs, per scheduled
+/// session, a comparison with its next tick and a look at its claim and
+/// its rank for the next wake; nothing per other session.
 #[derive(Debug, Default)]
 pub(super) struct TickBook {
     generation: Option<u64>,
