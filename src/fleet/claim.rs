@@ -359,31 +359,18 @@ pub(crate) async fn release_sleeping(
     nonce: String,
 ) -> Result<Option<(Version, ClaimRecord)>> {
     debug_assert_eq!(claim.state, ClaimState::Sleeping);
-    let key = crate::keys::session(name);
     let mut next = claim;
     next.state = ClaimState::Released;
     next.reason = None;
     next.updated_at_ms = wall_ms;
     next.nonce = nonce;
-    match super::put_checked(
-        store,
-        &key,
-        bytes::Bytes::from(next.encode()),
-        crate::store::Cond::Match(version),
-        &next.nonce,
-        super::json_nonce,
-    )
-    .await?
-    {
-        super::Put::Committed(v) => Ok(Some((v, next))),
-        super::Put::Rejected(_) => Ok(None),
-    }
+    write_over(store, name, next, version).await
 }
 
 /// Releases `claim` of `name` from rest (the admission placeholder, a
-/// finished run, asleep, a tombstone applied again) for a tick of its schedule (`fleet::cron`): one
-/// If-Match write on the version read, its epoch kept, so a node claims it
-/// at the next. Named for `by` (never the placeholder's nobody, which
+/// finished run, asleep, a tombstone applied again) for a tick of its
+/// schedule (`fleet::cron`): one If-Match write on the version read, its
+/// epoch kept, so a node claims it at the next. Named for `by` (never the placeholder's nobody, which
 /// placement would take for the placeholder again), with `why` as its
 /// reason. `None` if the claim changed since it was read.
 #[allow(clippy::too_many_arguments)]
@@ -407,7 +394,6 @@ pub(crate) async fn release_at_rest(
                 && claim.tick_ms.is_none()
                 && !claim.is_vanished())
     );
-    let key = crate::keys::session(name);
     let mut next = claim;
     next.state = ClaimState::Released;
     next.owner = by.clone();
@@ -419,6 +405,20 @@ pub(crate) async fn release_at_rest(
     next.reason = Some(clean_reason(&why));
     next.updated_at_ms = wall_ms;
     next.nonce = nonce;
+    write_over(store, name, next, version).await
+}
+
+/// Writes `next` over claim `name` If-Match `version` (read back by its
+/// nonce when the reply is lost): the version and record written, or
+/// `None` if the claim changed since it was read. The one write of both
+/// releases above.
+async fn write_over(
+    store: &Arc<dyn Store>,
+    name: &str,
+    next: ClaimRecord,
+    version: Version,
+) -> Result<Option<(Version, ClaimRecord)>> {
+    let key = crate::keys::session(name);
     match super::put_checked(
         store,
         &key,

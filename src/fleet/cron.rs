@@ -838,6 +838,51 @@ mod tests {
         );
     }
 
+    /// Daylight saving time in Europe/Paris, 2026: a fixed time in the
+    /// spring gap runs once, just after it; in the autumn's repeated hour,
+    /// once, at its first pass; a search back from each tick finds it.
+    #[cfg(feature = "cron")]
+    #[test]
+    fn a_fixed_time_runs_once_across_daylight_saving_time() {
+        let c = Schedule {
+            cron: "30 2 * * *".into(),
+            time_zone: Some("Europe/Paris".into()),
+            concurrency: Concurrency::Allow,
+            starting_deadline: None,
+        }
+        .compile()
+        .unwrap();
+        let ticks_in = |from: u64, to: u64| {
+            let mut out = Vec::new();
+            let mut t = from;
+            while let Some(n) = c.next_after(t).filter(|&n| n < to) {
+                out.push(n);
+                t = n;
+            }
+            out
+        };
+        let hour = 3_600_000;
+        // 2026-03-29: 02:00 CET jumps to 03:00 CEST (01:00Z); 02:30 does
+        // not exist: once, at the gap's end.
+        let spring = 1_774_742_400_000;
+        let t = ticks_in(spring, spring + 24 * hour);
+        assert_eq!(t.len(), 1, "{t:?}");
+        assert!(t[0] >= spring + hour && t[0] < spring + 2 * hour, "{t:?}");
+        // 2026-10-25: 03:00 CEST falls back to 02:00 CET (01:00Z); 02:30
+        // comes twice (00:30Z, 01:30Z): once, the first.
+        let autumn = 1_792_886_400_000;
+        let t = ticks_in(autumn, autumn + 24 * hour);
+        assert_eq!(t, [autumn + hour / 2], "{t:?}");
+        // Each tick is what a search back from it finds, so every node
+        // names a tick by the same key.
+        for day in [spring, autumn] {
+            for t in ticks_in(day - 3 * 24 * hour, day + 3 * 24 * hour) {
+                assert_eq!(c.latest_at_or_before(t), Some(t));
+                assert_eq!(c.latest_at_or_before(t + 59_999), Some(t));
+            }
+        }
+    }
+
     #[cfg(feature = "cron")]
     #[test]
     fn bad_schedules_name_their_field() {
