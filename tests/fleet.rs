@@ -5176,3 +5176,78 @@ async fn a_thousand_concurrent_wakes_start_each_sleeping_session_once() {
         n.task.abort();
     }
 }
+
+/// `gc` removes the tick records of a deleted scheduled session (tick
+/// records fence nothing: the claim carries its tick), keeps those of a
+/// session that has a manifest, and leaves foreign bytes under `ticks/`
+/// alone.
+#[tokio::test(flavor = "current_thread")]
+async fn gc_removes_the_ticks_of_deleted_sessions_only() {
+    use leasehold::fleet::cron::{self, Decision, TickRecord};
+    let store: Arc<dyn Store> = Arc::new(ObjectStoreBackend::memory());
+    init_marker(&store).await;
+    apply(&store, "kept", &spec("job")).await;
+    let tick = |session: &str, at: u64| TickRecord {
+        schema: leasehold::record::SCHEMA.into(),
+        kind: "tick".into(),
+        session: session.into(),
+        tick_ms: at,
+        decision: Decision::Skip { reason: "x".into() },
+        node: "n1".into(),
+        decided_at_ms: at,
+        nonce: format!("{session}{at}"),
+    };
+    for (s, at) in [("gone", 60_000), ("gone", 120_000), ("kept", 60_000)] {
+        store
+            .put(
+                &cron::key(s, at),
+                bytes::Bytes::from(tick(s, at).encode()),
+                leasehold::store::Cond::Create,
+            )
+            .await
+            .unwrap();
+    }
+    let foreign = cron::key("gone", 180_000);
+    store
+        .put(
+            &foreign,
+            bytes::Bytes::from_static(b"not a tick"),
+            leasehold::store::Cond::Create,
+        )
+        .await
+        .unwrap();
+    let plan = leasehold::fleet::gc::scan(&store, u64::MAX / 2, Duration::ZERO)
+        .await
+        .unwrap();
+    let mut planned: Vec<&str> = plan
+        .iter()
+        .filter(|r| r.key.starts_with(cron::TICKS))
+        .map(|r| r.key.as_str())
+        .collect();
+    planned.sort();
+    assert_eq!(
+        planned,
+        [cron::key("gone", 60_000), cron::key("gone", 120_000)]
+    );
+    let removed = leasehold::fleet::gc::apply(&store, &OsEntropy::new(), &plan)
+        .await
+        .unwrap();
+    assert!(removed.contains(&cron::key("gone", 120_000)), "{removed:?}");
+    assert!(
+        store
+            .get(&cron::key("gone", 60_000))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        store
+            .get(&cron::key("kept", 60_000))
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert!(store.get(&foreign).await.unwrap().is_some());
+    // Nothing with an epoch was removed: the floor is where it was.
+    assert_eq!(leasehold::fleet::gc::floor(&store).await.unwrap(), 0);
+}

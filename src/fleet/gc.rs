@@ -25,7 +25,11 @@
 //!   good (released, fenced, superseded, absent: nobody will stop or take
 //!   it over);
 //! - a node record that is released or fenced (the node shut down or was
-//!   taken over). Its control object (an operator's cordon) is kept.
+//!   taken over). Its control object (an operator's cordon) is kept;
+//! - a cron tick's record (`ticks/`) whose session's manifest is gone.
+//!   Tick records fence nothing (the claim carries its tick: see
+//!   `fleet::cron`), so no floor is needed for them; an object under
+//!   `ticks/` that is not a tick record is left alone.
 //!
 //! Never: a manifest, a live node's record, a claim with a manifest, the
 //! fleet marker, the floor.
@@ -161,7 +165,30 @@ pub fn plan(
     out
 }
 
-/// Lists the fleet and computes [`plan`].
+/// The tick records to remove: each `(key, session, age stamp, nonce)`
+/// of a session with no manifest, older than the retention. Pure.
+pub fn plan_ticks(
+    manifests: &BTreeSet<String>,
+    ticks: &[(String, String, u64, String)],
+    now_ms: u64,
+    retention: Duration,
+) -> Vec<Removal> {
+    let retention_ms = u64::try_from(retention.as_millis()).unwrap_or(u64::MAX);
+    ticks
+        .iter()
+        .filter(|(_, session, at, _)| {
+            !manifests.contains(session) && now_ms.saturating_sub(*at) >= retention_ms
+        })
+        .map(|(key, _, _, nonce)| Removal {
+            key: key.clone(),
+            reason: "tick record of a deleted session".into(),
+            epoch: 0,
+            nonce: nonce.clone(),
+        })
+        .collect()
+}
+
+/// Lists the fleet and computes [`plan`] and [`plan_ticks`].
 pub async fn scan(
     store: &Arc<dyn Store>,
     now_ms: u64,
@@ -209,7 +236,27 @@ pub async fn scan(
             nodes.insert(crate::keys::tail(crate::keys::NODES, &k).to_string(), r);
         }
     }
-    Ok(plan(&manifests, &claims, &nodes, now_ms, retention))
+    // Tick records: read only those of sessions with no manifest.
+    let mut ticks = Vec::new();
+    for (k, modified) in keys(crate::keys::TICKS).await? {
+        let Some((session, _)) = crate::keys::parse_tick(&k) else {
+            continue;
+        };
+        if manifests.contains(session) {
+            continue;
+        }
+        if let Some(o) = store
+            .get(&k)
+            .await
+            .map_err(|e| Error::from_store("get", &k, e))?
+            && let Ok(t) = super::cron::TickRecord::decode(&k, &o.bytes)
+        {
+            ticks.push((k.clone(), t.session, t.decided_at_ms.max(modified), t.nonce));
+        }
+    }
+    let mut out = plan(&manifests, &claims, &nodes, now_ms, retention);
+    out.extend(plan_ticks(&manifests, &ticks, now_ms, retention));
+    Ok(out)
 }
 
 /// Removes `removals`: the floor first, then each object, re-read just
@@ -227,10 +274,18 @@ pub async fn apply(
     entropy: &dyn Entropy,
     removals: &[Removal],
 ) -> Result<Vec<String>> {
-    let Some(top) = removals.iter().map(|r| r.epoch).max() else {
+    if removals.is_empty() {
         return Ok(Vec::new());
-    };
-    raise_floor(store, entropy, top.saturating_add(1)).await?;
+    }
+    // Tick records hold no epoch: they need no floor.
+    if let Some(top) = removals
+        .iter()
+        .filter(|r| !r.key.starts_with(crate::keys::TICKS))
+        .map(|r| r.epoch)
+        .max()
+    {
+        raise_floor(store, entropy, top.saturating_add(1)).await?;
+    }
     let mut done = Vec::new();
     for r in removals {
         let still = match store
@@ -240,7 +295,16 @@ pub async fn apply(
         {
             None => false,
             Some(o) => {
-                if let Some(name) = r.key.strip_prefix(crate::keys::SESSIONS) {
+                if let Some((session, _)) = crate::keys::parse_tick(&r.key) {
+                    let manifest = crate::keys::manifest(session);
+                    let gone = store
+                        .get(&manifest)
+                        .await
+                        .map_err(|e| Error::from_store("get", &manifest, e))?
+                        .is_none();
+                    gone && super::cron::TickRecord::decode(&r.key, &o.bytes)
+                        .is_ok_and(|t| t.nonce == r.nonce)
+                } else if let Some(name) = r.key.strip_prefix(crate::keys::SESSIONS) {
                     let manifest = crate::keys::manifest(name);
                     let gone = store
                         .get(&manifest)
