@@ -832,6 +832,29 @@ impl FeedFleet {
     /// Starts node `id` on `store` (ttl 10 s, no probe), its configuration
     /// set by `set`.
     fn start_with(&mut self, id: &str, store: Arc<dyn Store>, set: impl FnOnce(&mut NodeConfig)) {
+        self.start_node(id, store, set, None);
+    }
+
+    /// As `start_with`, serving a claim channel: its handle (the wake
+    /// path's claimer, as `POST /v1/sessions/{name}/wake` has one).
+    fn start_claiming(
+        &mut self,
+        id: &str,
+        store: Arc<dyn Store>,
+        set: impl FnOnce(&mut NodeConfig),
+    ) -> leasehold::fleet::endpoint::NodeHandle {
+        let (handle, inbox) = node::claim_channel(&Name::new(id).unwrap());
+        self.start_node(id, store, set, Some(inbox));
+        handle
+    }
+
+    fn start_node(
+        &mut self,
+        id: &str,
+        store: Arc<dyn Store>,
+        set: impl FnOnce(&mut NodeConfig),
+        claims: Option<leasehold::fleet::endpoint::ClaimInbox>,
+    ) {
         let mut cfg = NodeConfig::new(Name::new(id).unwrap(), Duration::from_secs(10));
         cfg.probe = false;
         set(&mut cfg);
@@ -846,6 +869,7 @@ impl FeedFleet {
             journal: Arc::new(Journal::new(1000, 1 << 20)),
             status: status.clone(),
             nudge: self.nudge.clone(),
+            claims,
             ..NodeDeps::new(store, self.dyn_clock.clone(), runner.clone())
         };
         self.nodes.push(FeedNode {
@@ -858,6 +882,32 @@ impl FeedFleet {
 
     async fn step(&self, steps: u32) {
         step_virtual(&self.clock, steps).await;
+    }
+
+    /// Ends every run every node's runner holds, with exit `code`.
+    fn exit_running(&self, code: i32) {
+        for node in &self.nodes {
+            for (n, _) in leasehold::fleet::runner::Runner::running(node.runner.as_ref()) {
+                node.runner.exit(&n, code);
+            }
+        }
+    }
+
+    /// The bucket as a node sees it through faults drawn from `seed`: a
+    /// fraction `p` of requests failed, `p` landing with the reply lost,
+    /// `p` held up to 20 s; writing hints, a fraction `hint_loss` lost.
+    fn faulty(&self, seed: u64, p: f64, hint_loss: f64) -> Arc<dyn Store> {
+        use leasehold::store::{FaultPlan, FaultStore};
+        let s: Arc<dyn Store> = Arc::new(FaultStore::new(self.bucket.clone()).with_plan(
+            seed,
+            FaultPlan {
+                fail_before: p,
+                land_then_fail: p,
+                delay: p,
+                max_delay: Duration::from_secs(20),
+            },
+        ));
+        self.hinting_over(s, seed, hint_loss)
     }
 
     /// Five sessions (`s0`..`s4`) applied, then `n1` started on `store`
@@ -4479,22 +4529,10 @@ async fn alarms_fire_within_ttl_and_2s_across_a_kill() {
 /// alarm fired (its claim left `sleeping`) after its time.
 async fn alarm_rounds(faults: bool, rounds: usize) -> Duration {
     use leasehold::fleet::alarm;
-    use leasehold::store::{FaultPlan, FaultStore};
     let mut f = FeedFleet::new().await;
     f.exit_wakeups = true;
-    let faulty = |f: &FeedFleet, seed: u64| -> Arc<dyn Store> {
-        let p = if faults { 0.05 } else { 0.0 };
-        let s: Arc<dyn Store> = Arc::new(FaultStore::new(f.bucket.clone()).with_plan(
-            seed,
-            FaultPlan {
-                fail_before: p,
-                land_then_fail: p,
-                delay: p,
-                max_delay: Duration::from_secs(20),
-            },
-        ));
-        f.hinting_over(s, seed, 0.0)
-    };
+    let p = if faults { 0.05 } else { 0.0 };
+    let faulty = |f: &FeedFleet, seed: u64| f.faulty(seed, p, 0.0);
     for (i, id) in ["n1", "n2", "n3"].iter().enumerate() {
         let store = faulty(&f, i as u64 + 1);
         f.start(id, Duration::from_secs(600), store);
@@ -4522,12 +4560,7 @@ async fn alarm_rounds(faults: bool, rounds: usize) -> Duration {
         // Every session asleep: those running are made to exit 75.
         let mut asleep = false;
         for _ in 0..600 {
-            for node in &f.nodes {
-                let runner = &node.runner;
-                for (n, _) in leasehold::fleet::runner::Runner::running(runner.as_ref()) {
-                    runner.exit(&n, 75);
-                }
-            }
+            f.exit_running(75);
             f.step(1).await;
             let mut all = true;
             for n in &names {
@@ -4593,12 +4626,7 @@ async fn alarm_rounds(faults: bool, rounds: usize) -> Duration {
         // sleeping again at a higher epoch.
         for _ in 0..200 {
             if faults {
-                for node in &f.nodes {
-                    let runner = &node.runner;
-                    for (n, _) in leasehold::fleet::runner::Runner::running(runner.as_ref()) {
-                        runner.exit(&n, 75);
-                    }
-                }
+                f.exit_running(75);
             }
             f.step(1).await;
         }
@@ -4643,23 +4671,11 @@ async fn alarm_rounds(faults: bool, rounds: usize) -> Duration {
 #[tokio::test(flavor = "current_thread")]
 async fn cron_runs_each_tick_once_under_faults_and_a_kill() {
     use leasehold::fleet::cron::{self, Concurrency, Decision, Schedule};
-    use leasehold::store::{FaultPlan, FaultStore};
     const SESSIONS: usize = 50;
     const TICKS: u64 = 20;
     let mut f = FeedFleet::new().await;
     f.exit_wakeups = true;
-    let faulty = |f: &FeedFleet, seed: u64| -> Arc<dyn Store> {
-        let s: Arc<dyn Store> = Arc::new(FaultStore::new(f.bucket.clone()).with_plan(
-            seed,
-            FaultPlan {
-                fail_before: 0.05,
-                land_then_fail: 0.05,
-                delay: 0.05,
-                max_delay: Duration::from_secs(20),
-            },
-        ));
-        f.hinting_over(s, seed, 0.05)
-    };
+    let faulty = |f: &FeedFleet, seed: u64| f.faulty(seed, 0.05, 0.05);
     let capacious = |cfg: &mut NodeConfig| cfg.capacity = 200;
     for (i, id) in ["n1", "n2", "n3"].iter().enumerate() {
         let store = faulty(&f, i as u64 + 1);
@@ -4684,14 +4700,7 @@ async fn cron_runs_each_tick_once_under_faults_and_a_kill() {
     // first's record: 20 are kept).
     while f.dyn_clock.wall_ms() < last + 45_000 {
         f.step(1).await;
-        for node in &f.nodes {
-            if node.task.is_finished() {
-                continue;
-            }
-            for (n, _) in leasehold::fleet::runner::Runner::running(node.runner.as_ref()) {
-                node.runner.exit(&n, 0);
-            }
-        }
+        f.exit_running(0);
         if !killed && f.dyn_clock.wall_ms() >= first + 10 * 60_000 - 15_000 {
             // kill -9 of n1 a quarter of a minute before a tick (its runs
             // of the last one long ended), and a fresh node in its place.
@@ -4814,13 +4823,6 @@ async fn cron_concurrency_policies_and_deadlines() {
             .filter(|r| r.0 == name)
             .count()
     };
-    let exit_all = |f: &FeedFleet| {
-        for node in &f.nodes {
-            for (n, _) in leasehold::fleet::runner::Runner::running(node.runner.as_ref()) {
-                node.runner.exit(&n, 0);
-            }
-        }
-    };
     // Nothing runs before the first tick.
     while f.dyn_clock.wall_ms() < first - 1_000 {
         f.step(1).await;
@@ -4841,10 +4843,10 @@ async fn cron_concurrency_policies_and_deadlines() {
     );
     assert_eq!(runs_of(&f, "paused"), 0);
     // The runs end: allow's second tick starts now, once.
-    exit_all(&f);
+    f.exit_running(0);
     while f.dyn_clock.wall_ms() < first + 100_000 {
         f.step(1).await;
-        exit_all(&f);
+        f.exit_running(0);
     }
     assert_eq!(
         runs_of(&f, "allow"),
@@ -4855,7 +4857,7 @@ async fn cron_concurrency_policies_and_deadlines() {
     // The third tick: all at rest, each starts once.
     while f.dyn_clock.wall_ms() < first + 150_000 {
         f.step(1).await;
-        exit_all(&f);
+        f.exit_running(0);
     }
     assert_eq!(runs_of(&f, "forbid"), 2);
     assert_eq!(runs_of(&f, "allow"), 3);
@@ -4967,20 +4969,10 @@ async fn cron_needs_no_record_to_run_a_tick_once_and_a_reapply_waits() {
             .filter(|r| r.0 == "job")
             .count()
     };
-    let exit_all = |f: &FeedFleet| {
-        for node in &f.nodes {
-            if node.task.is_finished() {
-                continue;
-            }
-            for (n, _) in leasehold::fleet::runner::Runner::running(node.runner.as_ref()) {
-                node.runner.exit(&n, 0);
-            }
-        }
-    };
     let until = async |f: &FeedFleet, wall: u64| {
         while f.dyn_clock.wall_ms() < wall {
             f.step(1).await;
-            exit_all(f);
+            f.exit_running(0);
         }
     };
     let kill_all = |f: &FeedFleet| {
@@ -5064,27 +5056,10 @@ async fn a_thousand_concurrent_wakes_start_each_sleeping_session_once() {
     f.exit_wakeups = true;
     let mut handles = Vec::new();
     for i in 0..5u64 {
-        let id = format!("n{}", i + 1);
-        let (handle, inbox) = node::claim_channel(&Name::new(id.as_str()).unwrap());
-        handles.push(handle);
         let store = f.hinting(i + 1, 0.0);
-        let mut cfg = NodeConfig::new(Name::new(id.as_str()).unwrap(), Duration::from_secs(10));
-        cfg.probe = false;
-        cfg.capacity = SESSIONS as u32;
-        let runner = Arc::new(RecordingRunner::new(f.dyn_clock.clone()).with_exit_wakeups());
-        let status: Arc<leasehold::fleet::node::NodeStatus> = Default::default();
-        let deps = NodeDeps {
-            journal: Arc::new(Journal::new(10_000, 8 << 20)),
-            status: status.clone(),
-            claims: Some(inbox),
-            ..NodeDeps::new(store, f.dyn_clock.clone(), runner.clone())
-        };
-        f.nodes.push(FeedNode {
-            id,
-            runner,
-            status,
-            task: tokio::spawn(node::run(cfg, deps, f.shutdown.clone())),
-        });
+        handles.push(f.start_claiming(&format!("n{}", i + 1), store, |cfg| {
+            cfg.capacity = SESSIONS as u32
+        }));
     }
     let mut s = spec("serve");
     s.restart = RestartPolicy::Always.into();
@@ -5097,11 +5072,7 @@ async fn a_thousand_concurrent_wakes_start_each_sleeping_session_once() {
     // Each runs once and asks to sleep (exit 75).
     let mut asleep = false;
     for _ in 0..1200 {
-        for node in &f.nodes {
-            for (n, _) in leasehold::fleet::runner::Runner::running(node.runner.as_ref()) {
-                node.runner.exit(&n, 75);
-            }
-        }
+        f.exit_running(75);
         f.step(1).await;
         let mut all = true;
         for n in &names {

@@ -259,16 +259,7 @@ fn bad_users_and_workdirs_are_refused_up_front() {
             "spec.workdir",
         ),
     ] {
-        let f = env.path("bad.json");
-        std::fs::write(
-            &f,
-            serde_json::json!({"name": "bad", "spec": spec}).to_string(),
-        )
-        .unwrap();
-        let o = bin()
-            .args(["apply", f.to_str().unwrap(), "--store", &env.url])
-            .output()
-            .unwrap();
+        let o = env.apply_output("bad", spec.clone());
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{spec}: {err}");
         assert!(err.contains(field), "{spec}: {err}");

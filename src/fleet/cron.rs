@@ -157,6 +157,13 @@ impl<'de> Deserialize<'de> for Schedule {
 }
 
 impl Schedule {
+    /// Is tick `tick_ms`, looked at `now_ms`, past its `starting_deadline`?
+    pub fn past_deadline(&self, tick_ms: u64, now_ms: u64) -> bool {
+        self.starting_deadline.is_some_and(|d| {
+            now_ms > tick_ms.saturating_add(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        })
+    }
+
     /// The time zone's name as shown (`UTC` when none is given).
     pub fn zone_name(&self) -> &str {
         self.time_zone.as_deref().unwrap_or("UTC")
@@ -490,9 +497,7 @@ pub fn decide(
     if paused {
         return skip("the session is paused");
     }
-    if let Some(d) = s.starting_deadline
-        && now_ms > tick_ms.saturating_add(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-    {
+    if s.past_deadline(tick_ms, now_ms) {
         return Verdict::Decide(Decision::Missed);
     }
     match (claim, s.concurrency) {

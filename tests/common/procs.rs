@@ -111,14 +111,20 @@ impl Env {
 
     /// Applies `spec` (JSON) as session `name`.
     pub fn apply_spec(&self, name: &str, spec: serde_json::Value) {
+        let o = self.apply_output(name, spec);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+
+    /// `leasehold apply` of the manifest `{name, spec}` (written to
+    /// `<name>.json`), however it ends.
+    pub fn apply_output(&self, name: &str, spec: serde_json::Value) -> std::process::Output {
         let m = serde_json::json!({"name": name, "spec": spec});
         let f = self.path(&format!("{name}.json"));
         std::fs::write(&f, m.to_string()).unwrap();
-        let o = bin()
+        bin()
             .args(["apply", f.to_str().unwrap(), "--store", &self.url])
             .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            .unwrap()
     }
 
     pub fn pid(&self, file: &str) -> Option<i32> {

@@ -164,10 +164,7 @@ impl Node {
             // A tick that waits for its run to end (`allow`), as far as
             // this node knows, costs no request: every node would decide
             // the same, so nobody has recorded it.
-            let paused = self
-                .manifests
-                .get(&crate::keys::manifest(&name))
-                .is_some_and(|(_, m)| m.view.paused);
+            let paused = self.paused(&name);
             if let Some(e) = self.ticks.entries.get_mut(&name) {
                 e.waiting =
                     cron::decide(&e.schedule.rule, tick, now_ms, paused, at, "") == Verdict::Wait;
@@ -214,6 +211,13 @@ impl Node {
                 Some(tick.saturating_add(after).max(e.look_at))
             })
             .min()
+    }
+
+    /// Is `name`'s manifest paused, as this node knows it?
+    fn paused(&self, name: &str) -> bool {
+        self.manifests
+            .get(&crate::keys::manifest(name))
+            .is_some_and(|(_, m)| m.view.paused)
     }
 
     fn settle_tick(&mut self, name: &str, tick: u64) {
@@ -271,10 +275,7 @@ impl Node {
             .get(name)
             .filter(|o| o.record.epoch == claim.epoch)
             .map(|o| o.record.epoch);
-        let paused = self
-            .manifests
-            .get(&crate::keys::manifest(name))
-            .is_some_and(|(_, m)| m.view.paused);
+        let paused = self.paused(name);
         let mut wrote = false;
         let decision = match recorded {
             Some(d) => d,
@@ -333,13 +334,7 @@ impl Node {
             }
             // Paused since the record, or past the deadline by now: the
             // start is not carried out (the tick is not run).
-            Follow::Release { .. }
-                if paused
-                    || schedule.rule.starting_deadline.is_some_and(|d| {
-                        now_ms
-                            > tick.saturating_add(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-                    }) =>
-            {
+            Follow::Release { .. } if paused || schedule.rule.past_deadline(tick, now_ms) => {
                 self.settle_tick(name, tick);
             }
             Follow::Release { epoch } => {
