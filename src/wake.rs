@@ -188,6 +188,10 @@ impl std::fmt::Debug for Token {
     }
 }
 
+/// How long a wake waits for the caller's node to claim a sleeping session
+/// before releasing it for the fleet instead (see `Resolver::wake_here`).
+pub const WAKE_NOW_WAIT: Duration = Duration::from_secs(5);
+
 /// Most claims a [`Resolver`] keeps for conditional repeats.
 pub const RESOLVER_CACHE_CAPACITY: usize = 100_000;
 
@@ -370,6 +374,9 @@ impl Resolver {
     pub async fn wake(&self, name: &Name, timeout: Duration) -> Result<Wake> {
         let r = self.resolve(name).await?;
         let mut round_trips = r.round_trips;
+        // What the caller's node answered when asked to take it asleep, and
+        // whether it did.
+        let (mut asked, mut woke_here) = (None, false);
         let outcome = match r.owner {
             Owned::Claimed {
                 node,
@@ -414,21 +421,27 @@ impl Resolver {
                 }
             }
             Owned::Sleeping { epoch, since_ms } => {
-                // Only a session that may run is woken: no write for one
-                // whose manifest is gone or paused.
-                round_trips += 1;
-                match crate::fleet::manifest::get(&self.store, name).await? {
-                    None => WakeOutcome::NoOwner {
-                        owner: Owned::NoManifest,
-                    },
-                    Some((m, _)) if m.spec.paused => WakeOutcome::Declined {
-                        reason: "paused by its manifest: resume it to wake it".into(),
-                        owner: Owned::Sleeping { epoch, since_ms },
-                    },
-                    Some(_) => {
-                        round_trips += 1;
-                        let by_us = self.release_sleeping(name).await?;
-                        WakeOutcome::Woken { epoch, by_us }
+                // The caller's node takes it over in one write (or runs it
+                // already); else it is released for the fleet to place.
+                asked = self.wake_here(name).await?;
+                let here = match &asked {
+                    Some(ClaimAnswer::Claimed {
+                        node,
+                        epoch,
+                        round_trips: n,
+                    }) => {
+                        round_trips += n;
+                        woke_here = true;
+                        Some((node.clone(), *epoch))
+                    }
+                    Some(ClaimAnswer::AlreadyOwned { node, epoch }) => Some((node.clone(), *epoch)),
+                    Some(ClaimAnswer::Declined { .. }) | None => None,
+                };
+                match here {
+                    Some((node, epoch)) => WakeOutcome::ClaimedHere { node, epoch },
+                    None => {
+                        self.release_or_decline(name, epoch, since_ms, &mut round_trips)
+                            .await?
                     }
                 }
             }
@@ -439,12 +452,14 @@ impl Resolver {
             | WakeOutcome::ClaimedHere { .. }
             | WakeOutcome::Declined { .. } => false,
             WakeOutcome::NoOwner { owner } => !matches!(owner, Owned::NoManifest),
-            WakeOutcome::Unreachable { .. }
-            | WakeOutcome::OwnerGone { .. }
-            | WakeOutcome::Woken { .. } => true,
+            WakeOutcome::Unreachable { .. } | WakeOutcome::OwnerGone { .. } => true,
+            // Released by this call after the caller's node declined to
+            // take it asleep: asked once is enough; the fleet places it.
+            // Released by another: the caller's node may take the release.
+            WakeOutcome::Woken { by_us, .. } => !(*by_us && asked.is_some()),
         };
-        let mut claim = None;
-        let woken = matches!(outcome, WakeOutcome::Woken { by_us: true, .. });
+        let mut claim = asked;
+        let woken = woke_here || matches!(outcome, WakeOutcome::Woken { by_us: true, .. });
         let mut outcome = outcome;
         if let (true, Some(node)) = (wants_claim, &self.claimer) {
             let answer = node.claim_now(name).await?;
@@ -478,6 +493,68 @@ impl Resolver {
             woken,
         })
     }
+
+    /// With a node of the caller's own ([`Resolver::with_claimer`]), asks
+    /// it to claim `name` asleep, over the claim and version the resolve
+    /// just read: one conditional write, no read (`NodeHandle::wake_now`).
+    /// `None` without a claimer, when the cache no longer holds a sleeping
+    /// claim, and when the node failed or did not answer within
+    /// [`WAKE_NOW_WAIT`] (it answers between passes): the caller then
+    /// releases the claim for the fleet, and a late claim by the node and
+    /// that release are both If-Match on the version read, so at most one
+    /// lands.
+    async fn wake_here(&self, name: &Name) -> Result<Option<ClaimAnswer>> {
+        let Some(node) = &self.claimer else {
+            return Ok(None);
+        };
+        let key = crate::keys::session(name);
+        let Some((version, claim)) = self.cache.lock().unwrap().get(&key).cloned() else {
+            return Ok(None);
+        };
+        if claim.state != ClaimState::Sleeping {
+            return Ok(None);
+        }
+        tokio::select! {
+            a = node.wake_now(name, version, claim) => match a {
+                Ok(a) => Ok(Some(a)),
+                Err(e) => {
+                    tracing::warn!(session = %name, error = %crate::error::Chain(&e), "the caller's node could not claim it; releasing it for the fleet");
+                    Ok(None)
+                }
+            },
+            _ = self.clock.sleep(WAKE_NOW_WAIT) => Ok(None),
+        }
+    }
+
+    /// A sleeping session, not taken by the caller's node: released for
+    /// the fleet to place, if its manifest lets it run (one GET of the
+    /// manifest, one conditional write); no write for one whose manifest is
+    /// gone or paused.
+    async fn release_or_decline(
+        &self,
+        name: &Name,
+        epoch: u64,
+        since_ms: u64,
+        round_trips: &mut u32,
+    ) -> Result<WakeOutcome> {
+        *round_trips += 1;
+        Ok(
+            match crate::fleet::manifest::get(&self.store, name).await? {
+                None => WakeOutcome::NoOwner {
+                    owner: Owned::NoManifest,
+                },
+                Some((m, _)) if m.spec.paused => WakeOutcome::Declined {
+                    reason: "paused by its manifest: resume it to wake it".into(),
+                    owner: Owned::Sleeping { epoch, since_ms },
+                },
+                Some(_) => {
+                    *round_trips += 1;
+                    let by_us = self.release_sleeping(name).await?;
+                    WakeOutcome::Woken { epoch, by_us }
+                }
+            },
+        )
+    }
 }
 
 /// What [`Resolver::wake_ready`] came to.
@@ -501,8 +578,19 @@ pub enum Ready {
     /// Not woken, and why: paused, finished (succeeded or failed: nothing
     /// runs until its manifest changes).
     Declined { reason: String },
-    /// Not ready within the wait; `last` says what it was waiting for
-    /// (`starting on n2`, `waiting for a node`).
+    /// Claimed at `epoch` by `node`, which is live, but not ready yet
+    /// (starting, or its health check not yet passed) when the wait ended;
+    /// with no wait (`wait` zero), as soon as the caller's own node
+    /// claimed it. The epoch is the run's fencing token: it changes only
+    /// if this run ends or is replaced (its manifest changed).
+    Starting {
+        node: String,
+        epoch: u64,
+        /// This call woke it from sleep.
+        woken: bool,
+    },
+    /// Nobody runs it yet when the wait ended; `last` says what it was
+    /// waiting for (`waiting for a node`, `its owner n2 is not live`).
     TimedOut { last: String },
 }
 
@@ -510,7 +598,10 @@ impl Resolver {
     /// Wakes `name` ([`wake`](Self::wake)) and waits up to `wait` until it
     /// is ready: a live owner runs it and its health check passed. One
     /// resolve (a conditional GET) every 50 ms while it waits, and a read
-    /// of the owner's node record when the claim names one.
+    /// of the owner's node record when the claim names one. With `wait`
+    /// zero and the caller's node (see [`Resolver::with_claimer`]) taking
+    /// it, the answer is [`Ready::Starting`] as soon as its claim is
+    /// written: the wake path's own cost, without the session's start.
     pub async fn wake_ready(&self, name: &Name, wait: Duration) -> Result<Ready> {
         let start = self.clock.now();
         let w = self.wake(name, Duration::from_secs(2)).await?;
@@ -524,9 +615,19 @@ impl Resolver {
                     reason: reason.clone(),
                 });
             }
+            // Claimed by this call: nothing to wait for.
+            WakeOutcome::ClaimedHere { node, epoch } if wait.is_zero() && woken => {
+                return Ok(Ready::Starting {
+                    node: node.clone(),
+                    epoch: *epoch,
+                    woken,
+                });
+            }
             _ => {}
         }
         loop {
+            // A live owner's run, not ready yet, as the last resolve saw it.
+            let mut starting = None;
             let r = self.resolve(name).await?;
             let last = match &r.owner {
                 Owned::Claimed {
@@ -556,7 +657,15 @@ impl Resolver {
                             });
                         }
                         ClaimState::Running if !live => format!("its owner {node} is not live"),
-                        ClaimState::Running => format!("starting on {node}"),
+                        ClaimState::Running
+                            if *health == Some(crate::fleet::check::Health::Unhealthy) =>
+                        {
+                            format!("unhealthy on {node}")
+                        }
+                        ClaimState::Running => {
+                            starting = Some((node.clone(), *epoch));
+                            format!("starting on {node}")
+                        }
                         s => format!("{} on {node}", s.as_str()),
                     }
                 }
@@ -569,7 +678,10 @@ impl Resolver {
                 }
             };
             if self.clock.now().saturating_since(start) >= wait {
-                return Ok(Ready::TimedOut { last });
+                return Ok(match starting {
+                    Some((node, epoch)) => Ready::Starting { node, epoch, woken },
+                    None => Ready::TimedOut { last },
+                });
             }
             self.clock.sleep(Duration::from_millis(50)).await;
         }

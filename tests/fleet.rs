@@ -5148,6 +5148,211 @@ async fn a_thousand_concurrent_wakes_start_each_sleeping_session_once() {
     }
 }
 
+/// Issue #39's wake budget, counted where it is spent: a wake of a
+/// sleeping session through the caller's own node (as `POST
+/// /v1/sessions/{name}/wake` makes one) is the resolve's GET of its claim
+/// and one conditional write of it, and the caller is answered then: the
+/// node reads neither the claim nor the manifest nor the fleet marker first,
+/// and the audit's read-back after the write is held here until the answer
+/// came. Every caller of a second, concurrent wake gets the same epoch.
+/// With a node that re-read the claim before writing (the release-then-
+/// claim path this replaced), the counts differ.
+#[tokio::test(flavor = "current_thread")]
+async fn a_wake_of_a_sleeping_session_is_one_resolve_and_one_write() {
+    use leasehold::store::{Cond, Object, StoreError, Version};
+    use leasehold::wake::{Ready, Resolver, WakeOutcome};
+    use std::sync::Mutex;
+    /// Records each request of the node (op, key); a GET of `sessions/s00`
+    /// made after a write of it logged at or after `hold` (an index in the
+    /// log) waits for `go`.
+    #[derive(Debug)]
+    struct Ledger {
+        inner: Arc<dyn Store>,
+        log: Mutex<Vec<(&'static str, String)>>,
+        hold: std::sync::atomic::AtomicUsize,
+        go: tokio::sync::Semaphore,
+    }
+    impl std::fmt::Display for Ledger {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "{}", self.inner)
+        }
+    }
+    impl Ledger {
+        fn note(&self, op: &'static str, key: &str) {
+            self.log.lock().unwrap().push((op, key.to_string()));
+        }
+        fn count(&self, from: usize, op: &str, key: &str) -> usize {
+            self.log.lock().unwrap()[from..]
+                .iter()
+                .filter(|(o, k)| *o == op && k == key)
+                .count()
+        }
+        /// Requests `op` of `key` after `from` and before the first write
+        /// of `sessions/s00`.
+        fn before_write(&self, from: usize, op: &str, key: &str) -> usize {
+            let log = self.log.lock().unwrap();
+            log[from..]
+                .iter()
+                .take_while(|(o, k)| !(*o == "put" && k == "sessions/s00"))
+                .filter(|(o, k)| *o == op && k == key)
+                .count()
+        }
+    }
+    #[async_trait::async_trait]
+    impl leasehold::store::Forward for Ledger {
+        fn inner(&self) -> &dyn Store {
+            &*self.inner
+        }
+        async fn get(&self, key: &str) -> Result<Option<Object>, StoreError> {
+            let from = self.hold.load(std::sync::atomic::Ordering::SeqCst);
+            let written = self
+                .log
+                .lock()
+                .unwrap()
+                .iter()
+                .skip(from)
+                .any(|(o, k)| *o == "put" && k == key);
+            self.note("get", key);
+            if key == "sessions/s00" && written {
+                let _ = self.go.acquire().await.unwrap();
+            }
+            self.inner.get(key).await
+        }
+        async fn get_if_changed(
+            &self,
+            key: &str,
+            known: &Version,
+        ) -> Result<leasehold::store::Conditional, StoreError> {
+            self.note("get_if_changed", key);
+            self.inner.get_if_changed(key, known).await
+        }
+        async fn put(
+            &self,
+            key: &str,
+            bytes: bytes::Bytes,
+            cond: Cond,
+        ) -> Result<Version, StoreError> {
+            self.note("put", key);
+            self.inner.put(key, bytes, cond).await
+        }
+    }
+    let mut f = FeedFleet::new().await;
+    f.exit_wakeups = true;
+    let ledger = Arc::new(Ledger {
+        inner: f.bucket.clone(),
+        log: Mutex::new(Vec::new()),
+        hold: usize::MAX.into(),
+        go: tokio::sync::Semaphore::new(0),
+    });
+    let store = f.hinting_over(ledger.clone(), 1, 0.0);
+    let handle = f.start_claiming("n1", store, |_| {});
+    let mut s = spec("serve");
+    s.restart = RestartPolicy::Always.into();
+    s.sleep = Some(leasehold::fleet::sleep::SleepRule {
+        after_idle: None,
+        on_exit: Some(75),
+    });
+    s.port = Some(8080);
+    f.apply_sessions(1, &s).await;
+    let asleep = |f: &FeedFleet| {
+        let bucket = f.bucket.clone();
+        async move { claim_of(&bucket, "s00").await.state == ClaimState::Sleeping }
+    };
+    let mut slept = false;
+    for _ in 0..300 {
+        f.exit_running(75);
+        f.step(1).await;
+        if f.nodes[0].runner.history().len() == 1 && asleep(&f).await {
+            slept = true;
+            break;
+        }
+    }
+    assert!(slept, "s00 ran once and fell asleep");
+    let before = claim_of(&f.bucket, "s00").await.epoch;
+    let name = Name::new("s00").unwrap();
+    let resolver = Resolver::new(f.bucket.clone())
+        .with_clock(f.dyn_clock.clone())
+        .with_claimer(handle.clone());
+    let from = ledger.log.lock().unwrap().len();
+    ledger.hold.store(from, std::sync::atomic::Ordering::SeqCst);
+    let woken = {
+        let name = name.clone();
+        tokio::spawn(async move { resolver.wake(&name, Duration::from_secs(1)).await })
+    };
+    let answered = f.step_until(50, || woken.is_finished()).await;
+    // Answered; the audit's read-back of the write (and all after it, the
+    // spec's read and the start) still held.
+    let puts = ledger.count(from, "put", "sessions/s00");
+    let reads = ["sessions/s00", "manifests/s00", leasehold::keys::MARKER].map(|k| {
+        ledger.before_write(from, "get", k) + ledger.before_write(from, "get_if_changed", k)
+    });
+    let spec_reads = ledger.count(from, "get", "manifests/s00");
+    // The claim as written says what the spec decides (its endpoint),
+    // though the node wrote it without the spec at hand.
+    let written = claim_of(&f.bucket, "s00").await;
+    ledger
+        .hold
+        .store(usize::MAX, std::sync::atomic::Ordering::SeqCst);
+    ledger.go.add_permits(1000);
+    assert!(
+        answered,
+        "the wake was not answered before its claim's audit read-back"
+    );
+    let w = woken.await.unwrap().unwrap();
+    let epoch = match &w.outcome {
+        WakeOutcome::ClaimedHere { node, epoch } => {
+            assert_eq!(node, "n1");
+            *epoch
+        }
+        other => panic!("{other:?}"),
+    };
+    assert!(
+        epoch > before,
+        "the run's token is above the sleeping claim's"
+    );
+    assert!(w.woken);
+    // The resolve's one GET, and the node's one write: nothing else.
+    assert_eq!(w.round_trips, 2, "{w:?}");
+    assert_eq!(puts, 1, "one write of the claim");
+    assert_eq!(
+        reads,
+        [0, 0, 0],
+        "the node's reads of the claim, the manifest and the marker before its write"
+    );
+    assert_eq!(spec_reads, 0, "answered before the spec was read");
+    assert_eq!(
+        (
+            written.state,
+            written.epoch,
+            written
+                .endpoint
+                .as_ref()
+                .is_some_and(|e| e.ends_with(":8080"))
+        ),
+        (ClaimState::Running, epoch, true),
+        "{written:?}"
+    );
+    // A second wake, at once: the same run, no write.
+    let again = Resolver::new(f.bucket.clone())
+        .with_clock(f.dyn_clock.clone())
+        .with_claimer(handle);
+    let from = ledger.log.lock().unwrap().len();
+    let r = again.wake_ready(&name, Duration::ZERO).await.unwrap();
+    assert!(
+        matches!(&r, Ready::Ready { node, epoch: e, woken: false, .. } if node == "n1" && *e == epoch),
+        "{r:?}"
+    );
+    assert_eq!(ledger.count(from, "put", "sessions/s00"), 0);
+    // It starts once, at that epoch.
+    assert!(
+        f.step_until(100, || f.nodes[0].runner.history().len() == 2)
+            .await
+    );
+    let runs = f.nodes[0].runner.history();
+    assert_eq!(runs[1].1, epoch);
+    f.nodes[0].task.abort();
+}
+
 /// `gc` removes the tick records of a deleted scheduled session (tick
 /// records fence nothing: the claim carries its tick), keeps those of a
 /// session that has a manifest, and leaves foreign bytes under `ticks/`

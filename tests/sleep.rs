@@ -326,7 +326,7 @@ async fn any_node_wakes_a_session_and_answers_when_ready() {
         "nap",
         serde_json::json!({
             "command": "sh", "args": ["-c", "exec sleep 1000"],
-            "restart": "always", "sleep": {"after_idle": "1s"}
+            "restart": "always", "sleep": {"after_idle": "2s"}
         }),
     );
     wait_until("asleep", Duration::from_secs(20), async || {
@@ -368,6 +368,47 @@ async fn any_node_wakes_a_session_and_answers_when_ready() {
         .await
         .unwrap();
     assert_eq!(r.status().as_u16(), 401, "the bearer token is required");
+    // Asleep again (idle 2 s), then woken with no wait: 202 `starting`, with
+    // the run's epoch, as soon as its claim is written; the same run is
+    // then ready at that epoch.
+    wait_until("asleep again", Duration::from_secs(20), async || {
+        asleep(&s, "nap").await
+    })
+    .await;
+    let r = client
+        .post(format!("{address}/v1/sessions/nap/wake?wait=0s"))
+        .bearer_auth(tok.trim())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 202);
+    let v: serde_json::Value = serde_json::from_slice(&r.bytes().await.unwrap()).unwrap();
+    assert_eq!(
+        (
+            v["outcome"].as_str(),
+            v["node"].as_str(),
+            v["epoch"].as_u64(),
+            v["woken"].as_bool()
+        ),
+        (Some("starting"), Some("n1"), Some(3), Some(true)),
+        "{v}"
+    );
+    let r = client
+        .post(format!("{address}/v1/sessions/nap/wake?wait=15s"))
+        .bearer_auth(tok.trim())
+        .send()
+        .await
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&r.bytes().await.unwrap()).unwrap();
+    assert_eq!(
+        (
+            v["outcome"].as_str(),
+            v["epoch"].as_u64(),
+            v["woken"].as_bool()
+        ),
+        (Some("ready"), Some(3), Some(false)),
+        "{v}"
+    );
 }
 
 /// The address node `id` publishes in its record.

@@ -114,6 +114,21 @@ pub async fn wake(
             println!("{name}: not woken: {reason}");
             Err(Failure::Held)
         }
+        Ready::Starting { node, epoch, woken } => {
+            if json {
+                print_json(&serde_json::json!({
+                    "name": name.as_str(), "ready": false, "starting": true, "node": node,
+                    "epoch": epoch, "woken": woken,
+                }));
+            } else {
+                println!(
+                    "{name}: starting on {node}, epoch {epoch}{}; not ready after {}",
+                    if woken { ", woken" } else { "" },
+                    humantime::format_duration(wait)
+                );
+            }
+            Err(Failure::Held)
+        }
         Ready::TimedOut { last } => {
             println!(
                 "{name}: not ready after {} ({last})",

@@ -26,6 +26,7 @@ mod fencing;
 mod fleet;
 mod footprint;
 mod gate;
+mod wake;
 
 #[derive(Parser)]
 #[command(name = "spike", about = "Bucket-lease measurements against any store")]
@@ -193,6 +194,21 @@ enum Cmd {
         /// Samples per mode.
         #[arg(long, default_value_t = 5)]
         samples: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The wake path (issue #39): a wake of a sleeping session through a
+    /// node's HTTP API, answered once its claim is written, against a raw
+    /// GET + conditional PUT + HTTP round trip to the same node, interleaved.
+    Wake {
+        #[arg(long)]
+        store: String,
+        #[arg(long, default_value_t = 20)]
+        sessions: usize,
+        #[arg(long, default_value_t = 300)]
+        iterations: usize,
+        #[arg(long, default_value = "10000")]
+        ttl_ms: u64,
         #[arg(long)]
         json: bool,
     },
@@ -444,6 +460,22 @@ async fn async_main() {
             samples,
             json,
         } => fleet::admit(&store, nodes, Duration::from_millis(ttl_ms), samples, json).await,
+        Cmd::Wake {
+            store,
+            sessions,
+            iterations,
+            ttl_ms,
+            json,
+        } => {
+            wake::wake(
+                &store,
+                sessions,
+                iterations,
+                Duration::from_millis(ttl_ms),
+                json,
+            )
+            .await
+        }
         Cmd::Alarms {
             store,
             nodes,

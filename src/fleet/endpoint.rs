@@ -3,7 +3,9 @@
 //! the [`ClaimInbox`] and answers between passes.
 
 use crate::error::Result;
+use crate::fleet::claim::ClaimRecord;
 use crate::name::Name;
+use crate::store::Version;
 use std::sync::Arc;
 
 /// What a node answered when asked to claim a session now.
@@ -28,7 +30,25 @@ pub enum ClaimAnswer {
 #[cfg_attr(not(feature = "node"), allow(dead_code))] // the node takes them
 pub(crate) struct ClaimRequest {
     pub(crate) name: Name,
-    pub(crate) reply: tokio::sync::oneshot::Sender<Result<ClaimAnswer>>,
+    /// A wake of a sleeping session: the claim as the waker read it, and
+    /// its version, which the node claims over directly (If-Match) instead
+    /// of reading it again (`NodeHandle::wake_now`).
+    pub(crate) asleep: Option<(Version, ClaimRecord)>,
+    pub(crate) reply: Reply,
+}
+
+/// Where a claim request's answer goes. Shared, so that the claim's write
+/// can answer as soon as it commits (`EarlyAnswer`), before the audit's
+/// read-back and the session's start; whoever answers first takes it.
+pub(crate) type Reply =
+    Arc<std::sync::Mutex<Option<tokio::sync::oneshot::Sender<Result<ClaimAnswer>>>>>;
+
+/// Answers a claim request, unless it was answered already.
+#[cfg_attr(not(feature = "node"), allow(dead_code))]
+pub(crate) fn answer(reply: &Reply, a: Result<ClaimAnswer>) {
+    if let Some(tx) = reply.lock().unwrap().take() {
+        let _ = tx.send(a);
+    }
 }
 
 /// The sending side: cheap to clone, usable from any task (the HTTP API, an
@@ -78,7 +98,31 @@ impl NodeHandle {
     /// Asks the node to claim `name` now. A node that is not running (shut
     /// down, or its `run` returned) declines.
     pub async fn claim_now(&self, name: &Name) -> Result<ClaimAnswer> {
-        let (reply, answer) = tokio::sync::oneshot::channel();
+        self.ask(name, None).await
+    }
+
+    /// Asks the node to claim `name`, asleep in `claim` at `version` as the
+    /// caller just read it, by one conditional write on that version: the
+    /// wake path's claim (`Resolver::wake`). The node reads nothing first
+    /// (it judges the manifest by its last listing, and the claim by what
+    /// the caller read), and answers as soon as the write commits, before
+    /// the session starts. A claim that moved since the caller read it, or
+    /// a node that cannot take it, declines; nothing is written then.
+    pub async fn wake_now(
+        &self,
+        name: &Name,
+        version: Version,
+        claim: ClaimRecord,
+    ) -> Result<ClaimAnswer> {
+        self.ask(name, Some((version, claim))).await
+    }
+
+    async fn ask(
+        &self,
+        name: &Name,
+        asleep: Option<(Version, ClaimRecord)>,
+    ) -> Result<ClaimAnswer> {
+        let (tx, answer) = tokio::sync::oneshot::channel();
         let declined = || ClaimAnswer::Declined {
             node: self.node.clone(),
             reason: "the node is not running".into(),
@@ -87,7 +131,8 @@ impl NodeHandle {
             .tx
             .send(ClaimRequest {
                 name: name.clone(),
-                reply,
+                asleep,
+                reply: Arc::new(std::sync::Mutex::new(Some(tx))),
             })
             .await
             .is_err()

@@ -279,8 +279,14 @@ struct WakeQuery {
     wait: Option<String>,
 }
 
-/// Wakes a session from any node: released if asleep, claimed here when
-/// this node can (else by the fleet), answered when ready.
+/// Wakes a session from any node: claimed here when this node can (a
+/// sleeping one by one conditional write on the claim just read), else
+/// released for the fleet to place; answered when ready (200), or when
+/// `wait` ends (202: `starting` with the run's epoch once a live node has
+/// claimed it, else `timed_out`). `wait=0s` answers as soon as the claim is
+/// written: one resolve, one write, this request's round trip.
+/// 404 when no manifest names it, 409 when it is declined (paused,
+/// finished).
 async fn wake(
     State(s): State<HttpState>,
     headers: HeaderMap,
@@ -321,7 +327,9 @@ async fn wake(
         Ok(r) => {
             let code = match r {
                 crate::wake::Ready::Ready { .. } => StatusCode::OK,
-                crate::wake::Ready::TimedOut { .. } => StatusCode::ACCEPTED,
+                crate::wake::Ready::Starting { .. } | crate::wake::Ready::TimedOut { .. } => {
+                    StatusCode::ACCEPTED
+                }
                 crate::wake::Ready::NotFound => StatusCode::NOT_FOUND,
                 _ => StatusCode::CONFLICT,
             };

@@ -34,6 +34,22 @@ pub(super) struct ClaimTry {
     pub(super) health: Option<crate::fleet::check::Health>,
     /// Whether it may still be sent when its turn comes.
     pub(super) live: Live,
+    /// A waker to answer as soon as the write commits (`wake_now`).
+    pub(super) early: Option<EarlyAnswer>,
+}
+
+/// A wake's answer, given when its claim's write commits: before the
+/// audit's read-back, the spec's read and the session's start, none of
+/// which the waker waits for (it waits for the session to be ready, by
+/// resolving). A store the audit then catches letting two writers win stops
+/// this node before anything starts; the waker, told `claimed`, finds no
+/// ready run at this epoch and says so.
+pub(super) struct EarlyAnswer {
+    pub(super) reply: crate::fleet::endpoint::Reply,
+    pub(super) node: String,
+    /// Bucket requests the claim cost before its write (the write counted
+    /// on top).
+    pub(super) reads: u32,
 }
 
 /// What says whether a claim waiting in a batch may still be sent: the
@@ -94,8 +110,9 @@ impl ClaimTry {
     /// Boxed and owning what it uses: futures that borrow, gathered by a
     /// stream combinator inside the node's loop, made the compiler give up
     /// proving the spawned loop `Send` (rust-lang/rust#102211).
-    pub(super) fn send(self, deps: ClaimIo) -> futures::future::BoxFuture<'static, ClaimSent> {
+    pub(super) fn send(mut self, deps: ClaimIo) -> futures::future::BoxFuture<'static, ClaimSent> {
         async move {
+            let early = self.early.take();
             // Our validity ended (or the lease was lost, or the store
             // caught lying) while the batch waited: nothing is sent.
             let mut expired = self.live.ended(deps.clock.now());
@@ -148,7 +165,7 @@ impl ClaimTry {
             let outcome = match floor {
                 _ if expired => Ok(ClaimOutcome::NotSent),
                 Err(e) => Err(e),
-                Ok(_) => self.write(&deps, &record).await,
+                Ok(_) => self.write(&deps, &record, early).await,
             };
             ClaimSent {
                 t: self,
@@ -160,7 +177,12 @@ impl ClaimTry {
         .boxed()
     }
 
-    pub(super) async fn write(&self, deps: &ClaimIo, record: &ClaimRecord) -> Result<ClaimOutcome> {
+    pub(super) async fn write(
+        &self,
+        deps: &ClaimIo,
+        record: &ClaimRecord,
+        early: Option<EarlyAnswer>,
+    ) -> Result<ClaimOutcome> {
         let put = put_checked(
             &deps.store,
             &self.key,
@@ -172,6 +194,16 @@ impl ClaimTry {
         .await?;
         Ok(match put {
             Put::Committed(version) => {
+                if let Some(e) = early {
+                    crate::fleet::endpoint::answer(
+                        &e.reply,
+                        Ok(ClaimAnswer::Claimed {
+                            node: e.node,
+                            epoch: record.epoch,
+                            round_trips: e.reads + 1,
+                        }),
+                    );
+                }
                 let audit = audit(&deps.store, &self.key, &record.nonce, record.epoch).await;
                 let manifest = match (self.read_spec, Name::new(&self.name)) {
                     (true, Ok(n)) => {
@@ -338,6 +370,7 @@ impl Node {
                 lease: self.validity.clone(),
                 violation: self.audit.violation.clone(),
             },
+            early: None,
         })
     }
 

@@ -67,6 +67,7 @@ mod serve;
 mod sleep;
 mod state;
 mod validity;
+mod wake_now;
 
 pub use super::endpoint::{ClaimAnswer, ClaimInbox, NodeHandle, claim_channel};
 use super::endpoint::{ClaimRequest, recv};

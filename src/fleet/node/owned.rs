@@ -186,17 +186,21 @@ impl Node {
     /// Where session `spec` can be reached on this node: `<host>:<port>`
     /// (see [`NodeConfig::session_host`]), when it names a port.
     pub(super) fn endpoint_of(&self, spec: &Spec) -> Option<String> {
-        let port = spec.port?;
+        spec.port.map(|p| self.endpoint_at(p))
+    }
+
+    /// The session's address on this node for `port`.
+    pub(super) fn endpoint_at(&self, port: u16) -> String {
         let host = match (&self.cfg.session_host, &self.cfg.address) {
             (Some(h), _) => h.clone(),
             (None, Some(a)) => host_of(a).to_string(),
             (None, None) => crate::hostlock::hostname(),
         };
-        Some(if host.contains(':') && !host.starts_with('[') {
+        if host.contains(':') && !host.starts_with('[') {
             format!("[{host}]:{port}")
         } else {
             format!("{host}:{port}")
-        })
+        }
     }
 
     /// Our own claim as the cache shows it, in the order the rules apply

@@ -56,7 +56,9 @@ impl Node {
     async fn check_bucket_and_control(&mut self) -> Result<(bool, bool)> {
         let mut control_changed = false;
         // Is this still the bucket we serve? Checked before any epoch is
-        // issued (`ensure_marker` before every claim and fence write), and
+        // issued (`ensure_marker` before every claim and fence write; a
+        // wake's claim leans on a check sent within ttl/3, see
+        // `wake_now::MARKER_FRESH_FOR`), and
         // at least every MARKER_EVERY ttls when nothing is written: a wiped
         // bucket also fails our renewals within ttl/3, which stops
         // everything, and the next registration checks it again.

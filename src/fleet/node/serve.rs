@@ -104,8 +104,13 @@ impl Node {
                 core::LoopVerdict::Pass => {}
             }
             if let Some(req) = request.take() {
-                let answer = self.claim_now(&req.name).await;
-                let _ = req.reply.send(answer);
+                let answer = match req.asleep {
+                    Some((version, claim)) => {
+                        self.wake_now(&req.name, version, claim, &req.reply).await
+                    }
+                    None => self.claim_now(&req.name).await,
+                };
+                crate::fleet::endpoint::answer(&req.reply, answer);
             }
             let mut ticked = true;
             let changed = match self.tick().await {

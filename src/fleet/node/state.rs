@@ -84,6 +84,12 @@ pub(super) struct KnownManifest {
     pub(super) restart: Restart,
     /// Its schedule, compiled (`schedules.rs`); `None` for most.
     pub(super) schedule: Option<Arc<super::schedules::ScheduleOf>>,
+    /// What a claim made without the spec at hand (a wake's,
+    /// `wake_now.rs`) must still say from it: the session's port (its
+    /// endpoint) and whether it has a health check (`starting` until it
+    /// passes, so no waker calls it ready before).
+    pub(super) port: Option<u16>,
+    pub(super) checked: bool,
 }
 
 /// What a node keeps of a claim it reads (`plan::ClaimView`), decoded.
@@ -97,6 +103,8 @@ impl KnownManifest {
             view: manifest_view(m),
             restart: m.spec.restart,
             schedule: super::schedules::ScheduleOf::of(&m.spec),
+            port: m.spec.port,
+            checked: m.spec.check.is_some(),
         }
     }
 
@@ -519,13 +527,16 @@ impl Node {
         if self.bucket.checked.is_some_and(|(p, _)| p == self.pass) {
             return Ok(());
         }
+        // As of when it was sent: what a wake's claim leans on
+        // (`wake_now::MARKER_FRESH_FOR`) is never younger than it is.
+        let sent = self.deps.clock.now();
         crate::fleet::marker::check(
             &self.deps.store,
             &self.bucket.marker.0,
             &self.bucket.marker.1,
         )
         .await?;
-        self.bucket.checked = Some((self.pass, self.deps.clock.now()));
+        self.bucket.checked = Some((self.pass, sent));
         Ok(())
     }
 
