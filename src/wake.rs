@@ -462,7 +462,15 @@ impl Resolver {
         let woken = woke_here || matches!(outcome, WakeOutcome::Woken { by_us: true, .. });
         let mut outcome = outcome;
         if let (true, Some(node)) = (wants_claim, &self.claimer) {
-            let answer = node.claim_now(name).await?;
+            // A failed claim leaves the outcome as found (a release this
+            // call wrote stands: the fleet places it).
+            let answer = match node.claim_now(name).await {
+                Ok(a) => a,
+                Err(e) => ClaimAnswer::Declined {
+                    node: node.node().to_string(),
+                    reason: format!("the claim failed: {e}"),
+                },
+            };
             match &answer {
                 ClaimAnswer::Claimed {
                     node,

@@ -447,3 +447,60 @@ async fn fence_soak_frozen() {
     );
     assert_eq!(gate, 0);
 }
+
+/// A run may call its node's channel before its watchdog has reported its
+/// pid (the runner records the run only then): such a call is the current
+/// run's, never "ended" (exit 3). Sixteen sessions call `fence check` as
+/// their first act, while three threads here keep the CPUs busy (which
+/// widens the window between a run's start and its record: with the runner
+/// not counting runs being started, 4 of 4 attempts failed, 2026-12-06);
+/// each is answered running. (Seen once in eight runs of the test command
+/// before: `leasehold sleep` refused at a run's start, exit 3 for exit 2.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_that_calls_its_node_at_once_is_current() {
+    let env = Env::new();
+    let busy = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let spinners: Vec<_> = (0..3)
+        .map(|_| {
+            let busy = busy.clone();
+            std::thread::spawn(move || {
+                while busy.load(std::sync::atomic::Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            })
+        })
+        .collect();
+    let n1 = env.node("n1", &[]);
+    let d = env.dir();
+    let names: Vec<String> = (0..16).map(|i| format!("quick{i:02}")).collect();
+    for n in &names {
+        env.apply_spec(
+            n,
+            serde_json::json!({
+                "command": "sh",
+                "args": ["-c", format!(
+                    "{LH} fence check > {d}/{n}.out 2>&1; echo $? > {d}/{n}.rc; exec sleep 1000")],
+                "restart": "always"
+            }),
+        );
+    }
+    wait_until("every run asked", Duration::from_secs(60), async || {
+        names
+            .iter()
+            .all(|n| !read(&env, &format!("{n}.rc")).is_empty())
+    })
+    .await;
+    busy.store(false, std::sync::atomic::Ordering::Relaxed);
+    for s in spinners {
+        s.join().unwrap();
+    }
+    for n in &names {
+        assert_eq!(
+            read(&env, &format!("{n}.rc")),
+            "0",
+            "{n}: {}\n{}",
+            read(&env, &format!("{n}.out")),
+            log_of(&n1)
+        );
+    }
+}

@@ -5353,6 +5353,78 @@ async fn a_wake_of_a_sleeping_session_is_one_resolve_and_one_write() {
     f.nodes[0].task.abort();
 }
 
+/// A wake's claim that finds the fleet marker gone (the bucket wiped or
+/// replaced since the node's last check, more than ttl/3 before) stops the
+/// node at once, as a pass that finds it does: every session stopped, the
+/// node's loop ended, the caller told why. Without that, the node served
+/// on until its next periodic marker check, ten ttls later.
+#[tokio::test(flavor = "current_thread")]
+async fn a_wake_that_finds_the_marker_gone_stops_the_node() {
+    use leasehold::wake::{Resolver, WakeOutcome};
+    let mut f = FeedFleet::new().await;
+    f.exit_wakeups = true;
+    let handle = f.start_claiming("n1", f.hinting(1, 0.0), |_| {});
+    let mut s = spec("serve");
+    s.restart = RestartPolicy::Always.into();
+    s.sleep = Some(leasehold::fleet::sleep::SleepRule {
+        after_idle: None,
+        on_exit: Some(75),
+    });
+    f.apply_sessions(2, &s).await;
+    let mut asleep = false;
+    for _ in 0..300 {
+        f.exit_running(75);
+        f.step(1).await;
+        if claim_of(&f.bucket, "s00").await.state == ClaimState::Sleeping
+            && claim_of(&f.bucket, "s01").await.state == ClaimState::Sleeping
+        {
+            asleep = true;
+            break;
+        }
+    }
+    assert!(asleep);
+    // s01 runs again; then the marker goes, and a quiet longer than ttl/3.
+    let resolver = Resolver::new(f.bucket.clone())
+        .with_clock(f.dyn_clock.clone())
+        .with_claimer(handle.clone());
+    let w = resolver
+        .wake(&Name::new("s01").unwrap(), Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert!(
+        matches!(w.outcome, WakeOutcome::ClaimedHere { .. }),
+        "{w:?}"
+    );
+    f.step(5).await;
+    assert_eq!(
+        leasehold::fleet::runner::Runner::running(f.nodes[0].runner.as_ref()).len(),
+        1,
+        "s01 runs"
+    );
+    f.bucket.delete(leasehold::keys::MARKER).await.unwrap();
+    f.step(40).await;
+    assert!(!f.nodes[0].task.is_finished());
+    // Asked directly (a resolver would fall back to releasing it, which
+    // the next pass would try to claim, checking the marker then).
+    let (c, v) = leasehold::fleet::claim::get(&f.bucket, "s00")
+        .await
+        .unwrap()
+        .unwrap();
+    let e = handle
+        .wake_now(&Name::new("s00").unwrap(), v, c)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("wiped or replaced"), "{e}");
+    assert!(
+        f.step_until(20, || f.nodes[0].task.is_finished()).await,
+        "the node stopped"
+    );
+    assert!(
+        leasehold::fleet::runner::Runner::running(f.nodes[0].runner.as_ref()).is_empty(),
+        "s01 stopped"
+    );
+}
+
 /// `gc` removes the tick records of a deleted scheduled session (tick
 /// records fence nothing: the claim carries its tick), keeps those of a
 /// session that has a manifest, and leaves foreign bytes under `ticks/`

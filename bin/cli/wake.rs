@@ -111,7 +111,13 @@ pub async fn wake(
         }
         .into()),
         Ready::Declined { reason } => {
-            println!("{name}: not woken: {reason}");
+            if json {
+                print_json(&serde_json::json!({
+                    "name": name.as_str(), "ready": false, "declined": reason,
+                }));
+            } else {
+                println!("{name}: not woken: {reason}");
+            }
             Err(Failure::Held)
         }
         Ready::Starting { node, epoch, woken } => {
@@ -130,10 +136,17 @@ pub async fn wake(
             Err(Failure::Held)
         }
         Ready::TimedOut { last } => {
-            println!(
-                "{name}: not ready after {} ({last})",
-                humantime::format_duration(wait)
-            );
+            if json {
+                print_json(&serde_json::json!({
+                    "name": name.as_str(), "ready": false, "waiting_for": last,
+                    "waited_ms": wait.as_millis() as u64,
+                }));
+            } else {
+                println!(
+                    "{name}: not ready after {} ({last})",
+                    humantime::format_duration(wait)
+                );
+            }
             Err(Failure::Held)
         }
         other => {

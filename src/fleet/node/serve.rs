@@ -110,7 +110,27 @@ impl Node {
                     }
                     None => self.claim_now(&req.name).await,
                 };
-                crate::fleet::endpoint::answer(&req.reply, answer);
+                // A wiped or replaced bucket, found by the claim's marker
+                // check, stops the node as a pass that found it does (the
+                // next pass might not look again for MARKER_EVERY ttls).
+                let wiped = match answer {
+                    Err(e) if marker_gone(&e) => {
+                        let told = Error::corrupt(crate::keys::MARKER, e.to_string());
+                        crate::fleet::endpoint::answer(&req.reply, Err(told));
+                        Some(e)
+                    }
+                    a => {
+                        crate::fleet::endpoint::answer(&req.reply, a);
+                        None
+                    }
+                };
+                if let Some(e) = wiped {
+                    tracing::error!(error = %crate::error::Chain(&e), "stopping every session");
+                    self.event(EventKind::BucketWiped, None, None, e.to_string());
+                    self.stop_all("the bucket was wiped or replaced").await;
+                    self.owned.clear();
+                    break Ended::Fatal(e);
+                }
             }
             let mut ticked = true;
             let changed = match self.tick().await {

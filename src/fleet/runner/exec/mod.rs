@@ -83,7 +83,39 @@ struct Shared {
     /// what is left first): a `stop` meanwhile waits for the report rather
     /// than finding nothing, so an end is never lost between the two.
     exiting: Mutex<HashSet<String>>,
+    /// Runs being started (by name, their epoch): spawned, or about to be,
+    /// and not yet in `children`. A session runs before its watchdog
+    /// reports its pid, and may call its node's channel at once, whose
+    /// check that the run is current (`running`) must not call it ended.
+    starting: Mutex<HashMap<String, u64>>,
     closed: AtomicBool,
+}
+
+/// Keeps a run in `Shared::starting` until dropped: on every way out of a
+/// start, after the run is in `children` if it got there.
+struct Starting<'a> {
+    shared: &'a Shared,
+    name: String,
+}
+
+impl<'a> Starting<'a> {
+    fn new(shared: &'a Shared, name: &str, epoch: u64) -> Self {
+        shared
+            .starting
+            .lock()
+            .unwrap()
+            .insert(name.to_string(), epoch);
+        Starting {
+            shared,
+            name: name.to_string(),
+        }
+    }
+}
+
+impl Drop for Starting<'_> {
+    fn drop(&mut self) {
+        self.shared.starting.lock().unwrap().remove(&self.name);
+    }
 }
 
 #[derive(Debug)]
@@ -465,14 +497,26 @@ impl Runner for ExecRunner {
         self.run_exec_check(name, argv, timeout).await
     }
 
+    /// The runs in `children`, and those being started (see
+    /// `Shared::starting`).
     fn running(&self) -> Vec<(String, u64)> {
-        self.shared
+        let mut runs: Vec<(String, u64)> = self
+            .shared
             .children
             .lock()
             .unwrap()
             .iter()
             .map(|(n, p)| (n.clone(), p.epoch))
-            .collect()
+            .collect();
+        runs.extend(
+            self.shared
+                .starting
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|(n, e)| (n.clone(), *e)),
+        );
+        runs
     }
 }
 

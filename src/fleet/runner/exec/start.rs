@@ -137,6 +137,9 @@ impl ExecRunner {
                 .collect(),
             cgroups: args.cgroup.iter().chain(&args.joins).cloned().collect(),
         });
+        // Current from before it can run (its channel may be called at
+        // once) until it is in `children`, or its start failed.
+        let _starting = Starting::new(&self.shared, &s.name, s.epoch);
         let mut child = {
             let mut registry = watchdogs().lock().unwrap();
             let child = cmd.spawn().map_err(|e| {
