@@ -2859,13 +2859,19 @@ async fn wake_claims_on_the_callers_node_within_the_rules() {
         .unwrap();
     // Deletion is acted on at the caller's next pass; ask for "third" until
     // the slot is free (each wake wakes the node, so this is quick).
-    // Wakes `name` until the caller's node claims it (bounded: 20 s, a
+    // Wakes `name` until the caller's node holds it (bounded: 20 s, a
     // pass under a loaded machine's full listings; 2 s once fell short
-    // beside ten node processes listing 100,000 sessions each).
+    // beside ten node processes listing 100,000 sessions each). The pass
+    // that acts on the deletion may claim it itself (the caller ranks
+    // first for zone a): then a wake finds it already owned, which is the
+    // same end (1 failure in a filtered run of these tests, 2026-12-06).
     let wake_until_claimed = async |name: &str| {
         for _ in 0..1000 {
             let w = wake(name).await;
-            if matches!(w.claim, Some(ClaimAnswer::Claimed { .. })) {
+            if matches!(
+                w.claim,
+                Some(ClaimAnswer::Claimed { .. } | ClaimAnswer::AlreadyOwned { .. })
+            ) {
                 return w.claim;
             }
             clock.sleep(Duration::from_millis(20)).await;
@@ -2874,7 +2880,11 @@ async fn wake_claims_on_the_callers_node_within_the_rules() {
     };
     let answer = wake_until_claimed("third").await;
     assert!(
-        matches!(answer, Some(ClaimAnswer::Claimed { epoch: 1, .. })),
+        matches!(
+            &answer,
+            Some(ClaimAnswer::Claimed { node, epoch: 1, .. } | ClaimAnswer::AlreadyOwned { node, epoch: 1 })
+                if node == "caller"
+        ),
         "{answer:?}"
     );
     assert_eq!(f.claim("busy").await.state, ClaimState::Released);
@@ -2886,7 +2896,11 @@ async fn wake_claims_on_the_callers_node_within_the_rules() {
         .unwrap();
     let answer = wake_until_claimed("busy").await;
     assert!(
-        matches!(answer, Some(ClaimAnswer::Claimed { epoch, .. }) if epoch == busy_epoch + 1),
+        matches!(
+            answer,
+            Some(ClaimAnswer::Claimed { epoch, .. } | ClaimAnswer::AlreadyOwned { epoch, .. })
+                if epoch == busy_epoch + 1
+        ),
         "{answer:?}"
     );
 

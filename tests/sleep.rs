@@ -336,14 +336,23 @@ async fn any_node_wakes_a_session_and_answers_when_ready() {
     let address = wait_for_address(&s, "n1").await;
     let tok = std::fs::read_to_string(&token).unwrap();
     let client = reqwest::Client::new();
-    let r = client
-        .post(format!("{address}/v1/sessions/nap/wake?wait=15s"))
-        .bearer_auth(tok.trim())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status().as_u16(), 200);
-    let v: serde_json::Value = serde_json::from_slice(&r.bytes().await.unwrap()).unwrap();
+    // `POST {path}` on n1 with the fleet's token: the status and the body.
+    let post = async |path: &str| {
+        let r = client
+            .post(format!("{address}{path}"))
+            .bearer_auth(tok.trim())
+            .send()
+            .await
+            .unwrap();
+        let code = r.status().as_u16();
+        let body = r.bytes().await.unwrap();
+        (
+            code,
+            serde_json::from_slice::<serde_json::Value>(&body).unwrap(),
+        )
+    };
+    let (code, v) = post("/v1/sessions/nap/wake?wait=15s").await;
+    assert_eq!(code, 200);
     assert_eq!(v["outcome"], "ready", "{v}");
     assert_eq!(
         (
@@ -354,13 +363,7 @@ async fn any_node_wakes_a_session_and_answers_when_ready() {
         (Some("n1"), Some(2), Some(true)),
         "{v}"
     );
-    let r = client
-        .post(format!("{address}/v1/sessions/ghost/wake"))
-        .bearer_auth(tok.trim())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status().as_u16(), 404);
+    assert_eq!(post("/v1/sessions/ghost/wake").await.0, 404);
     assert!(claim(&s, "ghost").await.is_none());
     let r = client
         .post(format!("{address}/v1/sessions/nap/wake"))
@@ -375,14 +378,8 @@ async fn any_node_wakes_a_session_and_answers_when_ready() {
         asleep(&s, "nap").await
     })
     .await;
-    let r = client
-        .post(format!("{address}/v1/sessions/nap/wake?wait=0s"))
-        .bearer_auth(tok.trim())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status().as_u16(), 202);
-    let v: serde_json::Value = serde_json::from_slice(&r.bytes().await.unwrap()).unwrap();
+    let (code, v) = post("/v1/sessions/nap/wake?wait=0s").await;
+    assert_eq!(code, 202);
     assert_eq!(
         (
             v["outcome"].as_str(),
@@ -393,13 +390,7 @@ async fn any_node_wakes_a_session_and_answers_when_ready() {
         (Some("starting"), Some("n1"), Some(3), Some(true)),
         "{v}"
     );
-    let r = client
-        .post(format!("{address}/v1/sessions/nap/wake?wait=15s"))
-        .bearer_auth(tok.trim())
-        .send()
-        .await
-        .unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&r.bytes().await.unwrap()).unwrap();
+    let (_, v) = post("/v1/sessions/nap/wake?wait=15s").await;
     assert_eq!(
         (
             v["outcome"].as_str(),

@@ -6,6 +6,19 @@
 use super::*;
 
 impl Node {
+    /// A claim request for a session this node holds: a wake that reached
+    /// the owner, so the session is in use, and its idle time
+    /// (`sleep.after_idle`) counts from now. `None` if it is not ours.
+    pub(super) fn touch_owned(&mut self, name: &Name) -> Option<ClaimAnswer> {
+        let now = self.deps.clock.now();
+        let o = self.owned.get_mut(name.as_str())?;
+        o.active_at = now;
+        Some(ClaimAnswer::AlreadyOwned {
+            node: self.me.node.clone(),
+            epoch: o.record.epoch,
+        })
+    }
+
     /// Claims `name` now if the pull loop's rules allow it, after fresh reads
     /// (the caches may be a pass old). Skips only placement's ranking and
     /// its grace delay (the caller chose this node): the verdict is the pull
@@ -17,15 +30,8 @@ impl Node {
             node: node.clone(),
             reason: reason.to_string(),
         };
-        let now = self.deps.clock.now();
-        if let Some(o) = self.owned.get_mut(name.as_str()) {
-            // A wake that reached the owner: the session is in use, and its
-            // idle time (`sleep.after_idle`) counts from now.
-            o.active_at = now;
-            return Ok(ClaimAnswer::AlreadyOwned {
-                node: node.clone(),
-                epoch: o.record.epoch,
-            });
+        if let Some(owned) = self.touch_owned(name) {
+            return Ok(owned);
         }
         if self.load() >= self.cfg.capacity {
             return Ok(declined("no free capacity"));

@@ -44,12 +44,8 @@ impl Node {
             reason: reason.to_string(),
         };
         let now = self.deps.clock.now();
-        if let Some(o) = self.owned.get_mut(name.as_str()) {
-            o.active_at = now;
-            return Ok(ClaimAnswer::AlreadyOwned {
-                node: node.clone(),
-                epoch: o.record.epoch,
-            });
+        if let Some(owned) = self.touch_owned(name) {
+            return Ok(owned);
         }
         if claim.state != ClaimState::Sleeping {
             return Ok(declined("not asleep"));
