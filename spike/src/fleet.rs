@@ -284,7 +284,8 @@ async fn owners(store: &Arc<dyn Store>) -> Result<BTreeMap<String, (String, u64)
     Ok(out)
 }
 
-fn pct(v: &[Duration], p: f64) -> Duration {
+/// The `p` quantile (0..=1) of `v`, nearest rank.
+pub(crate) fn pct(v: &[Duration], p: f64) -> Duration {
     let mut v = v.to_vec();
     v.sort();
     v[((v.len() as f64 - 1.0) * p).round() as usize]

@@ -16,6 +16,7 @@
 //! is the wake path's own work, not a difference of HTTP stacks to the
 //! bucket.
 
+use crate::fleet::pct;
 use leasehold::clock::{Clock, Entropy, OsEntropy, SystemClock};
 use leasehold::fleet::claim::{ClaimRecord, ClaimState};
 use leasehold::fleet::journal::Journal;
@@ -29,12 +30,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
-
-fn pct(v: &[Duration], p: f64) -> Duration {
-    let mut v = v.to_vec();
-    v.sort();
-    v[((v.len() as f64 - 1.0) * p).round() as usize]
-}
 
 fn ms(d: Duration) -> f64 {
     (d.as_secs_f64() * 1e6).round() / 1e3
@@ -322,25 +317,26 @@ pub async fn wake(
             "| path | store | wakes | wake p50 | p90 | p99 | raw p50 | raw p90 | raw p99 | p50 ratio |"
         );
         println!("|---|---|---|---|---|---|---|---|---|---|");
-        println!(
-            "| HTTP `wake?wait=0s` vs GET + PUT + HTTP | {url} | {} | {} ms | {} ms | {} ms | {} ms | {} ms | {} ms | {ratio:.2}x |",
-            wakes.len(),
-            ms(pct(&wakes, 0.5)),
-            ms(pct(&wakes, 0.9)),
-            ms(pct(&wakes, 0.99)),
-            ms(pct(&raws, 0.5)),
-            ms(pct(&raws, 0.9)),
-            ms(pct(&raws, 0.99)),
+        let row = |path: &str, wakes: &[Duration], raws: &[Duration], ratio: f64| {
+            let q = |v: &[Duration]| [0.5, 0.9, 0.99].map(|p| format!("{} ms", ms(pct(v, p))));
+            println!(
+                "| {path} | {url} | {} | {} | {} | {ratio:.2}x |",
+                wakes.len(),
+                q(wakes).join(" | "),
+                q(raws).join(" | "),
+            );
+        };
+        row(
+            "HTTP `wake?wait=0s` vs GET + PUT + HTTP",
+            &wakes,
+            &raws,
+            ratio,
         );
-        println!(
-            "| library `wake_ready(0)` vs GET + PUT | {url} | {} | {} ms | {} ms | {} ms | {} ms | {} ms | {} ms | {lib_ratio:.2}x |",
-            lib_wakes.len(),
-            ms(pct(&lib_wakes, 0.5)),
-            ms(pct(&lib_wakes, 0.9)),
-            ms(pct(&lib_wakes, 0.99)),
-            ms(pct(&lib_raws, 0.5)),
-            ms(pct(&lib_raws, 0.9)),
-            ms(pct(&lib_raws, 0.99)),
+        row(
+            "library `wake_ready(0)` vs GET + PUT",
+            &lib_wakes,
+            &lib_raws,
+            lib_ratio,
         );
         println!(
             "\nraw parts p50: GET {} ms, PUT {} ms, HTTP {} ms; every wake answered a new epoch: {epochs_ok} of {}; the node's marker reads: {marker_reads}",

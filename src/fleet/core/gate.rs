@@ -75,6 +75,18 @@ pub struct Rank {
 /// hold a delay in every case (200 s at ttl 10 s), never a standstill.
 pub const BUSY_HOLD_GRACES: u32 = 30;
 
+/// [`gate`] for a node its caller chose (a claim or wake request): ranked
+/// first, with nobody ahead of it, so placement neither delays nor
+/// defers; every other rule holds.
+pub fn gate_chosen(c: &Candidate) -> Gate {
+    gate(c, || {
+        Some(Rank {
+            position: 0,
+            ahead_idle_for: Duration::MAX,
+        })
+    })
+}
+
 /// May this node claim the candidate this pass? `rank` is this node's rank
 /// among the candidates; asked only when the verdict needs it, because
 /// ranking is the pass's largest CPU cost.

@@ -98,12 +98,7 @@ impl Node {
             grace: self.cfg.grace,
             predecessor_unproven: self.predecessor_unproven(Some(&released)),
         };
-        match core::gate(&candidate, || {
-            Some(core::Rank {
-                position: 0,
-                ahead_idle_for: Duration::MAX,
-            })
-        }) {
+        match core::gate_chosen(&candidate) {
             core::Gate::Claim => {}
             core::Gate::Skip => {
                 return Ok(declined(core::skip_reason(false, self.control.read)));
